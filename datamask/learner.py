@@ -1,0 +1,237 @@
+"""DATAMASK: the selection mask learned by policy gradient (Fan, Xian, Sun, Shen; ICLR 2026).
+
+One logit per candidate row. Each step draws G masks of exactly k rows from softmax(logits) by
+Gumbel-top-k, scores all G with the joint objective in one batch, standardises the scores within the
+group into advantages, and moves the logits up the policy gradient. At the end the k rows with the
+largest logits are the selection. Read this file top to bottom: `MaskLearner.fit` is the whole loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .data import Dataset, DataError, budget
+from .objectives import GroundSet, Joint, TermScale, diversity
+from .sampling import gumbel_topk, plackett_luce_log_prob
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' is CUDA when there is a GPU, else CPU; an explicit 'cuda' without one is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DataError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
+    return torch.device(device)
+
+
+@dataclass
+class LearnerConfig:
+    """Hyper-parameters, named as the flags of the original train_mask.py where it had them."""
+
+    algorithm: str = "Pair_simi"  # diversity metric: Pair_simi, Facility or DiSF
+    select_ratio: float = 0.1  # fraction of ALL input rows to select
+    lamb: float = 0.5  # weight of quality in the joint objective; 1 - lamb goes to diversity
+    n_rollout: int = 128  # G, masks sampled per step
+    n_epochs: int = 2000  # optimisation steps
+    partial: float = 0.1  # fraction of the candidate rows each step works on
+    max_lr: float = 10.0  # learning rate at the first step ...
+    min_lr: float = 1.0  # ... decayed linearly to this at the last step
+    init: str = "same"  # 'same': equal logits; 'quality': P(select) proportional to quality
+    prune_ratio: float = 0.0  # drop this fraction of rows, lowest quality first, before learning
+    logprob: str = "simple"  # 'simple': sum of log-softmax; 'exact': Plackett-Luce of the order
+    readoff: str = "topk"  # 'topk' of the final logits, or one 'sample' from the final policy
+    seed: int = 0
+    device: str = "auto"
+
+    def validate(self) -> None:
+        from .objectives import DIVERSITY
+
+        checks = [
+            (self.algorithm in DIVERSITY,
+             f"--algorithm must be one of {', '.join(DIVERSITY)}, got {self.algorithm!r}"),
+            (0.0 <= self.lamb <= 1.0, f"--lamb must lie in [0, 1], got {self.lamb}"),
+            (self.n_rollout >= 2,
+             f"--n_rollout must be at least 2 (advantages need a group), got {self.n_rollout}"),
+            (self.n_epochs >= 1, f"--n_epochs must be at least 1, got {self.n_epochs}"),
+            (0.0 < self.partial <= 1.0, f"--partial must lie in (0, 1], got {self.partial}"),
+            (math.isfinite(self.max_lr) and math.isfinite(self.min_lr),
+             f"--max_lr and --min_lr must be finite, got {self.max_lr} and {self.min_lr}"),
+            (self.init in ("same", "quality"), f"--init must be 'same' or 'quality', got {self.init!r}"),
+            (0.0 <= self.prune_ratio < 1.0, f"--prune_ratio must lie in [0, 1), got {self.prune_ratio}"),
+            (self.logprob in ("simple", "exact"),
+             f"--logprob must be 'simple' or 'exact', got {self.logprob!r}"),
+            (self.readoff in ("topk", "sample"),
+             f"--readoff must be 'topk' or 'sample', got {self.readoff!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DataError(message)
+
+
+@dataclass
+class LearnResult:
+    selected: np.ndarray  # (N,) bool, exactly `budget(select_ratio, N)` True
+    logits: np.ndarray  # (N,) float32 final logits; -inf for rows removed by quality pruning
+    history: list[dict] = field(default_factory=list)  # one record per step
+    wall_time_s: float = 0.0  # optimisation time, excluding any `evaluate` callback
+
+
+def linear_lr(step: int, n_steps: int, max_lr: float, min_lr: float) -> float:
+    """The original schedule: max_lr at step 0, straight down to min_lr at the last step."""
+    return max_lr if n_steps == 1 else max_lr + (min_lr - max_lr) * step / (n_steps - 1)
+
+
+def candidate_rows(quality: np.ndarray, prune_ratio: float, k: int) -> np.ndarray:
+    """Rows kept by quality pruning (the best ceil((1 - prune_ratio) N), ties to the lower index)."""
+    n = len(quality)
+    keep = math.ceil((1.0 - prune_ratio) * n - 1e-9)
+    if keep < k:
+        raise DataError(
+            f"--prune_ratio {prune_ratio} keeps {keep} rows, fewer than the {k} to select"
+        )
+    order = np.lexsort((np.arange(n), -quality.astype(np.float64)))
+    return np.sort(order[:keep])
+
+
+def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
+    """'same': all zero. 'quality': log of the quality, made positive first when it is not
+    (shifted so the worst row keeps 1% of the quality range), so P(select) is proportional to it."""
+    if init == "same":
+        return torch.zeros_like(quality)
+    q = quality.double()
+    if q.min() <= 0:
+        spread = float(q.max() - q.min()) or 1.0
+        q = q - q.min() + 0.01 * spread
+    return q.log().to(quality.dtype)
+
+
+def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest logits; ties go to higher quality, then to the lower index, so
+    the read-off is deterministic even where logits never moved."""
+    order = np.lexsort((np.arange(len(logits)), -quality.astype(np.float64),
+                        -logits.astype(np.float64)))
+    return order[:k]
+
+
+class MaskLearner:
+    """Learns a selection mask for one block of rows (the paper runs blocks independently)."""
+
+    def __init__(self, config: LearnerConfig):
+        config.validate()
+        self.config = config
+
+    def fit(self, data: Dataset, evaluate: Callable[[np.ndarray], dict] | None = None,
+            eval_every: int = 0, log_path: str | None = None,
+            progress: bool = True) -> LearnResult:
+        """Run the optimisation. `evaluate(selected_mask) -> dict` is called every `eval_every`
+        steps on the current read-off (for curves); its time is excluded from the reported time."""
+        cfg = self.config
+        device = resolve_device(cfg.device)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(cfg.seed)
+        n_total = len(data)
+        k_total = budget(cfg.select_ratio, n_total)
+        if cfg.algorithm == "DiSF" and k_total < 2:
+            raise DataError("--algorithm DiSF needs at least 2 selected rows")
+
+        pool = candidate_rows(data.quality, cfg.prune_ratio, k_total)
+        ground = GroundSet.from_arrays(data.features[pool], data.quality[pool], device)
+        n_pool = len(pool)
+        # Each step works on n_step random candidates and draws masks of k_step rows inside them,
+        # keeping the selected fraction of the candidates (k_total / n_pool) the same.
+        n_step = n_pool if cfg.partial >= 1.0 else max(2, round(cfg.partial * n_pool))
+        k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
+        if cfg.algorithm == "DiSF" and k_step < 2:
+            raise DataError(f"--partial {cfg.partial} leaves {k_step} row per DiSF mask; raise it")
+
+        metric = diversity(cfg.algorithm)
+        scale = TermScale.fit(ground, k_step, metric, gen,
+                              subset_size=None if n_step == n_pool else n_step)
+        objective = Joint(metric, cfg.lamb, scale)
+        logits = initial_logits(ground.quality, cfg.init)
+
+        history: list[dict] = []
+        log_file = open(log_path, "w") if log_path else None
+        elapsed = 0.0
+        bar = tqdm(range(cfg.n_epochs), desc=f"datamask {cfg.algorithm}", disable=not progress,
+                   mininterval=0.5)
+        try:
+            for step in bar:
+                start = time.perf_counter()
+                lr = linear_lr(step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
+                if n_step < n_pool:
+                    rows = torch.randperm(n_pool, generator=gen, device=device)[:n_step]
+                    step_ground, step_logits = ground.subset(rows), logits[rows]
+                else:
+                    rows, step_ground, step_logits = None, ground, logits
+
+                idx = gumbel_topk(step_logits, k_step, cfg.n_rollout, gen)  # (G, k_step)
+                scores = objective.batch(step_ground, idx)  # (G,)
+                advantages = (scores - scores.mean()) / (scores.std(unbiased=False) + 1e-8)
+                grad = self._policy_gradient(step_logits, idx, advantages)
+
+                if rows is None:
+                    logits.add_(grad, alpha=lr)
+                else:
+                    logits.index_add_(0, rows, grad, alpha=lr)
+                stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
+                elapsed += time.perf_counter() - start
+
+                record = {"step": step, "lr": lr, "objective_mean": stats[0],
+                          "objective_max": stats[1], "elapsed_s": elapsed}
+                if evaluate is not None and eval_every and (
+                        step % eval_every == 0 or step == cfg.n_epochs - 1):
+                    record.update(evaluate(self._read_off(logits, ground, pool, n_total,
+                                                          k_total, gen, "topk")))
+                history.append(record)
+                if log_file:
+                    log_file.write(json.dumps(record) + "\n")
+                bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
+        finally:
+            bar.close()
+            if log_file:
+                log_file.close()
+
+        start = time.perf_counter()
+        selected = self._read_off(logits, ground, pool, n_total, k_total, gen, cfg.readoff)
+        elapsed += time.perf_counter() - start
+        full_logits = np.full(n_total, -np.inf, dtype=np.float32)
+        full_logits[pool] = logits.cpu().numpy()
+        return LearnResult(selected, full_logits, history, elapsed)
+
+    def _policy_gradient(self, logits: torch.Tensor, idx: torch.Tensor,
+                         advantages: torch.Tensor) -> torch.Tensor:
+        """(1/G) sum_j A_j grad log P(M_j | L).
+
+        'simple': log P = sum of log-softmax over the selected rows, whose gradient is
+        M_j - k softmax(L); the second part is multiplied by sum_j A_j = 0, so the gradient is
+        (1/G) sum_j A_j M_j, a scatter-add. 'exact': autograd through the Plackett-Luce
+        log-probability of the order in which Gumbel-top-k drew the rows.
+        """
+        n_masks, k = idx.shape
+        if self.config.logprob == "exact":
+            leaf = logits.detach().requires_grad_(True)
+            log_prob = plackett_luce_log_prob(leaf, idx)
+            return torch.autograd.grad((advantages * log_prob).sum() / n_masks, leaf)[0]
+        weights = advantages.unsqueeze(1).expand(n_masks, k).reshape(-1)
+        return torch.zeros_like(logits).index_add_(0, idx.reshape(-1), weights) / n_masks
+
+    def _read_off(self, logits: torch.Tensor, ground: GroundSet, pool: np.ndarray,
+                  n_total: int, k: int, gen: torch.Generator, how: str) -> np.ndarray:
+        """The final subset: top-k logits, or one Gumbel-top-k draw from the final policy."""
+        if how == "sample":
+            chosen = gumbel_topk(logits, k, 1, gen)[0].cpu().numpy()
+        else:
+            chosen = top_rows(logits.cpu().numpy(), ground.quality.cpu().numpy(), k)
+        selected = np.zeros(n_total, dtype=bool)
+        selected[pool[chosen]] = True
+        return selected
+

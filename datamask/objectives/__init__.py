@@ -1,0 +1,29 @@
+"""The single source of truth for every objective: the learner, each greedy baseline and every
+report evaluate selections through these set functions (one file per function)."""
+
+from .base import GroundSet, SetFunction, as_batch
+from .disf import DiSF, collapse_score
+from .facility import FacilityLocation, clipped_cosine
+from .joint import Joint, TermScale, random_masks
+from .pair_similarity import PairSimilarity, pair_cosine_sum
+from .quality import Quality
+
+# The diversity metrics by the names of the original --algorithm flag.
+DIVERSITY = {"Pair_simi": PairSimilarity, "Facility": FacilityLocation, "DiSF": DiSF}
+
+
+def diversity(name: str) -> SetFunction:
+    """A diversity metric by its --algorithm name."""
+    try:
+        return DIVERSITY[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown --algorithm '{name}'; choose one of {', '.join(DIVERSITY)}"
+        ) from None
+
+
+__all__ = [
+    "DIVERSITY", "DiSF", "FacilityLocation", "GroundSet", "Joint", "PairSimilarity", "Quality",
+    "SetFunction", "TermScale", "as_batch", "clipped_cosine", "collapse_score", "diversity",
+    "pair_cosine_sum", "random_masks",
+]

@@ -1,0 +1,73 @@
+"""What every set function shares: the ground set it is evaluated on, and the batch contract.
+
+A set function scores G masks at once. A mask is given as the row indices it selects, one row of
+an index tensor `idx` of shape (G, k) into the ground set; a single mask is a 1-D `idx`. Every
+function returns a value where HIGHER IS BETTER, so that the learner and every greedy optimiser can
+maximise any of them (or their joint) without knowing which one it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GroundSet:
+    """The rows a selection is drawn from, as tensors on one device.
+
+    `unit` is `features` with each row L2-normalised; it is computed once here because every
+    cosine-based metric needs it and recomputing it per evaluation would dominate small steps.
+    """
+
+    features: torch.Tensor  # (n, d) float32
+    unit: torch.Tensor  # (n, d) float32, rows of norm 1 (0 for an all-zero row)
+    quality: torch.Tensor  # (n,) float32
+
+    @classmethod
+    def from_arrays(cls, features, quality, device: str | torch.device = "cpu") -> "GroundSet":
+        feats = torch.as_tensor(features, dtype=torch.float32, device=device)
+        qual = torch.as_tensor(quality, dtype=torch.float32, device=device)
+        return cls(feats, torch.nn.functional.normalize(feats, dim=1), qual)
+
+    def __len__(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.features.device
+
+    def subset(self, rows: torch.Tensor) -> "GroundSet":
+        """The ground set restricted to `rows` (the learner's `partial` subsets, greedy batches)."""
+        return GroundSet(self.features[rows], self.unit[rows], self.quality[rows])
+
+
+def as_batch(idx: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """Accept one mask (k,) or a batch (G, k); return the batch and whether to squeeze it back."""
+    if idx.dim() == 1:
+        return idx.unsqueeze(0), True
+    if idx.dim() != 2:
+        raise ValueError(f"mask indices must have shape (k,) or (G, k), got {tuple(idx.shape)}")
+    return idx, False
+
+
+def mask_chunks(n_masks: int, bytes_per_mask: int, memory_bytes: int):
+    """Slices over the G masks so that one chunk's temporaries stay under `memory_bytes`."""
+    step = max(1, memory_bytes // max(1, bytes_per_mask))
+    return [slice(start, min(start + step, n_masks)) for start in range(0, n_masks, step)]
+
+
+class SetFunction:
+    """A function of a selected set, evaluated on a batch of masks; higher is better."""
+
+    name: str = ""
+
+    def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+        """Values of the G masks in `idx` (G, k) as a (G,) float32 tensor."""
+        raise NotImplementedError
+
+    def __call__(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+        batch, single = as_batch(idx)
+        values = self.batch(ground, batch)
+        return values[0] if single else values

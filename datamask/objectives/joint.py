@@ -1,0 +1,90 @@
+"""The joint objective lamb * quality + (1 - lamb) * diversity, on a common scale.
+
+Mean quality and a diversity metric live on unrelated scales (a DiSF score grows with d^2, a mean
+cosine is below 1), so mixing them raw would make `lamb` mean something different for every metric
+and data set. Each term is therefore standardised by its mean and standard deviation over masks
+drawn uniformly at random from the same ground-set shape, fitted once (`TermScale.fit`). On that
+scale 0 is what a random selection scores and 1 is one standard deviation of random selections,
+so `lamb` weighs "how much better than random" in quality against the same in diversity. The
+learner only sees advantages standardised within each group of G masks, so the means cancel for it
+and only the ratio of the two standard deviations matters; the means make reported values
+readable (random ~ 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import GroundSet, SetFunction
+from .quality import Quality
+
+
+def random_masks(n: int, k: int, n_masks: int, generator: torch.Generator,
+                 device: torch.device) -> torch.Tensor:
+    """`n_masks` uniformly random k-subsets of range(n), as a (n_masks, k) index tensor."""
+    keys = torch.rand(n_masks, n, generator=generator, device=device)
+    return keys.topk(k, dim=1).indices
+
+
+@dataclass(frozen=True)
+class TermScale:
+    """Mean and standard deviation of each term under uniformly random masks."""
+
+    quality_mean: float
+    quality_std: float
+    diversity_mean: float
+    diversity_std: float
+
+    @classmethod
+    def fit(cls, ground: GroundSet, k: int, diversity: SetFunction, generator: torch.Generator,
+            subset_size: int | None = None, n_grounds: int = 8, masks_per_ground: int = 32
+            ) -> "TermScale":
+        """Fit on random k-masks; with `subset_size`, inside random subsets of that many rows
+        (the learner's `partial` steps score masks on such subsets, so it is scaled on them)."""
+        quality, qual, div = Quality(), [], []
+        for _ in range(n_grounds):
+            sub = ground
+            if subset_size is not None:
+                rows = torch.randperm(len(ground), generator=generator, device=ground.device)
+                sub = ground.subset(rows[:subset_size])
+            idx = random_masks(len(sub), k, masks_per_ground, generator, ground.device)
+            qual.append(quality.batch(sub, idx))
+            div.append(diversity.batch(sub, idx))
+        q, d = torch.cat(qual).double(), torch.cat(div).double()
+        return cls(q.mean().item(), _positive(q.std().item()), d.mean().item(),
+                   _positive(d.std().item()))
+
+
+def _positive(std: float) -> float:
+    """A constant term (all qualities equal, say) has std 0; scale it by 1 instead of dividing by 0."""
+    return std if std > 0 else 1.0
+
+
+class Joint(SetFunction):
+    """lamb * standardised quality + (1 - lamb) * standardised diversity."""
+
+    def __init__(self, diversity: SetFunction, lamb: float, scale: TermScale):
+        if not 0.0 <= lamb <= 1.0:
+            raise ValueError(f"--lamb must lie in [0, 1], got {lamb}")
+        self.diversity = diversity
+        self.lamb = lamb
+        self.scale = scale
+        self.quality = Quality()
+        self.name = f"joint({diversity.name}, lamb={lamb:g})"
+
+    def terms(self, ground: GroundSet, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both raw terms (quality, diversity) of a batch of masks; a term weighted 0 is skipped."""
+        zeros = torch.zeros(idx.shape[0], device=idx.device)
+        qual = self.quality.batch(ground, idx) if self.lamb > 0 else zeros
+        div = self.diversity.batch(ground, idx) if self.lamb < 1 else zeros
+        return qual, div
+
+    def combine(self, qual: torch.Tensor, div: torch.Tensor) -> torch.Tensor:
+        s = self.scale
+        return (self.lamb * (qual - s.quality_mean) / s.quality_std
+                + (1 - self.lamb) * (div - s.diversity_mean) / s.diversity_std)
+
+    def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+        return self.combine(*self.terms(ground, idx))

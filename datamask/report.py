@@ -1,0 +1,47 @@
+"""Scores any selection on the whole input with the same set functions the optimisers use.
+
+Every selector (the learner and each baseline) is judged here, on all N rows with masks of the
+full budget, so that numbers in one table are comparable whatever the selector optimised inside.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .data import Dataset, budget
+from .objectives import DIVERSITY, GroundSet, Joint, Quality, TermScale, diversity
+
+
+class Report:
+    """Mean quality, every diversity metric, and the joint objective at `lamb` for each metric."""
+
+    def __init__(self, data: Dataset, select_ratio: float, lamb: float, device="cpu",
+                 seed: int = 0, metrics=tuple(DIVERSITY)):
+        self.ground = GroundSet.from_arrays(data.features, data.quality, device)
+        self.k = budget(select_ratio, len(data))
+        self.lamb = lamb
+        self.metrics = {name: diversity(name) for name in metrics}
+        self.seed = seed
+        self._joints: dict[str, Joint] = {}
+
+    def joint(self, name: str) -> Joint:
+        """The joint objective for one metric, its scale fitted once on random full-budget masks."""
+        if name not in self._joints:
+            gen = torch.Generator(device=self.ground.device)
+            gen.manual_seed(self.seed)
+            scale = TermScale.fit(self.ground, self.k, self.metrics[name], gen)
+            self._joints[name] = Joint(self.metrics[name], self.lamb, scale)
+        return self._joints[name]
+
+    def __call__(self, selected: np.ndarray) -> dict:
+        idx = torch.as_tensor(np.flatnonzero(selected), device=self.ground.device)
+        if len(idx) != self.k:
+            raise ValueError(f"a selection must hold {self.k} rows, this one holds {len(idx)}")
+        quality = Quality()(self.ground, idx)
+        values = {"quality": quality.item()}
+        for name, metric in self.metrics.items():
+            div = metric(self.ground, idx)
+            values[name] = div.item()
+            values[f"joint_{name}"] = self.joint(name).combine(quality, div).item()
+        return values
