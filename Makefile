@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-baselines clean
 
 install: $(STAMP)
 
@@ -25,6 +25,9 @@ test: install
 
 bench: install
 	$(BIN)/python -m datamask.bench
+
+bench-baselines: install
+	$(BIN)/python -m baselines.bench
 
 clean:
 	rm -rf runs build *.egg-info

@@ -1,0 +1,137 @@
+"""The policy-gradient learner: exact budget, determinism, the lamb = 1 limit, and that it beats
+quality top-k and random on the joint objective it optimises."""
+
+import numpy as np
+import pytest
+import torch
+
+from datamask.data import DataError, budget
+from datamask.learner import LearnerConfig, MaskLearner, candidate_rows, linear_lr
+from datamask.objectives import GroundSet
+from datamask.report import Report
+from datamask.sampling import gumbel_topk, simple_log_prob
+from datamask.selectors import make_selector
+from datamask.synthetic import synthetic_dataset
+
+
+def gapped_quality_data(seed):
+    """30 of 300 rows clearly better than the rest, so quality top-k is unambiguous."""
+    data = synthetic_dataset(300, dim=16, n_clusters=8, seed=seed)
+    rng = np.random.default_rng(seed)
+    quality = rng.uniform(0.0, 0.4, 300)
+    quality[rng.permutation(300)[:30]] = rng.uniform(0.6, 1.0, 30)
+    data.quality[:] = quality
+    return data
+
+
+def test_budget_rounds_half_up():
+    assert budget(0.1, 25) == 3  # 2.5 -> 3, not Python's banker's 2
+    assert budget(0.1, 3000) == 300
+    with pytest.raises(DataError, match="zero rows"):
+        budget(0.01, 20)
+    with pytest.raises(DataError, match="--select_ratio"):
+        budget(1.0, 20)
+
+
+@pytest.mark.parametrize("algorithm", ["Pair_simi", "Facility", "DiSF"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_lamb_one_selects_quality_topk(algorithm, seed):
+    data = gapped_quality_data(seed)
+    config = LearnerConfig(algorithm=algorithm, lamb=1.0, n_epochs=300, partial=1.0, seed=seed)
+    result = MaskLearner(config).fit(data, progress=False)
+    top = make_selector("quality-topk").select(data, 0.1).selected
+    np.testing.assert_array_equal(result.selected, top)
+
+
+@pytest.mark.parametrize("algorithm", ["Pair_simi", "Facility", "DiSF"])
+def test_joint_objective_beats_quality_topk_and_random(algorithm):
+    data = synthetic_dataset(1500, dim=32, n_clusters=16, seed=0)
+    report = Report(data, 0.1, 0.5)
+    learned = make_selector("datamask", algorithm=algorithm, n_epochs=800,
+                            progress=False).select(data, 0.1)
+    score = report(learned.selected)[f"joint_{algorithm}"]
+    for baseline in ("quality-topk", "random"):
+        other = report(make_selector(baseline).select(data, 0.1).selected)[f"joint_{algorithm}"]
+        assert score > other, (baseline, score, other)
+
+
+def test_exact_budget_and_determinism():
+    data = synthetic_dataset(500, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Pair_simi", n_epochs=60, partial=0.3, select_ratio=0.13)
+    first = MaskLearner(LearnerConfig(seed=7, **config)).fit(data, progress=False)
+    again = MaskLearner(LearnerConfig(seed=7, **config)).fit(data, progress=False)
+    other = MaskLearner(LearnerConfig(seed=8, **config)).fit(data, progress=False)
+    assert first.selected.sum() == budget(0.13, 500)
+    np.testing.assert_array_equal(first.selected, again.selected)
+    np.testing.assert_array_equal(first.logits, again.logits)
+    assert not np.array_equal(first.logits, other.logits)
+    assert len(first.history) == 60 and first.history[-1]["step"] == 59
+
+
+def test_simple_gradient_equals_autograd_of_the_papers_log_prob():
+    """The scatter-add update is the gradient of sum_j A_j * sum-of-log-softmax, exactly."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(40, generator=gen)
+    idx = gumbel_topk(logits, 6, 16, gen)
+    adv = torch.randn(16, generator=gen)
+    adv = (adv - adv.mean()) / adv.std(unbiased=False)
+    leaf = logits.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad((adv * simple_log_prob(leaf, idx)).sum() / 16, leaf)
+    learner = MaskLearner(LearnerConfig())
+    torch.testing.assert_close(learner._policy_gradient(logits, idx, adv), expected)
+
+
+def test_exact_log_prob_learner_runs_and_beats_random():
+    data = synthetic_dataset(600, dim=16, n_clusters=8, seed=2)
+    report = Report(data, 0.1, 0.5)
+    exact = make_selector("datamask", algorithm="Pair_simi", n_epochs=300, logprob="exact",
+                          partial=0.5, progress=False).select(data, 0.1)
+    rand = make_selector("random").select(data, 0.1)
+    assert report(exact.selected)["joint_Pair_simi"] > report(rand.selected)["joint_Pair_simi"]
+
+
+def test_pruning_keeps_the_best_rows_and_marks_the_rest():
+    data = synthetic_dataset(400, dim=8, n_clusters=4, seed=3)
+    config = LearnerConfig(algorithm="DiSF", n_epochs=30, prune_ratio=0.5, init="quality")
+    result = MaskLearner(config).fit(data, progress=False)
+    kept = candidate_rows(data.quality, 0.5, 40)
+    assert len(kept) == 200 and data.quality[kept].min() >= np.median(data.quality)
+    assert np.isneginf(result.logits).sum() == 200
+    assert np.isfinite(result.logits[kept]).all()
+    assert result.selected[kept].sum() == 40 == result.selected.sum()
+
+
+def test_sample_readoff_and_schedule():
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=4)
+    result = MaskLearner(LearnerConfig(n_epochs=20, readoff="sample")).fit(data, progress=False)
+    assert result.selected.sum() == 30
+    assert linear_lr(0, 5, 10, 1) == 10 and linear_lr(4, 5, 10, 1) == 1
+    assert [round(r["lr"], 6) for r in result.history[:2]] == [10.0, round(10 - 9 / 19, 6)]
+
+
+def test_evaluate_callback_and_log(tmp_path):
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
+    report = Report(data, 0.1, 0.5)
+    log = tmp_path / "log.jsonl"
+    result = MaskLearner(LearnerConfig(n_epochs=25)).fit(
+        data, evaluate=report, eval_every=10, log_path=str(log), progress=False)
+    evaluated = [r["step"] for r in result.history if "joint_Pair_simi" in r]
+    assert evaluated == [0, 10, 20, 24]
+    assert len(log.read_text().splitlines()) == 25
+
+
+@pytest.mark.parametrize("field,value,flag", [
+    ("n_rollout", 1, "--n_rollout"), ("partial", 0.0, "--partial"), ("partial", 1.5, "--partial"),
+    ("max_lr", float("nan"), "--max_lr"), ("algorithm", "Nope", "--algorithm"),
+    ("lamb", 1.5, "--lamb"), ("init", "x", "--init"),
+])
+def test_bad_config_names_the_flag(field, value, flag):
+    with pytest.raises(DataError, match=flag):
+        MaskLearner(LearnerConfig(**{field: value}))
+
+
+def test_ground_set_subset_keeps_rows_aligned():
+    ground = GroundSet.from_arrays(np.arange(12, dtype=np.float32).reshape(6, 2) + 1,
+                                   np.arange(6, dtype=np.float32))
+    sub = ground.subset(torch.tensor([4, 1]))
+    assert sub.quality.tolist() == [4.0, 1.0] and sub.features[0].tolist() == [9.0, 10.0]
