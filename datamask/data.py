@@ -56,93 +56,113 @@ def budget(select_ratio: float, n_rows: int) -> int:
     return k
 
 
-def _feature_matrix(column: pa.ChunkedArray, path: str, name: str) -> np.ndarray:
-    """A list / fixed-size-list column as one (N, d) float32 array, checking every row's length."""
-    array = column.combine_chunks()
-    if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
-            or pa.types.is_fixed_size_list(array.type)):
-        raise DataError(f"{path}: column '{name}' must be a list of floats, found {array.type}")
-    n = len(array)
-    if array.null_count:
-        row = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
+def _vectors(chunk: pa.Array, path: str, name: str, first_row: int) -> np.ndarray:
+    """One chunk of a list / fixed-size-list column as an (n, d) float32 view, every row checked:
+    no nulls, one length, finite values. Row numbers in errors count from the file's first row."""
+    if not (pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type)
+            or pa.types.is_fixed_size_list(chunk.type)):
+        raise DataError(f"{path}: column '{name}' must be a list of floats, found {chunk.type}")
+    n = len(chunk)
+    if chunk.null_count:
+        row = first_row + int(np.flatnonzero(chunk.is_null().to_numpy(zero_copy_only=False))[0])
         raise DataError(f"{path}: column '{name}' is null at row {row}")
-    if pa.types.is_fixed_size_list(array.type):
-        dim = array.type.list_size
+    if pa.types.is_fixed_size_list(chunk.type):
+        dim, values = chunk.type.list_size, chunk.flatten()
     else:
-        lengths = pc.list_value_length(array).to_numpy()
-        dim = int(lengths[0]) if n else 0
+        lengths = pc.list_value_length(chunk).to_numpy()
+        dim = int(lengths[0])
         bad = np.flatnonzero(lengths != dim)
         if len(bad):
             raise DataError(
-                f"{path}: column '{name}' has vectors of inconsistent length: row 0 has {dim}, "
-                f"row {int(bad[0])} has {int(lengths[bad[0]])}"
+                f"{path}: column '{name}' has vectors of inconsistent length: row {first_row} has "
+                f"{dim}, row {first_row + int(bad[0])} has {int(lengths[bad[0]])}"
             )
-    if n and dim == 0:
+        values = pc.list_flatten(chunk)
+    if dim == 0:
         raise DataError(f"{path}: column '{name}' holds empty vectors")
-    values = pc.list_flatten(array) if not pa.types.is_fixed_size_list(array.type) else array.flatten()
     if values.null_count:
         raise DataError(f"{path}: column '{name}' contains null values inside a vector")
-    matrix = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, dim)
+    matrix = values.to_numpy(zero_copy_only=False).reshape(n, dim)
     finite = np.isfinite(matrix).all(axis=1)
     if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
+        row = first_row + int(np.flatnonzero(~finite)[0])
         raise DataError(f"{path}: column '{name}' has NaN or inf at row {row}")
     return matrix
 
 
-def _read_one(path: str, id_column: str, quality_column: str, feature_column: str):
+def _check_file(path: str, columns: dict[str, str]) -> int:
+    """Fail early, before any large read, on a missing, unreadable or empty file or a missing
+    column; return the file's row count."""
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file")
     try:
-        schema = pq.read_schema(path)
+        metadata = pq.read_metadata(path)
     except (pa.ArrowInvalid, OSError) as err:
         raise DataError(f"{path}: not a readable Parquet file ({err})") from None
-    for flag, name in (("--id_column", id_column), ("--quality_column", quality_column),
-                       ("--feature_column", feature_column)):
-        if name not in schema.names:
-            raise DataError(
-                f"{path}: missing column '{name}' (set {flag}); the file has {schema.names}"
-            )
-    table = pq.read_table(path, columns=[id_column, quality_column, feature_column])
-    if table.num_rows == 0:
+    names = metadata.schema.to_arrow_schema().names
+    for flag, name in columns.items():
+        if name not in names:
+            raise DataError(f"{path}: missing column '{name}' (set {flag}); the file has {names}")
+    if metadata.num_rows == 0:
         raise DataError(f"{path}: the file has no rows")
-    ids_col = table.column(id_column)
-    if not pa.types.is_integer(ids_col.type):
-        raise DataError(f"{path}: id column '{id_column}' must be integer, found {ids_col.type}")
-    if ids_col.null_count:
-        raise DataError(f"{path}: id column '{id_column}' has null ids")
-    ids = ids_col.to_numpy().astype(np.int64, copy=False)
-    quality = table.column(quality_column).to_numpy().astype(np.float32)
-    bad = np.flatnonzero(~np.isfinite(quality))
-    if len(bad):
-        raise DataError(
-            f"{path}: quality column '{quality_column}' is NaN, inf or null at row {int(bad[0])}"
-        )
-    features = _feature_matrix(table.column(feature_column), path, feature_column)
-    return ids, quality, features
+    return metadata.num_rows
 
 
 def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                  quality_column: str = QUALITY_COLUMN,
                  feature_column: str = FEATURE_COLUMN) -> Dataset:
-    """Read one or more Parquet files as one dataset, in file order then row order."""
+    """Read one or more Parquet files as one dataset, in file order then row order.
+
+    The feature matrix is allocated once and filled chunk by chunk, so reading peaks at that
+    matrix plus one file's Arrow table, not at several copies of the whole input."""
     if not paths:
         raise DataError("no input file given (--input)")
-    parts = [_read_one(str(p), id_column, quality_column, feature_column) for p in paths]
-    dims = {f.shape[1] for _, _, f in parts}
-    if len(dims) > 1:
-        detail = ", ".join(f"{p}: {f.shape[1]}" for p, (_, _, f) in zip(paths, parts))
-        raise DataError(f"input files disagree on the feature length of '{feature_column}': {detail}")
-    ids = np.concatenate([p[0] for p in parts])
-    unique, first, counts = np.unique(ids, return_index=True, return_counts=True)
-    if len(unique) != len(ids):
+    paths = [str(p) for p in paths]
+    columns = {"--id_column": id_column, "--quality_column": quality_column,
+               "--feature_column": feature_column}
+    sizes = [_check_file(p, columns) for p in paths]
+    total = sum(sizes)
+    ids = np.empty(total, dtype=np.int64)
+    quality = np.empty(total, dtype=np.float32)
+    features = None
+    offset = 0
+    for path, size in zip(paths, sizes):
+        table = pq.read_table(path, columns=[id_column, quality_column, feature_column])
+        ids_col = table.column(id_column)
+        if not pa.types.is_integer(ids_col.type):
+            raise DataError(f"{path}: id column '{id_column}' must be integer, found {ids_col.type}")
+        if ids_col.null_count:
+            raise DataError(f"{path}: id column '{id_column}' has null ids")
+        ids[offset:offset + size] = ids_col.to_numpy()
+        qual = table.column(quality_column).to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(~np.isfinite(qual.astype(np.float64)))
+        if len(bad):
+            raise DataError(
+                f"{path}: quality column '{quality_column}' is NaN, inf or null at row {int(bad[0])}"
+            )
+        quality[offset:offset + size] = qual
+        row = 0
+        for chunk in table.column(feature_column).chunks:
+            vectors = _vectors(chunk, path, feature_column, row)
+            if features is None:
+                features = np.empty((total, vectors.shape[1]), dtype=np.float32)
+            if vectors.shape[1] != features.shape[1]:
+                raise DataError(
+                    f"{path}: column '{feature_column}' has {vectors.shape[1]}-d vectors at row "
+                    f"{row}, but {paths[0]} starts with {features.shape[1]}-d ones"
+                )
+            features[offset + row:offset + row + len(vectors)] = vectors
+            row += len(vectors)
+        offset += size
+        del table
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != total:
         dup = int(unique[np.argmax(counts > 1)])
-        sizes = np.cumsum([len(p[0]) for p in parts])
-        where = [str(paths[int(np.searchsorted(sizes, r, side="right"))])
+        ends = np.cumsum(sizes)
+        where = [paths[int(np.searchsorted(ends, r, side="right"))]
                  for r in np.flatnonzero(ids == dup)[:2]]
         raise DataError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
-    features = np.ascontiguousarray(np.concatenate([p[2] for p in parts]), dtype=np.float32)
-    return Dataset(ids=ids, quality=np.concatenate([p[1] for p in parts]), features=features)
+    return Dataset(ids=ids, quality=quality, features=features)
 
 
 @contextmanager

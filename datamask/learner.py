@@ -8,17 +8,20 @@ largest logits are the selection. Read this file top to bottom: `MaskLearner.fit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .data import Dataset, DataError, budget
+from .data import Dataset, DataError, atomic_output, budget
 from .objectives import GroundSet, Joint, TermScale, diversity
 from .sampling import gumbel_topk, plackett_luce_log_prob
 
@@ -57,6 +60,8 @@ class LearnerConfig:
         checks = [
             (self.algorithm in DIVERSITY,
              f"--algorithm must be one of {', '.join(DIVERSITY)}, got {self.algorithm!r}"),
+            (0.0 < self.select_ratio < 1.0,
+             f"--select_ratio must lie strictly between 0 and 1, got {self.select_ratio}"),
             (0.0 <= self.lamb <= 1.0, f"--lamb must lie in [0, 1], got {self.lamb}"),
             (self.n_rollout >= 2,
              f"--n_rollout must be at least 2 (advantages need a group), got {self.n_rollout}"),
@@ -121,6 +126,43 @@ def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:
     return order[:k]
 
 
+def fingerprint(data: Dataset) -> list:
+    """What a checkpoint must match to be resumed on: row count, feature length, and a hash of
+    the ids and quality (cheap; features are not hashed, so a changed embedding is not caught)."""
+    digest = hashlib.sha256(data.ids.tobytes() + data.quality.tobytes()).hexdigest()
+    return [len(data), data.dim, digest]
+
+
+def save_checkpoint(path: str, state: dict) -> None:
+    with atomic_output(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
+                    device: torch.device) -> dict | None:
+    """The saved state, or None (with a note) when there is none yet; a checkpoint of another
+    configuration or other data is refused rather than silently continued."""
+    if not path:
+        raise DataError("--resume needs a checkpoint path (--checkpoint)")
+    if not os.path.exists(path):
+        print(f"datamask: no checkpoint at {path} yet; starting from step 0", file=sys.stderr)
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # a truncated or foreign file: say which, do not guess
+        raise DataError(f"{path}: not a datamask checkpoint ({err})") from None
+    saved, now = state.get("config", {}), asdict(config)
+    changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
+    if changed:
+        detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
+        raise DataError(f"{path}: checkpoint was made with other settings ({detail})")
+    if state["fingerprint"] != fingerprint(data):
+        raise DataError(f"{path}: checkpoint was made on other input data (ids or quality differ)")
+    if state["generator"].numel() != torch.Generator(device=device).get_state().numel():
+        raise DataError(f"{path}: checkpoint was made on another device type than {device}")
+    return state
+
+
 class MaskLearner:
     """Learns a selection mask for one block of rows (the paper runs blocks independently)."""
 
@@ -129,10 +171,17 @@ class MaskLearner:
         self.config = config
 
     def fit(self, data: Dataset, evaluate: Callable[[np.ndarray], dict] | None = None,
-            eval_every: int = 0, log_path: str | None = None,
-            progress: bool = True) -> LearnResult:
-        """Run the optimisation. `evaluate(selected_mask) -> dict` is called every `eval_every`
-        steps on the current read-off (for curves); its time is excluded from the reported time."""
+            eval_every: int = 0, log_path: str | None = None, progress: bool = True,
+            checkpoint_path: str | None = None, checkpoint_every: int = 0,
+            resume: bool = False) -> LearnResult:
+        """Run the optimisation.
+
+        `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
+        read-off (for curves); its time is excluded from the reported time. With
+        `checkpoint_path`, the whole state (logits, step, generator, scale, history) is saved there
+        atomically every `checkpoint_every` steps and at the end; `resume` continues from it, and
+        gives exactly the selection of an uninterrupted run with the same seed on the same device.
+        """
         cfg = self.config
         device = resolve_device(cfg.device)
         gen = torch.Generator(device=device)
@@ -143,7 +192,10 @@ class MaskLearner:
             raise DataError("--algorithm DiSF needs at least 2 selected rows")
 
         pool = candidate_rows(data.quality, cfg.prune_ratio, k_total)
-        ground = GroundSet.from_arrays(data.features[pool], data.quality[pool], device)
+        if len(pool) == n_total:  # no pruning: share the input's memory instead of copying it
+            ground = GroundSet.from_arrays(data.features, data.quality, device)
+        else:
+            ground = GroundSet.from_arrays(data.features[pool], data.quality[pool], device)
         n_pool = len(pool)
         # Each step works on n_step random candidates and draws masks of k_step rows inside them,
         # keeping the selected fraction of the candidates (k_total / n_pool) the same.
@@ -151,18 +203,32 @@ class MaskLearner:
         k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
         if cfg.algorithm == "DiSF" and k_step < 2:
             raise DataError(f"--partial {cfg.partial} leaves {k_step} row per DiSF mask; raise it")
-
         metric = diversity(cfg.algorithm)
-        scale = TermScale.fit(ground, k_step, metric, gen,
-                              subset_size=None if n_step == n_pool else n_step)
-        objective = Joint(metric, cfg.lamb, scale)
-        logits = initial_logits(ground.quality, cfg.init)
 
-        history: list[dict] = []
+        state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
+        if state is None:
+            scale = TermScale.fit(ground, k_step, metric, gen,
+                                  subset_size=None if n_step == n_pool else n_step)
+            logits = initial_logits(ground.quality, cfg.init)
+            first_step, elapsed, history = 0, 0.0, []
+        else:
+            scale = TermScale(**state["scale"])
+            logits = state["logits"].to(device)
+            gen.set_state(state["generator"])
+            first_step, elapsed, history = state["step"], state["elapsed_s"], state["history"]
+        objective = Joint(metric, cfg.lamb, scale)
+
+        def save(next_step: int) -> None:
+            save_checkpoint(checkpoint_path, {
+                "config": asdict(cfg), "fingerprint": fingerprint(data), "step": next_step,
+                "logits": logits.cpu(), "generator": gen.get_state(), "scale": asdict(scale),
+                "elapsed_s": elapsed, "history": history})
+
         log_file = open(log_path, "w") if log_path else None
-        elapsed = 0.0
-        bar = tqdm(range(cfg.n_epochs), desc=f"datamask {cfg.algorithm}", disable=not progress,
-                   mininterval=0.5)
+        if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
+            log_file.writelines(json.dumps(record) + "\n" for record in history)
+        bar = tqdm(range(first_step, cfg.n_epochs), desc=f"datamask {cfg.algorithm}",
+                   disable=not progress, mininterval=0.5, initial=first_step, total=cfg.n_epochs)
         try:
             for step in bar:
                 start = time.perf_counter()
@@ -195,10 +261,14 @@ class MaskLearner:
                 if log_file:
                     log_file.write(json.dumps(record) + "\n")
                 bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
+                if checkpoint_path and checkpoint_every and (step + 1) % checkpoint_every == 0:
+                    save(step + 1)
         finally:
             bar.close()
             if log_file:
                 log_file.close()
+        if checkpoint_path:
+            save(cfg.n_epochs)
 
         start = time.perf_counter()
         selected = self._read_off(logits, ground, pool, n_total, k_total, gen, cfg.readoff)

@@ -87,10 +87,11 @@ def make_selector(name: str, **params) -> Selector:
 @register
 class DataMask(Selector):
     """The policy-gradient mask learner. Params: the fields of LearnerConfig (but select_ratio),
-    plus `evaluate`, `eval_every`, `log_path` and `progress`, passed to MaskLearner.fit."""
+    plus the run options of MaskLearner.fit (RUN_OPTIONS: logging, progress, checkpoints)."""
 
     name = "datamask"
-    RUN_OPTIONS = ("evaluate", "eval_every", "log_path", "progress")
+    RUN_OPTIONS = ("evaluate", "eval_every", "log_path", "progress", "checkpoint_path",
+                   "checkpoint_every", "resume")
 
     def __init__(self, **params):
         run = {key: params.pop(key) for key in self.RUN_OPTIONS if key in params}

@@ -57,7 +57,7 @@ def test_batch_matches_brute_force(case, function, brute):
     np.testing.assert_allclose(single.item(), expected[0], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("function_class", [FacilityLocation, DiSF])
+@pytest.mark.parametrize("function_class", [PairSimilarity, FacilityLocation, DiSF])
 def test_chunked_evaluation_is_the_same(case, function_class):
     features, quality, masks = case
     ground = GroundSet.from_arrays(features, quality)

@@ -8,28 +8,33 @@ maximise any of them (or their joint) without knowing which one it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 
-@dataclass(frozen=True)
 class GroundSet:
     """The rows a selection is drawn from, as tensors on one device.
 
-    `unit` is `features` with each row L2-normalised; it is computed once here because every
-    cosine-based metric needs it and recomputing it per evaluation would dominate small steps.
+    `unit` (each row L2-normalised; 0 for an all-zero row) is computed on first use and cached:
+    the cosine metrics need it, DiSF does not, and a 1M x 768 block should not be held twice
+    when only one form is used. `from_arrays` shares memory with a float32 numpy array on CPU.
     """
 
-    features: torch.Tensor  # (n, d) float32
-    unit: torch.Tensor  # (n, d) float32, rows of norm 1 (0 for an all-zero row)
-    quality: torch.Tensor  # (n,) float32
+    def __init__(self, features: torch.Tensor, quality: torch.Tensor,
+                 unit: torch.Tensor | None = None):
+        self.features = features  # (n, d) float32
+        self.quality = quality  # (n,) float32
+        self._unit = unit
 
     @classmethod
     def from_arrays(cls, features, quality, device: str | torch.device = "cpu") -> "GroundSet":
-        feats = torch.as_tensor(features, dtype=torch.float32, device=device)
-        qual = torch.as_tensor(quality, dtype=torch.float32, device=device)
-        return cls(feats, torch.nn.functional.normalize(feats, dim=1), qual)
+        return cls(torch.as_tensor(features, dtype=torch.float32, device=device),
+                   torch.as_tensor(quality, dtype=torch.float32, device=device))
+
+    @property
+    def unit(self) -> torch.Tensor:
+        if self._unit is None:
+            self._unit = torch.nn.functional.normalize(self.features, dim=1)
+        return self._unit
 
     def __len__(self) -> int:
         return self.features.shape[0]
@@ -40,7 +45,8 @@ class GroundSet:
 
     def subset(self, rows: torch.Tensor) -> "GroundSet":
         """The ground set restricted to `rows` (the learner's `partial` subsets, greedy batches)."""
-        return GroundSet(self.features[rows], self.unit[rows], self.quality[rows])
+        unit = None if self._unit is None else self._unit[rows]
+        return GroundSet(self.features[rows], self.quality[rows], unit)
 
 
 def as_batch(idx: torch.Tensor) -> tuple[torch.Tensor, bool]:

