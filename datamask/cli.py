@@ -1,8 +1,9 @@
 """`datamask`: the command line. Thin: it parses flags, reads data, calls a selector, writes.
 
 Subcommands: `select` (the DATAMASK learner, with the flags of the original train_mask.py),
-`baseline` (any registered baseline by name), `synth` (a synthetic shard in the data contract) and
-`demo` (the main job on the embedded default data).
+`baseline` (any registered baseline by name), `synth` (a synthetic shard in the data contract),
+`demo` (the learner beside quality top-k and random on a synthetic shard, in seconds) and
+`pipeline STAGE` (the reproduction pipeline of `reproduce/`, FineWeb shards to Table 2).
 """
 
 from __future__ import annotations
@@ -85,7 +86,58 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("--eval_every", type=int, default=0, metavar="STEPS",
                    help="with --log_jsonl: every STEPS steps also log the whole-input metrics of "
                         "the current top-k (not counted in the optimisation time) (default: off)")
+    x.add_argument("--checkpoint", metavar="PATH",
+                   help="where the learner saves its state (default: OUTPUT.ckpt)")
+    x.add_argument("--checkpoint_every", type=int, default=100, metavar="STEPS",
+                   help="save the state every STEPS steps, atomically; 0 = only at the end "
+                        "(default: %(default)s)")
+    x.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint if there is one (else start, and say so); "
+                        "the result equals an uninterrupted run's. Settings and data must match")
     x.add_argument("--no_progress", action="store_true", help="hide the progress bar")
+
+
+def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Method flags of the baselines; each is passed only to the baselines that take it, and a
+    flag left out keeps that baseline's default (given in brackets)."""
+    g = parser.add_argument_group("greedy baselines (disf-greedy, disf-greedy-fast, "
+                                  "facility-greedy, pair-greedy, joint-greedy)")
+    g.add_argument("--device", help="cpu, cuda, cuda:N or auto [auto]")
+    g.add_argument("--batch_size", type=int,
+                   help="disf-greedy*: rows per consecutive batch (reference: 1024) [1024]")
+    g.add_argument("--picks_per_batch", type=int,
+                   help="disf-greedy*: picks per full batch (reference: 16); the last partial "
+                        "batch takes the rest of the budget [the batch's share of the ratio]")
+    g.add_argument("--mode", choices=["batched", "global"],
+                   help="disf-greedy-fast: per batch like disf-greedy, or one greedy over all "
+                        "rows [batched]")
+    g.add_argument("--optimizer", choices=["lazy", "naive"],
+                   help="facility-greedy, joint-greedy (Facility): lazy (Minoux) or naive "
+                        "greedy, same picks [lazy]")
+    g.add_argument("--memory_gb", type=float,
+                   help="facility-greedy: largest N x N float32 kernel to hold, else GreeDi "
+                        "partitions; joint-greedy (Facility): else kernel rows on demand [8]")
+    g.add_argument("--algorithm", choices=["DiSF", "Facility", "Pair_simi"],
+                   help="joint-greedy: diversity metric joined with quality [Pair_simi]")
+    g.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
+                   help="joint-greedy: weight of quality, as in select; also the lamb of "
+                        "--report (default: %(default)s)")
+    d = parser.add_argument_group("semdedup")
+    d.add_argument("--n_clusters", type=int, help="spherical k-means clusters [round(sqrt(N))]")
+    d.add_argument("--keep", choices=["hard", "easy", "random"],
+                   help="order inside a cluster, whose first row of a duplicate group is kept: "
+                        "farthest from the centroid first, nearest first, or random [hard]")
+    d.add_argument("--eps", type=float, nargs="+", metavar="EPS",
+                   help="eps values whose removal counts the history reports; the eps used is "
+                        "found by bisection to meet --select_ratio [0.001 0.005 0.01 0.05 0.1 "
+                        "0.2 0.3]")
+    q = parser.add_argument_group("quality-threshold")
+    q.add_argument("--threshold", type=float,
+                   help="keep rows whose rule value is at least this (DCLM: 0.018112 with "
+                        "--rule raw) [3]")
+    q.add_argument("--rule", choices=["int_score", "raw"],
+                   help="int_score: FineWeb-Edu's int(round(clamp(score, 0, 5))), half to "
+                        "even; raw: the score itself [int_score]")
 
 
 def _learner_params(args: argparse.Namespace) -> dict:
@@ -123,8 +175,12 @@ def cmd_select(args: argparse.Namespace) -> None:
     _check_output(args.output)
     params = _learner_params(args)
     LearnerConfig(select_ratio=args.select_ratio, **params).validate()
+    if args.checkpoint_every < 0:
+        raise DataError(f"--checkpoint_every must be 0 or more, got {args.checkpoint_every}")
     data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-    run = {"log_path": args.log_jsonl, "progress": not args.no_progress}
+    run = {"log_path": args.log_jsonl, "progress": not args.no_progress, "resume": args.resume,
+           "checkpoint_path": args.checkpoint or f"{args.output}.ckpt",
+           "checkpoint_every": args.checkpoint_every}
     if args.eval_every:
         if not args.log_jsonl:
             raise DataError("--eval_every needs --log_jsonl (the values go to that log)")
@@ -134,12 +190,25 @@ def cmd_select(args: argparse.Namespace) -> None:
     print(json.dumps(summary, indent=2))
 
 
-def _options_for(name: str, options: dict) -> dict:
-    """The subset of `options` that selector `name` takes (only randomised ones take a seed)."""
+# Method flags of `datamask baseline`; None means "not given", so the selector's default applies.
+BASELINE_FLAGS = ("batch_size", "picks_per_batch", "mode", "optimizer", "memory_gb", "algorithm",
+                  "n_clusters", "keep", "eps", "threshold", "rule", "device")
+
+
+def _options_for(name: str, args: argparse.Namespace) -> dict:
+    """The options selector `name` takes: every method flag given (an error if it takes none of
+    that name), plus --seed and --lamb where it takes them (they always have a value)."""
     from .selectors import selector_class
 
     accepted = inspect.signature(selector_class(name).__init__).parameters
-    return {key: value for key, value in options.items() if key in accepted}
+    given = {key: getattr(args, key) for key in BASELINE_FLAGS if getattr(args, key) is not None}
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise DataError(f"baseline {name} takes no {', '.join('--' + key for key in unknown)}")
+    given.update({key: getattr(args, key) for key in ("seed", "lamb") if key in accepted})
+    if "eps" in given:
+        given["eps"] = tuple(given["eps"])
+    return given
 
 
 def cmd_baseline(args: argparse.Namespace) -> None:
@@ -148,14 +217,14 @@ def cmd_baseline(args: argparse.Namespace) -> None:
     if args.list:
         for name in selector_names():
             doc = (SELECTORS[name].__doc__ or sys.modules[SELECTORS[name].__module__].__doc__ or "")
-            print(f"{name:16s} {doc.strip().splitlines()[0] if doc.strip() else ''}")
+            print(f"{name:18s} {doc.strip().splitlines()[0] if doc.strip() else ''}")
         return
     if not args.name:
         raise DataError("name a baseline (datamask baseline --list shows them)")
     if not args.input or not args.output:
         raise DataError("datamask baseline needs --input and --output")
     _check_output(args.output)
-    selector = make_selector(args.name, **_options_for(args.name, {"seed": args.seed}))
+    selector = make_selector(args.name, **_options_for(args.name, args))
     data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
     print(json.dumps(_run_and_write(selector, data, args), indent=2))
 
@@ -193,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the registered selectors and exit")
     _add_io_arguments(p, required=False)  # not needed with --list; checked in cmd_baseline
     p.set_defaults(func=cmd_baseline)
-    p.add_argument("--seed", type=int, default=0, help="seed of randomised baselines")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of randomised baselines (default: %(default)s)")
+    add_baseline_arguments(p)
 
     p = sub.add_parser("synth", help="write a synthetic clustered shard in the data contract")
     p.add_argument("--output", required=True, metavar="OUT.parquet")
@@ -207,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="runs/demo", help="where inputs and selections go")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: %(default)s)")
     p.set_defaults(func=cmd_demo)
+
+    from reproduce.cli import add_pipeline_commands
+
+    add_pipeline_commands(sub)
     return parser
 
 

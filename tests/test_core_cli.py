@@ -121,3 +121,47 @@ def test_missing_output_folder_is_refused_before_work(tmp_path, shard, capsys):
     path, _ = shard
     assert main(["select", "--input", str(path), "--output", str(tmp_path / "no" / "o.parquet")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--select_ratio", "0"], "--select_ratio must lie strictly between 0 and 1"),
+    (["--select_ratio", "1"], "--select_ratio must lie strictly between 0 and 1"),
+    (["--select_ratio", "0.001"], "selects zero rows"),
+    (["--n_rollout", "1"], "--n_rollout must be at least 2"),
+    (["--partial", "0"], r"--partial must lie in \(0, 1\]"),
+    (["--partial", "1.2"], r"--partial must lie in \(0, 1\]"),
+    (["--max_lr", "inf"], "--max_lr and --min_lr must be finite"),
+    (["--min_lr", "nan"], "--max_lr and --min_lr must be finite"),
+    (["--algorithm", "Nope"], "argument --algorithm: invalid choice"),
+    (["--checkpoint_every", "-1"], "--checkpoint_every must be 0 or more"),
+])
+def test_bad_flags_are_named_and_write_nothing(tmp_path, shard, capsys, flags, message):
+    path, _ = shard
+    out = tmp_path / "out.parquet"
+    try:
+        code = main(["select", "--input", str(path), "--output", str(out), "--no_progress", *flags])
+    except SystemExit as exit_:  # argparse's own refusals (choices) exit 2 as well
+        code = exit_.code
+    assert code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists() and not list(tmp_path.glob("out.parquet*"))
+
+
+def test_empty_file_and_unknown_baseline(tmp_path, shard, capsys):
+    empty = _write(tmp_path, "empty.parquet", chunk_id=pa.array([], pa.int64()),
+                   quality_score=pa.array([], pa.float32()),
+                   feature_arr=pa.array([], pa.list_(pa.float32())))
+    out = tmp_path / "out.parquet"
+    assert main(["select", "--input", str(empty), "--output", str(out)]) == 2
+    assert f"{empty}: the file has no rows" in capsys.readouterr().err
+    path, _ = shard
+    assert main(["baseline", "no-such", "--input", str(path), "--output", str(out)]) == 2
+    assert "unknown selector 'no-such'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_feature_length_must_agree_across_files(tmp_path):
+    a = _write(tmp_path, "a.parquet", chunk_id=[1], quality_score=[0.1], feature_arr=[[0.0, 1.0]])
+    b = _write(tmp_path, "b.parquet", chunk_id=[2], quality_score=[0.1], feature_arr=[[0.0]])
+    with pytest.raises(DataError, match=f"{b}: column 'feature_arr' has 1-d vectors at row 0"):
+        read_dataset([a, b])

@@ -40,7 +40,7 @@ class DiSF(SetFunction):
         if k < 2:
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
         d = ground.features.shape[1]
-        out = torch.empty(n_masks, device=idx.device)
+        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         for chunk in mask_chunks(n_masks, 4 * (k * d + d * d), self.memory_bytes):
             x = ground.features[idx[chunk]]  # (c, k, d)
             x = x - x.mean(dim=1, keepdim=True)

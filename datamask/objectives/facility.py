@@ -28,7 +28,7 @@ class FacilityLocation(SetFunction):
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         n_masks, k = idx.shape
         n = len(ground)
-        out = torch.empty(n_masks, device=idx.device)
+        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         # max and clip commute (clip is monotone), so clip the (G, n) maxima, not the (G, n, k) sims.
         for chunk in mask_chunks(n_masks, 4 * n * k, self.memory_bytes):
             sims = torch.matmul(ground.unit, ground.unit[idx[chunk]].transpose(1, 2))  # (c, n, k)

@@ -31,7 +31,7 @@ class PairSimilarity(SetFunction):
             return torch.zeros(n_masks, device=idx.device)
         unit = ground.unit
         sq_norms = unit.square().sum(dim=1)
-        out = torch.empty(n_masks, device=idx.device)
+        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         for chunk in mask_chunks(n_masks, 4 * len(ground), self.memory_bytes):
             mask = torch.zeros(idx[chunk].shape[0], len(ground), device=idx.device)
             mask.scatter_(1, idx[chunk], 1.0)

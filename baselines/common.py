@@ -1,0 +1,58 @@
+"""What the greedy baselines share: the ground set on a device, option checks, and the output.
+
+A greedy's per-row score is its pick order (the first pick scores k, the last 1, unpicked rows 0),
+so that the top-k of the score is the selection and the order in which it was built is kept.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from datamask.data import Dataset, DataError
+from datamask.learner import resolve_device
+from datamask.objectives import GroundSet
+
+
+def ground_set(data: Dataset, device: str) -> GroundSet:
+    return GroundSet.from_arrays(data.features, data.quality, resolve_device(device))
+
+
+def check(ok: bool, message: str) -> None:
+    """Refuse a bad option with a DataError whose message names the flag."""
+    if not ok:
+        raise DataError(message)
+
+
+def picks_output(n: int, picks) -> tuple[np.ndarray, np.ndarray]:
+    """(selected mask, score) of an ordered list of picked rows."""
+    picks = torch.as_tensor(picks).cpu().numpy()
+    selected = np.zeros(n, dtype=bool)
+    selected[picks] = True
+    score = np.zeros(n, dtype=np.float32)
+    score[picks] = np.arange(len(picks), 0, -1)
+    return selected, score
+
+
+def first_picks(sizes, seed: int) -> np.ndarray:
+    """One uniformly random row per block of the given sizes, seeded: the start of greedies whose
+    objective ties on every single row (DiSF's reference greedy starts each batch this way)."""
+    return np.random.default_rng(seed).integers(0, np.asarray(sizes, dtype=np.int64))
+
+
+@contextmanager
+def one_thread(device: torch.device):
+    """Run a greedy's step loop on one CPU thread: its ops are small (a few rows of a kernel, one
+    vector), so splitting each over threads costs a barrier per op, and on a busy machine a
+    thread that waits for a core stalls every op (measured: 1 s on one thread, 4-40 s on two)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
