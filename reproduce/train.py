@@ -1,0 +1,169 @@
+"""Stage 4, train: a Llama-style causal LM (transformers) on a tokenized selection.
+
+The whole loop is `train` below, nanoGPT style: random windows of seq_len + 1 tokens from
+datatrove's DatatroveFolderDataset, AdamW, linear warm-up then cosine decay, gradient clipping.
+Every method trains for the same number of steps (the same token budget, as in the paper), so the
+models differ only in the data. The checkpoint is a save_pretrained folder (model + tokenizer)
+that lm-eval's `hf` model loads as `pretrained=<folder>`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from datamask.data import DataError, write_json_atomic
+from datamask.learner import resolve_device
+
+from .common import atomic_folder, require
+from .tokenize import EOS
+
+CONFIGS = Path(__file__).parent / "configs"
+
+
+@dataclass
+class ModelConfig:
+    hidden_size: int = 128
+    intermediate_size: int = 344
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 4
+    seq_len: int = 128
+    tie_word_embeddings: bool = True
+    # Positions the checkpoint declares (lm-eval truncates inputs to it). RoPE has no learned
+    # positions, so it may exceed seq_len; evaluation beyond seq_len is extrapolation.
+    max_position_embeddings: int = 2048
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 16
+    grad_accum: int = 1
+    max_steps: int = 150
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 15
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    log_every: int = 10
+
+
+def load_config(name_or_path: str,
+                overrides: dict | None = None) -> tuple[ModelConfig, TrainConfig]:
+    """A config by name (reproduce/configs/NAME.yaml) or path, then `overrides` (key: value, for
+    either section). Unknown keys are errors, not silently ignored."""
+    yaml = require("yaml", "train configs")
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = CONFIGS / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+        raise DataError(f"--config {name_or_path}: no such file or named config ({known})")
+    raw = yaml.safe_load(path.read_text()) or {}
+    sections = {"model": ModelConfig, "train": TrainConfig}
+    values = {name: dict(raw.get(name) or {}) for name in sections}
+    for key, value in (overrides or {}).items():
+        owner = next((s for s, cls in sections.items()
+                      if key in {f.name for f in fields(cls)}), None)
+        if owner is None:
+            raise DataError(f"--set {key}: not a model or train setting")
+        values[owner][key] = value
+    built = []
+    for name, cls in sections.items():
+        unknown = set(values[name]) - {f.name for f in fields(cls)}
+        if unknown:
+            raise DataError(f"{path}: unknown {name} setting(s) {', '.join(sorted(unknown))}")
+        built.append(cls(**values[name]))
+    return built[0], built[1]
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to lr, then cosine decay to min_lr at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - 1 - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
+          cfg: TrainConfig, progress: bool = True) -> dict:
+    """Train from scratch on the .ds files under `tokens`; save to `output` atomically."""
+    transformers = require("transformers", "train")
+    dataset_mod = require("datatrove.utils.dataset", "train")
+    tk = require("tokenizers", "train")
+    from tqdm.auto import tqdm
+
+    if not tokenizer.is_file():
+        raise DataError(f"--tokenizer {tokenizer}: no such file")
+    if not any(tokens.rglob("*.ds")):
+        raise DataError(f"--tokens {tokens}: no .ds token files (run the tokenize stage first)")
+    vocab = tk.Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    token_size = 4 if vocab > np.iinfo(np.uint16).max + 1 else 2
+    data = dataset_mod.DatatroveFolderDataset(str(tokens), seq_len=model_cfg.seq_len,
+                                              token_size=token_size)
+    if len(data) == 0:
+        raise DataError(f"--tokens {tokens}: fewer than seq_len + 1 = {model_cfg.seq_len + 1} "
+                        f"tokens; lower seq_len or select more data")
+
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=model_cfg.hidden_size,
+        intermediate_size=model_cfg.intermediate_size,
+        num_hidden_layers=model_cfg.num_hidden_layers,
+        num_attention_heads=model_cfg.num_attention_heads,
+        num_key_value_heads=model_cfg.num_key_value_heads,
+        max_position_embeddings=max(model_cfg.max_position_embeddings, model_cfg.seq_len + 1),
+        tie_word_embeddings=model_cfg.tie_word_embeddings,
+        eos_token_id=tk.Tokenizer.from_file(str(tokenizer)).token_to_id(EOS), bos_token_id=None)
+    model = transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+                                  weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+
+    log, started = [], time.time()
+    model.train()
+    bar = tqdm(range(cfg.max_steps), desc=f"train {output.name}", disable=not progress,
+               mininterval=1.0)
+    for step in bar:
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        total = 0.0
+        for _ in range(cfg.grad_accum):
+            rows = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+            batch = torch.stack([data[i]["input_ids"] for i in rows]).to(device)
+            loss = model(input_ids=batch, labels=batch).loss / cfg.grad_accum  # shifts inside
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % cfg.log_every == 0 or step == cfg.max_steps - 1:
+            log.append({"step": step, "lr": lr, "loss": total, "elapsed_s": time.time() - started})
+            bar.set_postfix(loss=f"{total:.3f}", refresh=False)
+    bar.close()
+
+    tokens_seen = cfg.max_steps * cfg.grad_accum * cfg.batch_size * (model_cfg.seq_len + 1)
+    summary = {"parameters": sum(p.numel() for p in model.parameters()), "vocab_size": vocab,
+               "windows": len(data), "tokens_in_data": len(data) * (model_cfg.seq_len + 1),
+               "tokens_seen": tokens_seen, "final_loss": log[-1]["loss"],
+               "train_wall_s": round(time.time() - started, 3), "tokens": str(tokens),
+               "model": asdict(model_cfg), "train": asdict(cfg), "output": str(output)}
+    with atomic_folder(output) as tmp:
+        model.save_pretrained(tmp)
+        transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token=EOS,
+                                             pad_token=EOS).save_pretrained(tmp)
+        (tmp / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+        write_json_atomic(summary, tmp / "summary.json")
+    return summary

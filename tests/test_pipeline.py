@@ -1,0 +1,244 @@
+"""The reproduction pipeline, stage by stage, on a tiny slice of the BBC corpus (offline).
+
+One module-scoped run feeds the stages in order (data -> prepare -> select -> tokenize -> train ->
+evaluate -> tables); each test asserts on one stage's files."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from datamask.data import DataError, ID_COLUMN, budget, read_dataset
+from reproduce.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
+from reproduce.cli import main
+from reproduce.prepare import Embedder, HeuristicQuality, chunk_id, prepare
+from reproduce.select import run_select
+from reproduce.tokenize import run_tokenize, train_tokenizer
+from reproduce.train import load_config, train
+
+RATIO = 0.25
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    info = write_bbc_fineweb(root / "fineweb", root / "tasks", n_shards=2, limit=44, seed=1)
+    return root, info
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return Embedder()
+
+
+@pytest.fixture(scope="module")
+def prepared(work, embedder):
+    root, _ = work
+    summary = prepare([str(root / "fineweb")], root / "prepared", embedder, HeuristicQuality(),
+                      progress=False)
+    return root / "prepared", summary
+
+
+@pytest.fixture(scope="module")
+def selections(work, prepared):
+    root, _ = work
+    return {m: run_select([str(prepared[0])], root / "select" / m.split(":")[0], m, RATIO,
+                          block_size=20)
+            for m in ("quality-topk", "datamask:n_epochs=20,n_rollout=8", "random")}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(work):
+    root, _ = work
+    train_tokenizer([str(root / "fineweb")], root / "tokenizer.json", vocab_size=400)
+    return root / "tokenizer.json"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(work, selections, tokenizer):
+    root, _ = work
+    model_cfg, train_cfg = load_config("demo", {"max_steps": 3, "batch_size": 2, "seq_len": 64})
+    out = {}
+    for method in ("quality-topk", "random"):
+        run_tokenize(root / "fineweb", root / "select" / method / "selection.parquet", tokenizer,
+                     root / "tokens" / method)
+        out[method] = train(root / "tokens" / method, tokenizer, root / "train" / method,
+                            model_cfg, train_cfg, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(work, checkpoints):
+    from eval.run import evaluate
+
+    root, _ = work
+    return evaluate([root / "train" / m for m in checkpoints],
+                    ["bbc_cloze", "bbc_headline", "bbc_heldout"],
+                    root / "eval", data_dir=str(root / "tasks"), batch_size=8, limit=3)
+
+
+def test_data_writes_fineweb_shards_and_keeps_tasks_out_of_the_pool(work):
+    root, info = work
+    tables = [pq.read_table(p) for p in sorted((root / "fineweb").glob("*.parquet"))]
+    assert len(tables) == 2 and all(t.schema.equals(FINEWEB_SCHEMA) for t in tables)
+    ids = [i for t in tables for i in t.column("id").to_pylist()]
+    assert len(ids) == len(set(ids)) == info["pool_documents"] == 44 - info["held_out_documents"]
+    held = {json.loads(line)["source_id"]
+            for line in (root / "tasks" / "bbc_cloze.jsonl").read_text().splitlines()}
+    assert held and not held & set(ids)
+    item = json.loads((root / "tasks" / "bbc_headline.jsonl").read_text().splitlines()[0])
+    assert len(item["choices"]["text"]) == 4 and item["answerKey"] in item["choices"]["label"]
+
+
+def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared, embedder):
+    root, _ = work
+    folder, summary = prepared
+    for shard in sorted((root / "fineweb").glob("*.parquet")):
+        source = pq.read_table(shard, columns=["id", "text"])
+        out = pq.read_table(folder / shard.name)
+        assert out.column("id").to_pylist() == source.column("id").to_pylist()
+        ids, texts = source.column("id").to_pylist(), source.column("text").to_pylist()
+        assert out.column(ID_COLUMN).to_pylist() == [chunk_id(i) for i in ids]
+        assert out.column("text_length").to_pylist() == [len(t) for t in texts]
+    data = read_dataset(sorted(folder.glob("*.parquet")))  # the core's contract reader accepts it
+    assert data.dim == 384 and np.allclose(np.linalg.norm(data.features, axis=1), 1, atol=1e-4)
+    assert ((data.quality >= 0) & (data.quality < 5)).all() and data.quality.std() > 0
+    assert summary["embedded"] == summary["rows"] == len(data)
+
+    stamps = [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))]
+    again = prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
+    assert again["embedded"] == 0 and again["rows"] == len(data)
+    assert [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))] == stamps
+
+    # a new shard: only its rows are embedded, the others are left as they are
+    first = sorted((root / "fineweb").glob("*.parquet"))[0]
+    extra = root / "more" / "extra.parquet"
+    extra.parent.mkdir()
+    table = pq.read_table(first).slice(0, 3)
+    copies = [[i + "-copy" for i in table.column("id").to_pylist()]]
+    pq.write_table(table.set_column(1, "id", copies), extra)
+    grown = prepare([str(root / "fineweb"), str(extra)], folder, embedder, HeuristicQuality(),
+                    progress=False)
+    assert grown["embedded"] == 3 and grown["rows"] == len(data) + 3
+    added = read_dataset([folder / "extra.parquet"])
+    assert np.allclose(added.features, data.features[:3], atol=1e-5)
+    (folder / "extra.parquet").unlink()
+
+
+def test_prepare_names_the_file_and_column_of_bad_input(tmp_path, work, embedder):
+    table = pq.read_table(sorted((work[0] / "fineweb").glob("*.parquet"))[0])
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table.drop_columns(["text"]), bad)
+    with pytest.raises(DataError, match=r"bad\.parquet.*'text'"):
+        prepare([str(bad)], tmp_path / "out", embedder, HeuristicQuality(), progress=False)
+
+
+def test_select_in_blocks_keeps_every_id_once_and_selects_per_block(prepared, selections, work):
+    root, _ = work
+    data = read_dataset(sorted(prepared[0].glob("*.parquet")))
+    for method, summary in selections.items():
+        table = pq.read_table(summary["output"])
+        assert sorted(table.column(ID_COLUMN).to_pylist()) == sorted(data.ids.tolist())
+        blocks = table.column("block").to_numpy()
+        selected = table.column("selected").to_numpy()
+        assert summary["blocks"] == 2 == len(set(blocks.tolist()))
+        expected = sum(budget(RATIO, int((blocks == b).sum())) for b in set(blocks.tolist()))
+        assert selected.sum() == summary["selected"] == expected
+    # quality-topk per block: the selected rows are exactly each block's best
+    table = pq.read_table(root / "select" / "quality-topk" / "selection.parquet")
+    quality = dict(zip(data.ids.tolist(), data.quality.tolist()))
+    for b in set(table.column("block").to_pylist()):
+        rows = [r for r in table.to_pylist() if r["block"] == b]
+        worst_kept = min(quality[r[ID_COLUMN]] for r in rows if r["selected"])
+        best_dropped = max(quality[r[ID_COLUMN]] for r in rows if not r["selected"])
+        assert worst_kept >= best_dropped
+
+
+def test_tokenize_writes_only_the_selected_documents(work, tokenizer, checkpoints):
+    from tokenizers import Tokenizer
+
+    root, _ = work
+    tok = Tokenizer.from_file(str(tokenizer))
+    texts = {i: t for f in sorted((root / "fineweb").glob("*.parquet"))
+             for i, t in zip(*pq.read_table(f, columns=["id", "text"]).to_pydict().values())}
+    for method in checkpoints:
+        sel = pq.read_table(root / "select" / method / "selection.parquet").to_pylist()
+        chosen = [r["id"] for r in sel if r["selected"]]
+        expected = sum(len(tok.encode(texts[i]).ids) + 1 for i in chosen)  # + <|endoftext|>
+        summary = json.loads((root / "tokens" / method / "summary.json").read_text())
+        on_disk = sum(p.stat().st_size // 2 for p in (root / "tokens" / method).glob("*.ds"))
+        assert summary["documents"] == len(chosen) and summary["tokens"] == on_disk == expected
+
+
+def test_train_saves_a_checkpoint_that_loads(work, checkpoints):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root, _ = work
+    path = root / "train" / "random"
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    ids = torch.tensor([tok("The minister said")["input_ids"]])
+    vocab = checkpoints["random"]["vocab_size"]
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], vocab)
+    assert np.isfinite(checkpoints["random"]["final_loss"])
+    assert len((path / "train_log.jsonl").read_text().splitlines()) >= 1
+
+
+def test_evaluate_reports_the_local_tasks_metrics(results):
+    for record in results:
+        for task in ("bbc_cloze", "bbc_headline"):
+            assert 0.0 <= record["results"][task]["acc_norm,none"] <= 1.0
+            assert record["n-samples"][task]["effective"] == 3
+        assert record["results"]["bbc_heldout"]["bits_per_byte,none"] > 0
+
+
+def test_tables_have_one_row_per_method_and_flag_the_paper(work, results):
+    from eval.tables import paper_table, write_tables
+
+    root, _ = work
+    text = write_tables(sorted((root / "eval").glob("*.json")), root / "tables", root)
+    rows = (root / "tables" / "table2.csv").read_text().splitlines()
+    assert rows[0].startswith("method,BBC-Cloze,BBC-Headline,BBC bits/byte,Avg")
+    assert sorted(r.split(",")[0] for r in rows[1:]) == ["quality-topk", "random"]
+    assert "| quality-topk |" in text
+    for row in rows[1:]:  # Avg: the accuracies' mean, bits/byte left out
+        cloze, headline, _, avg = map(float, row.split(",")[1:5])
+        assert avg == pytest.approx((cloze + headline) / 2)
+    flagged = [(r["model"], r["corpus"]) for r in paper_table()[1] if r["flag"]]
+    assert flagged == [("7B-MoE", "FineWeb")]
+
+
+def test_cli_errors_name_the_flag(tmp_path, capsys, prepared):
+    code = main(["select", "--input", str(prepared[0]), "--output", str(tmp_path / "s"),
+                 "--method", "no-such-selector"])
+    assert code == 2 and "no-such-selector" in capsys.readouterr().err
+    code = main(["train", "--tokens", str(tmp_path), "--tokenizer", str(tmp_path / "t.json"),
+                 "--output", str(tmp_path / "m"), "--set", "max_stepz=3"])
+    assert code == 2 and "max_stepz" in capsys.readouterr().err
+
+
+def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    from reproduce.prepare import make_scorer
+
+    train_file = tmp_path / "train.txt"
+    train_file.write_text("".join(f"__label__hq the minister said the economy grew {i}\n"
+                                  f"__label__lq click here buy now cheap {i}\n" for i in range(50)))
+    model = tmp_path / "q.bin"
+    # trained in a fresh interpreter: fastText's trainer hits NaN once torch is imported
+    subprocess.run([sys.executable, "-c", "import fasttext, sys; fasttext.train_supervised("
+                    "sys.argv[1], dim=10, thread=1, verbose=0).save_model(sys.argv[2])",
+                    str(train_file), str(model)], check=True)
+    scorer = make_scorer("fasttext", [], str(model), "__label__hq")
+    scores = scorer(pa.table({"text": ["the minister said\nthe economy grew", "buy now cheap"]}),
+                    tmp_path)
+    assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
+    assert scores[0] > 0.5 > scores[1]
+    with pytest.raises(DataError, match="__label__nope"):
+        make_scorer("fasttext", [], str(model), "__label__nope")
