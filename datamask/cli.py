@@ -285,14 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
+    """Parse and run a subcommand; bad input (DataError) is one line on stderr and exit 2."""
+    args = parser.parse_args(argv)
     try:
         args.func(args)
     except DataError as err:
-        print(f"datamask: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv, "datamask")
 
 
 if __name__ == "__main__":

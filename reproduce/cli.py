@@ -230,10 +230,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except DataError as err:
-        print(f"reproduce: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    from datamask.cli import run_command
+
+    return run_command(build_parser(), argv, "reproduce")
