@@ -242,3 +242,20 @@ def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
     assert scores[0] > 0.5 > scores[1]
     with pytest.raises(DataError, match="__label__nope"):
         make_scorer("fasttext", [], str(model), "__label__nope")
+
+
+def test_rerun_skips_finished_blocks_and_recomputes_a_crashed_one(tmp_path, prepared):
+    """A block whose task died (no completion, no output) is recomputed on the rerun; finished
+    blocks are left as they are; the merged selection is the same as before."""
+    out = tmp_path / "select"
+    first = run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=20)
+    before = pq.read_table(first["output"])
+    outputs = sorted((out / "blocks").glob("*.parquet"))
+    completions = sorted((out / "logs" / "blocks" / "completions").iterdir())
+    assert len(outputs) == len(completions) == 2
+    kept_mtime = outputs[0].stat().st_mtime_ns
+    outputs[1].unlink()  # as if block 1's task had been killed before it finished
+    completions[1].unlink()
+    again = run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=20)
+    assert outputs[0].stat().st_mtime_ns == kept_mtime and outputs[1].exists()
+    assert pq.read_table(again["output"]).equals(before)
