@@ -93,3 +93,36 @@ pipeline-tables: pipeline-evaluate
 pipeline-demo: install
 	@start=$$(date +%s); $(MAKE) --no-print-directory pipeline-tables && \
 		echo "pipeline-demo: $$(( $$(date +%s) - start )) s wall" | tee $(PIPE_DIR)/wall_time.txt
+
+# Paper experiments at this machine's scale (reproduce/experiments): each writes <name>.json and
+# <name>.md under $(EXP_DIR); `make figures` draws them. Defaults are the real runs (long);
+# override e.g. make reproduce-timing TIMING_SIZES="1000 5000" TIMING_BUDGET=120.
+EXP_DIR ?= runs/experiments
+TIMING_SIZES ?= 1000 5000 20000 100000
+TIMING_BUDGET ?= 900
+ABLATION_SEEDS ?= 0 1 2
+ABLATION_N ?= 2000
+EXP := $(BIN)/python -m reproduce.experiments
+ablation = $(EXP).sweep --knob $(1) --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --output $(EXP_DIR)
+
+.PHONY: reproduce-timing ablation-G ablation-lambda ablation-partial ablation-init ablations figures
+
+reproduce-timing: install
+	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --output $(EXP_DIR)
+
+ablation-G: install
+	$(call ablation,G)
+
+ablation-lambda: install
+	$(call ablation,lamb)
+
+ablation-partial: install
+	$(call ablation,partial)
+
+ablation-init: install
+	$(call ablation,init)
+
+ablations: ablation-G ablation-lambda ablation-partial ablation-init
+
+figures: install
+	$(BIN)/python -m figures --results $(EXP_DIR) --output $(EXP_DIR)/figures

@@ -5,8 +5,8 @@ dimension, Z = (X - mean) / sqrt(unbiased var + 1e-8); C = Z^T Z / (k - 1) is th
 correlation matrix; score = sum of the squared OFF-diagonal entries of C, divided by 1e4. A lower
 score is a less collapsed, more diverse selection, so the set function returns -score.
 
-Batched evaluation forms the (G, d, d) scatter with one bmm and rescales it, rather than forming Z:
-C = D^-1/2 Cov D^-1/2 with D = diag(var + eps), the same numbers with one fewer pass over (G, k, d).
+Batched evaluation forms the (G, d, d) covariances with one bmm and never forms Z or C: since
+C = D^-1/2 Cov D^-1/2 with D = diag(var + eps), the score follows from Cov alone (collapse_score).
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ SCALE = 1e4
 
 
 def collapse_score(covariance: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """DiSF score from unbiased covariances (..., d, d): sum of squared off-diagonal correlations."""
+    """DiSF score from unbiased covariances (..., d, d): sum of squared off-diagonal correlations.
+
+    corr_ij^2 = cov_ij^2 w_i w_j with w = 1 / (var + eps), so the full sum is w^T (cov o cov) w:
+    one elementwise square and one batched mat-vec, instead of materialising the correlations."""
     var = torch.diagonal(covariance, dim1=-2, dim2=-1)
-    inv_sd = torch.rsqrt(var + eps)
-    corr_sq = (covariance * inv_sd.unsqueeze(-1) * inv_sd.unsqueeze(-2)).square()
-    diag_sq = (var / (var + eps)).square()
-    return (corr_sq.sum(dim=(-2, -1)) - diag_sq.sum(dim=-1)) / SCALE
+    weight = 1.0 / (var + eps)
+    total = (covariance.square() @ weight.unsqueeze(-1)).squeeze(-1).mul_(weight).sum(dim=-1)
+    return (total - (var * weight).square().sum(dim=-1)) / SCALE
 
 
 class DiSF(SetFunction):
@@ -41,9 +43,10 @@ class DiSF(SetFunction):
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
         d = ground.features.shape[1]
         out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
-        for chunk in mask_chunks(n_masks, 4 * (k * d + d * d), self.memory_bytes):
-            x = ground.features[idx[chunk]]  # (c, k, d)
-            x = x - x.mean(dim=1, keepdim=True)
+        itemsize = ground.features.element_size()
+        for chunk in mask_chunks(n_masks, itemsize * (k * d + 2 * d * d), self.memory_bytes):
+            x = ground.features[idx[chunk]]  # (c, k, d), a fresh copy: centre it in place
+            x.sub_(x.mean(dim=1, keepdim=True))
             cov = torch.bmm(x.transpose(1, 2), x).div_(k - 1)  # (c, d, d)
             out[chunk] = -collapse_score(cov, self.eps)
         return out
