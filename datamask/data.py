@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 ID_COLUMN = "chunk_id"
 QUALITY_COLUMN = "quality_score"
 FEATURE_COLUMN = "feature_arr"
+BATCH_ROWS = 65536  # rows decoded at a time while reading
 
 
 class DataError(ValueError):
@@ -113,8 +114,8 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                  feature_column: str = FEATURE_COLUMN) -> Dataset:
     """Read one or more Parquet files as one dataset, in file order then row order.
 
-    The feature matrix is allocated once and filled chunk by chunk, so reading peaks at that
-    matrix plus one file's Arrow table, not at several copies of the whole input."""
+    The arrays are allocated once and filled batch by batch, so reading peaks at the feature
+    matrix plus one record batch, not at several copies of the whole input."""
     if not paths:
         raise DataError("no input file given (--input)")
     paths = [str(p) for p in paths]
@@ -126,24 +127,26 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
     quality = np.empty(total, dtype=np.float32)
     features = None
     offset = 0
-    for path, size in zip(paths, sizes):
-        table = pq.read_table(path, columns=[id_column, quality_column, feature_column])
-        ids_col = table.column(id_column)
-        if not pa.types.is_integer(ids_col.type):
-            raise DataError(f"{path}: id column '{id_column}' must be integer, found {ids_col.type}")
-        if ids_col.null_count:
-            raise DataError(f"{path}: id column '{id_column}' has null ids")
-        ids[offset:offset + size] = ids_col.to_numpy()
-        qual = table.column(quality_column).to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero(~np.isfinite(qual.astype(np.float64)))
-        if len(bad):
-            raise DataError(
-                f"{path}: quality column '{quality_column}' is NaN, inf or null at row {int(bad[0])}"
-            )
-        quality[offset:offset + size] = qual
-        row = 0
-        for chunk in table.column(feature_column).chunks:
-            vectors = _vectors(chunk, path, feature_column, row)
+    for path in paths:
+        # Stream the file in record batches, without pre-buffering (which holds the whole file's
+        # column chunks until the end): memory is the output plus about one batch.
+        batches = pq.ParquetFile(path, pre_buffer=False).iter_batches(
+            batch_size=BATCH_ROWS, columns=[id_column, quality_column, feature_column])
+        row = 0  # within the file, for error messages
+        for batch in batches:
+            n = batch.num_rows
+            ids_col = batch.column(id_column)
+            if not pa.types.is_integer(ids_col.type):
+                raise DataError(
+                    f"{path}: id column '{id_column}' must be integer, found {ids_col.type}")
+            if ids_col.null_count:
+                raise DataError(f"{path}: id column '{id_column}' has null ids")
+            qual = batch.column(quality_column).to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(~np.isfinite(qual.astype(np.float64)))
+            if len(bad):
+                raise DataError(f"{path}: quality column '{quality_column}' is NaN, inf or null "
+                                f"at row {row + int(bad[0])}")
+            vectors = _vectors(batch.column(feature_column), path, feature_column, row)
             if features is None:
                 features = np.empty((total, vectors.shape[1]), dtype=np.float32)
             if vectors.shape[1] != features.shape[1]:
@@ -151,10 +154,11 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                     f"{path}: column '{feature_column}' has {vectors.shape[1]}-d vectors at row "
                     f"{row}, but {paths[0]} starts with {features.shape[1]}-d ones"
                 )
-            features[offset + row:offset + row + len(vectors)] = vectors
-            row += len(vectors)
-        offset += size
-        del table
+            ids[offset:offset + n] = ids_col.to_numpy()
+            quality[offset:offset + n] = qual
+            features[offset:offset + n] = vectors
+            offset += n
+            row += n
     unique, counts = np.unique(ids, return_counts=True)
     if len(unique) != total:
         dup = int(unique[np.argmax(counts > 1)])
