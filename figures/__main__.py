@@ -1,0 +1,3 @@
+from .plots import main
+
+main()

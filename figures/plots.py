@@ -1,0 +1,176 @@
+"""`make figures`: draw every figure whose results file exists; say which were skipped and why.
+
+    python -m figures [--results runs/experiments] [--pipeline runs/pipeline-demo]
+        [--output runs/experiments/figures]
+
+1 curves.png: the learner's whole-input objective against step and against wall time, with each
+  greedy's level (timing.json, largest N where a greedy finished). 2 ablation-<knob>.png: objective
+  against wall time per value, mean +- std over seeds (ablation-<knob>.json). 3 timing.png: wall
+  time against N, log-log, measured and extrapolated marked apart (timing.json). 4-7: from the
+  pipeline demo's files (figures/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import numpy as np  # noqa: E402
+
+from datamask.data import atomic_output  # noqa: E402
+
+from . import pipeline  # noqa: E402
+
+
+ROLE_COLORS = {"learner": "C0", "fast": "C1", "reference": "C3"}
+
+
+def save(fig, output: str, name: str) -> list[str]:
+    """PNG and PDF of `fig`, each through a temporary name."""
+    paths = []
+    for ext in ("png", "pdf"):
+        path = os.path.join(output, f"{name}.{ext}")
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=120, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def load(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def curves(timing: dict):
+    """Figure 1: per metric, at the largest N where a greedy was measured."""
+    metrics = timing["config"]["metrics"]
+    fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 3.4 * len(metrics)), squeeze=False)
+    for row, metric in zip(axes, metrics):
+        runs = [r for r in timing["runs"] if r["metric"] == metric]
+        n = max(r["n"] for r in runs if r["role"] != "learner" and r["status"] == "measured")
+        learner = next(r for r in runs if r["n"] == n and r["role"] == "learner")
+        steps = [p["step"] for p in learner["curve"]]
+        seconds = [p["elapsed_s"] for p in learner["curve"]]
+        values = [p["objective"] for p in learner["curve"]]
+        for ax, x, label in ((row[0], steps, "learner step"), (row[1], seconds, "wall time (s)")):
+            ax.plot(x, values, "o-", ms=3, color="C0", label="DATAMASK (lamb 0)")
+            ax.axhline(learner["random_objective"], color="grey", ls=":", label="random selection")
+            for i, greedy in enumerate(r for r in runs if r["n"] == n and r["role"] != "learner"
+                                       and r["status"] == "measured"):
+                ax.axhline(greedy["objective"], color=f"C{i + 1}", ls="--",
+                           label=f"{greedy['label']} ({greedy['wall_s']:.3g} s)")
+                if ax is row[1]:
+                    ax.plot([greedy["wall_s"]], [greedy["objective"]], "s", color=f"C{i + 1}")
+            ax.set_xlabel(label)
+            ax.set_ylabel(f"{metric} on all N rows (higher is better)")
+            ax.set_title(f"{metric}, N = {n}: objective vs {label.split(' (')[0]}")
+            ax.grid(alpha=0.3)
+        row[0].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def ablation(result: dict):
+    """Figure 2 (and the other knobs): objective vs wall time, mean +- std band over seeds; the
+    seeds evaluate at the same steps, so points are averaged index by index."""
+    knob, metrics = result["knob"], result["config"]["metrics"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for i, value in enumerate(result["config"]["values"]):
+            group = [r["curve"] for r in result["runs"]
+                     if r["metric"] == metric and r["value"] == value]
+            length = min(len(c) for c in group)
+            t = np.mean([[p["elapsed_s"] for p in c[:length]] for c in group], axis=0)
+            y = np.array([[p["objective"] for p in c[:length]] for c in group])
+            mean, std = y.mean(axis=0), y.std(axis=0)
+            ax.plot(t, mean, "-", color=f"C{i}", label=f"{knob} = {value}")
+            ax.fill_between(t, mean - std, mean + std, color=f"C{i}", alpha=0.2)
+        ax.axhline(0, color="grey", ls=":", lw=1, label="random selection (~0)")
+        ax.set_xlabel("learner wall time (s)")
+        ax.set_ylabel(f"joint_{metric} on all N rows (std units)")
+        ax.set_title(f"{metric}: {knob} ablation ({len(result['config']['seeds'])} seeds, "
+                     "band = ±1 std)", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def timing_plot(timing: dict):
+    """Figure 3: measured times joined by solid lines, extrapolated ones hollow and dashed."""
+    metrics = timing["config"]["metrics"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        runs = [r for r in timing["runs"] if r["metric"] == metric]
+        for label, role in dict.fromkeys((r["label"], r["role"]) for r in runs):
+            color = ROLE_COLORS[role]
+            mine = sorted((r["n"], r["wall_s"], r["status"]) for r in runs if r["label"] == label)
+            fit = timing["fits"][metric].get(label)
+            name = label + (f" (fit N^{fit['exponent']:.2f})" if fit else "")
+            measured = [(n, t) for n, t, s in mine if s == "measured"]
+            ax.plot(*zip(*measured), "o-", color=color, label=f"{name}, measured")
+            extra = [(n, t) for n, t, s in mine if s == "extrapolated"]
+            if extra:
+                ax.plot(*zip(*(measured[-1:] + extra)), "--", color=color)
+                ax.plot(*zip(*extra), "o", mfc="none", color=color,
+                        label=f"{label}, extrapolated")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        sizes = sorted({r["n"] for r in runs})
+        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("rows N")
+        ax.set_ylabel("selector wall time (s)")
+        ax.set_title(f"{metric}: wall time vs N")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="runs/experiments")
+    parser.add_argument("--pipeline", default="runs/pipeline-demo")
+    parser.add_argument("--output", default="runs/experiments/figures")
+    args = parser.parse_args(argv)
+    os.makedirs(args.output, exist_ok=True)
+    written = []
+    timing = load(os.path.join(args.results, "timing.json"))
+    if timing:
+        written += save(curves(timing), args.output, "1-curves")
+        written += save(timing_plot(timing), args.output, "3-timing")
+    for knob in ("G", "lamb", "partial", "init"):
+        result = load(os.path.join(args.results, f"ablation-{knob}.json"))
+        if result:
+            written += save(ablation(result), args.output, f"2-ablation-{knob}")
+    if not timing:
+        print(f"figures: no {args.results}/timing.json; figures 1 and 3 skipped")
+    rows = pipeline.load(args.pipeline)
+    if rows:
+        written += save(pipeline.embeddings(rows), args.output, "4-embeddings")
+        written += save(pipeline.length_bias(rows), args.output, "5-length-bias")
+        written += save(pipeline.quality_redundancy(rows), args.output, "6-quality-redundancy")
+    else:
+        print(f"figures: no prepared rows and selections under {args.pipeline}; 4-6 skipped")
+    table = os.path.join(args.pipeline, "tables", "table2.csv")
+    if os.path.exists(table):
+        written += save(pipeline.table2(table), args.output, "7-table2")
+    else:
+        print(f"figures: no {table}; figure 7 skipped")
+    for path in written:
+        print(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()

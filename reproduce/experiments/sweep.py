@@ -1,0 +1,172 @@
+"""`make ablation-G|lambda|partial|init`: the learner with one knob swept, other settings fixed.
+
+    python -m reproduce.experiments.sweep --knob G [--values 32 64 128 256 512] [--seeds 0 1 2]
+        [--metrics DiSF Facility Pair_simi] [--n 2000] [--steps 200] [--output runs/experiments]
+
+Knobs: G (n_rollout; paper: 32..512, divergence below 128), lamb (1.0..0.1), partial (100/10/5/1%),
+init ('same' | 'quality', each optionally '+prune': quality pruning of --prune_ratio first; the
+paper reports selection time 18 h -> 10 h -> 7 h). Every run optimises the joint objective at its
+lamb, on the same synthetic rows; its curve and final selection are scored by
+`datamask.report.Report` on all N rows (on that scale a random selection scores ~0).
+
+`ablation-<knob>.json` schema:
+- machine, config (the flags), knob, paper (what the paper reports for this knob)
+- runs: one per (metric, value, seed): metric, value, seed, params (the learner config), wall_s,
+  objective (final joint_<metric> at the run's lamb), final (Report: quality, each diversity
+  metric, joint_<metric> for each), curve [{step, elapsed_s, objective}]
+- summary: one per (metric, value): objective_mean, objective_std, wall_s_mean, start_mean (the
+  whole-input objective after the first step, the curve's first point), quality_mean and each
+  diversity metric's mean, stable
+- smallest_stable: {metric: the smallest value from which every larger value is stable, or null}
+  where stable = every seed ends above its first-step objective and the seeds' final objectives span
+  at most a quarter of the mean gain (meaningful for G; computed for every knob alike)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from datamask.objectives import DIVERSITY
+from datamask.report import Report
+from datamask.synthetic import synthetic_dataset
+
+from .common import learner_run, machine, machine_line, write_outputs
+
+KNOBS = {  # knob -> (default values, paper's finding)
+    "G": ([32, 64, 128, 256, 512], "G from 32 to 512; diverges below 128"),
+    "lamb": ([1.0, 0.7, 0.5, 0.3, 0.1], "lamb from 1.0 to 0.1"),
+    "partial": ([1.0, 0.1, 0.05, 0.01], "partial 100/10/5/1%"),
+    "init": (["same", "quality", "same+prune", "quality+prune"],
+             "pruning and quality init: selection time 18 h -> 10 h -> 7 h"),
+}
+
+
+def learner_params(knob: str, value, args) -> dict:
+    params = {"algorithm": None, "lamb": args.lamb, "n_rollout": args.n_rollout,
+              "n_epochs": args.steps, "partial": args.partial, "device": "cpu"}
+    if knob == "G":
+        params["n_rollout"] = int(value)
+    elif knob == "init":
+        init, _, prune = value.partition("+")
+        params.update(init=init, prune_ratio=args.prune_ratio if prune else 0.0)
+    else:
+        params[knob] = float(value)
+    return params
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--knob", required=True, choices=list(KNOBS))
+    parser.add_argument("--values", nargs="+", help="default: the paper's range for the knob")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--metrics", nargs="+", default=list(DIVERSITY), choices=list(DIVERSITY))
+    parser.add_argument("--n", type=int, default=2000, help="rows")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--clusters", type=int, default=64)
+    parser.add_argument("--data_seed", type=int, default=0)
+    parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
+    parser.add_argument("--steps", type=int, default=200, help="learner n_epochs")
+    parser.add_argument("--lamb", type=float, default=0.5)
+    parser.add_argument("--n_rollout", type=int, default=128)
+    parser.add_argument("--partial", type=float, default=0.1)
+    parser.add_argument("--prune_ratio", type=float, default=0.5, help="for init '+prune'")
+    parser.add_argument("--eval_points", type=int, default=20)
+    parser.add_argument("--output", default="runs/experiments")
+    args = parser.parse_args(argv)
+    default, _ = KNOBS[args.knob]
+    kind = str if args.knob == "init" else float
+    args.values = [kind(v) for v in args.values] if args.values else default
+    return args
+
+
+def run(args) -> dict:
+    data = synthetic_dataset(args.n, dim=args.dim, n_clusters=args.clusters, seed=args.data_seed)
+    reports: dict[float, Report] = {}  # one per lamb: its joint's scale is fitted once
+    runs = []
+    for metric in args.metrics:
+        for value in args.values:
+            params = dict(learner_params(args.knob, value, args), algorithm=metric)
+            lamb = params["lamb"]
+            report = reports.setdefault(lamb, Report(data, args.ratio, lamb, seed=args.data_seed))
+            key = f"joint_{metric}"
+            for seed in args.seeds:
+                result = learner_run(data, args.ratio, lambda m: report(m)[key], args.eval_points,
+                                     seed=seed, **params)
+                final = report(result["selected"])
+                runs.append({"metric": metric, "value": value, "seed": seed,
+                             "params": dict(params, seed=seed), "wall_s": result["wall_s"],
+                             "objective": final[key], "final": final, "curve": result["curve"]})
+                print(f"{metric} {args.knob}={value} seed {seed}: {final[key]:.3f} in "
+                      f"{result['wall_s']:.2f} s", flush=True)
+    summary = summarise(runs, args)
+    return {"experiment": f"ablation-{args.knob}", "knob": args.knob, "machine": machine("cpu"),
+            "config": vars(args), "paper": KNOBS[args.knob][1], "runs": runs,
+            "summary": summary, "smallest_stable": smallest_stable(summary, args)}
+
+
+def summarise(runs: list[dict], args) -> list[dict]:
+    out = []
+    for metric in args.metrics:
+        for value in args.values:
+            group = [r for r in runs if r["metric"] == metric and r["value"] == value]
+            final = np.array([r["objective"] for r in group])
+            start = np.array([r["curve"][0]["objective"] for r in group])
+            gain = float(np.mean(final - start))
+            row = {"metric": metric, "value": value, "objective_mean": float(final.mean()),
+                   "objective_std": float(final.std()), "start_mean": float(start.mean()),
+                   "wall_s_mean": float(np.mean([r["wall_s"] for r in group])),
+                   "stable": bool(np.all(final > start) and np.ptp(final) <= 0.25 * gain)}
+            for name in ["quality", *DIVERSITY]:
+                row[f"{name}_mean"] = float(np.mean([r["final"][name] for r in group]))
+            out.append(row)
+    return out
+
+
+def smallest_stable(summary: list[dict], args) -> dict:
+    """Per metric, the smallest value (in the order given) from which every later one is stable."""
+    result = {}
+    for metric in args.metrics:
+        rows = [s for s in summary if s["metric"] == metric]
+        result[metric] = None
+        for row in reversed(rows):
+            if not row["stable"]:
+                break
+            result[metric] = row["value"]
+    return result
+
+
+def markdown(results: dict) -> str:
+    cfg, knob = results["config"], results["knob"]
+    diversity_cols = list(DIVERSITY)
+    lines = [f"# Ablation: {knob}", "", machine_line(results["machine"]), "",
+             f"Paper: {results['paper']}. Here: synthetic rows (N = {cfg['n']}, {cfg['dim']}-d, "
+             f"{cfg['clusters']} clusters), select_ratio {cfg['ratio']:g}, {cfg['steps']} steps, "
+             f"seeds {cfg['seeds']}, CPU; defaults otherwise lamb {cfg['lamb']:g}, G "
+             f"{cfg['n_rollout']}, partial {cfg['partial']:g}. Objective: the joint objective at "
+             "the run's lamb on all N rows (random ~ 0, higher is better); mean +- std over seeds.",
+             "", f"| metric | {knob} | objective | first-step objective | wall s | stable | "
+             "quality | "
+             + " | ".join(diversity_cols) + " |",
+             "|---|---|---:|---:|---:|---|---:|" + "---:|" * len(diversity_cols)]
+    for s in results["summary"]:
+        lines.append(f"| {s['metric']} | {s['value']} | {s['objective_mean']:.3f} +- "
+                     f"{s['objective_std']:.3f} | {s['start_mean']:.3f} | {s['wall_s_mean']:.3g} | "
+                     f"{'yes' if s['stable'] else 'no'} | {s['quality_mean']:.3f} | "
+                     + " | ".join(f"{s[f'{m}_mean']:.4g}" for m in diversity_cols) + " |")
+    lines += ["", "Smallest stable value (it and every later one): "
+              + "; ".join(f"{m}: {v if v is not None else 'none'}"
+                          for m, v in results["smallest_stable"].items()) + ".", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
+    results = run(args)
+    write_outputs(args.output, f"ablation-{args.knob}", results, markdown(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()
