@@ -231,10 +231,18 @@ def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
     train_file.write_text("".join(f"__label__hq the minister said the economy grew {i}\n"
                                   f"__label__lq click here buy now cheap {i}\n" for i in range(50)))
     model = tmp_path / "q.bin"
-    # trained in a fresh interpreter: fastText's trainer hits NaN once torch is imported
-    subprocess.run([sys.executable, "-c", "import fasttext, sys; fasttext.train_supervised("
-                    "sys.argv[1], dim=10, thread=1, verbose=0).save_model(sys.argv[2])",
-                    str(train_file), str(model)], check=True)
+    # fastText's trainer (the wheel installed here) stops with "Encountered NaN" in about half
+    # of its runs on this tiny file, even in a fresh interpreter with one thread: what is under
+    # test is our scorer, so train in a subprocess until one run succeeds (20 tries).
+    for _ in range(20):
+        trained = subprocess.run(
+            [sys.executable, "-c", "import fasttext, sys; fasttext.train_supervised("
+             "sys.argv[1], dim=10, thread=1, verbose=0).save_model(sys.argv[2])",
+             str(train_file), str(model)], capture_output=True, text=True)
+        if trained.returncode == 0:
+            break
+        assert "NaN" in trained.stderr, trained.stderr  # any other failure is a real one
+    assert model.exists(), "fastText training hit NaN 20 times in a row"
     scorer = make_scorer("fasttext", [], str(model), "__label__hq")
     scores = scorer(pa.table({"text": ["the minister said\nthe economy grew", "buy now cheap"]}),
                     tmp_path)
