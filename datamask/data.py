@@ -159,14 +159,21 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
             features[offset:offset + n] = vectors
             offset += n
             row += n
+    check_unique_ids(ids, sizes, paths, id_column)
+    return Dataset(ids=ids, quality=quality, features=features)
+
+
+def check_unique_ids(ids: np.ndarray, sizes: Sequence[int], paths: Sequence[str],
+                     id_column: str) -> None:
+    """Refuse a repeated id, naming the files of its first two copies (`ids` holds the files'
+    ids one after another, `sizes[i]` of them from `paths[i]`)."""
     unique, counts = np.unique(ids, return_counts=True)
-    if len(unique) != total:
+    if len(unique) != len(ids):
         dup = int(unique[np.argmax(counts > 1)])
         ends = np.cumsum(sizes)
-        where = [paths[int(np.searchsorted(ends, r, side="right"))]
+        where = [str(paths[int(np.searchsorted(ends, r, side="right"))])
                  for r in np.flatnonzero(ids == dup)[:2]]
         raise DataError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
-    return Dataset(ids=ids, quality=quality, features=features)
 
 
 @contextmanager

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamask.data import (DataError, ID_COLUMN, budget, read_dataset, write_json_atomic,
-                           write_table_atomic)
+from datamask.data import (DataError, ID_COLUMN, budget, check_unique_ids, read_dataset,
+                           write_json_atomic, write_table_atomic)
 
 from .common import parquet_files, parse_method, require
 
@@ -140,12 +140,9 @@ class MergeBlocks(datatrove_base.PipelineStep):
 
 def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int) -> None:
     """Assign every prepared row to a block: a seeded permutation cut into near-equal parts."""
-    ids = np.concatenate([pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy()
-                          for f in files])
-    unique, counts = np.unique(ids, return_counts=True)
-    if len(unique) != len(ids):
-        raise DataError(f"duplicate {ID_COLUMN} {int(unique[counts > 1][0])} across the prepared "
-                        f"shards {', '.join(map(str, files))}")
+    per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
+    ids = np.concatenate(per_file)
+    check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
     block = np.empty(len(ids), np.int32)
     for b, rows in enumerate(np.array_split(np.random.default_rng(seed).permutation(len(ids)),
                                             n_blocks)):
