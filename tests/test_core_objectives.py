@@ -57,6 +57,18 @@ def test_batch_matches_brute_force(case, function, brute):
     np.testing.assert_allclose(single.item(), expected[0], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("dim, k", [(24, 5), (24, 15), (24, 30)])
+def test_disf_gram_and_covariance_paths_match_brute_force(dim, k):
+    """Fewer rows than 2/3 of the dimensions take the (k, k) Gram path, more the (d, d) one."""
+    rng = np.random.default_rng(dim + k)
+    features = (rng.standard_normal((60, dim)) * rng.uniform(0.2, 3, dim) + 0.5).astype(np.float32)
+    masks = np.stack([rng.choice(60, k, replace=False) for _ in range(4)])
+    ground = GroundSet.from_arrays(features, np.zeros(60, np.float32))
+    values = DiSF()(ground, torch.as_tensor(masks)).numpy()
+    expected = [brute_disf(features.astype(np.float64), list(m)) for m in masks]
+    np.testing.assert_allclose(values, expected, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("function_class", [PairSimilarity, FacilityLocation, DiSF])
 def test_chunked_evaluation_is_the_same(case, function_class):
     features, quality, masks = case
