@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import data as contract
 from .data import DataError, read_dataset
-from .learner import LearnerConfig
+from .learner import LR_SCHEDULES, LearnerConfig
 
 DEFAULTS = LearnerConfig()
 
@@ -62,7 +62,7 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max_lr", type=float, default=DEFAULTS.max_lr,
                    help="learning rate at the first step (default: %(default)s)")
     g.add_argument("--min_lr", type=float, default=DEFAULTS.min_lr,
-                   help="learning rate at the last step, reached linearly (default: %(default)s)")
+                   help="learning rate at the last step (default: %(default)s)")
     g.add_argument("--init", default=DEFAULTS.init, choices=["same", "quality"],
                    help="initial logits: all equal, or log quality so that selection probability "
                         "is proportional to quality (default: %(default)s)")
@@ -74,6 +74,9 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("--prune_ratio", type=float, default=DEFAULTS.prune_ratio,
                    help="drop this fraction of rows, lowest quality first, before learning "
                         "(paper: 0.4-0.5) (default: %(default)s)")
+    x.add_argument("--lr_schedule", default=DEFAULTS.lr_schedule, choices=list(LR_SCHEDULES),
+                   help="from --max_lr to --min_lr: linear (original), cosine, or constant at "
+                        "--max_lr (default: %(default)s)")
     x.add_argument("--logprob", default=DEFAULTS.logprob, choices=["simple", "exact"],
                    help="log P(mask): sum of log-softmax over the selected rows (paper), or the "
                         "exact Plackett-Luce probability of the draw order (default: %(default)s)")
@@ -141,8 +144,8 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _learner_params(args: argparse.Namespace) -> dict:
-    names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "min_lr", "init",
-             "device", "seed", "prune_ratio", "logprob", "readoff")
+    names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "min_lr",
+             "lr_schedule", "init", "device", "seed", "prune_ratio", "logprob", "readoff")
     return {name: getattr(args, name) for name in names}
 
 

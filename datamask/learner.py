@@ -46,7 +46,8 @@ class LearnerConfig:
     n_epochs: int = 2000  # optimisation steps
     partial: float = 0.1  # fraction of the candidate rows each step works on
     max_lr: float = 10.0  # learning rate at the first step ...
-    min_lr: float = 1.0  # ... decayed linearly to this at the last step
+    min_lr: float = 1.0  # ... decayed to this at the last step
+    lr_schedule: str = "linear"  # decay from max_lr to min_lr: 'linear', 'cosine' or 'constant'
     init: str = "same"  # 'same': equal logits; 'quality': P(select) proportional to quality
     prune_ratio: float = 0.0  # drop this fraction of rows, lowest quality first, before learning
     logprob: str = "simple"  # 'simple': sum of log-softmax; 'exact': Plackett-Luce of the order
@@ -69,6 +70,8 @@ class LearnerConfig:
             (0.0 < self.partial <= 1.0, f"--partial must lie in (0, 1], got {self.partial}"),
             (math.isfinite(self.max_lr) and math.isfinite(self.min_lr),
              f"--max_lr and --min_lr must be finite, got {self.max_lr} and {self.min_lr}"),
+            (self.lr_schedule in LR_SCHEDULES,
+             f"--lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"),
             (self.init in ("same", "quality"), f"--init must be 'same' or 'quality', got {self.init!r}"),
             (0.0 <= self.prune_ratio < 1.0, f"--prune_ratio must lie in [0, 1), got {self.prune_ratio}"),
             (self.logprob in ("simple", "exact"),
@@ -89,9 +92,18 @@ class LearnResult:
     wall_time_s: float = 0.0  # optimisation time, excluding any `evaluate` callback
 
 
-def linear_lr(step: int, n_steps: int, max_lr: float, min_lr: float) -> float:
-    """The original schedule: max_lr at step 0, straight down to min_lr at the last step."""
-    return max_lr if n_steps == 1 else max_lr + (min_lr - max_lr) * step / (n_steps - 1)
+def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr: float) -> float:
+    """max_lr at step 0 to min_lr at the last step: 'linear' (the original train_mask.py's),
+    'cosine' (half a cosine: slow at both ends), or 'constant' (max_lr throughout)."""
+    progress = 0.0 if n_steps == 1 else step / (n_steps - 1)
+    if schedule == "constant":
+        return max_lr
+    if schedule == "cosine":
+        return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return max_lr + (min_lr - max_lr) * progress
+
+
+LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
 def candidate_rows(quality: np.ndarray, prune_ratio: float, k: int) -> np.ndarray:
@@ -232,7 +244,7 @@ class MaskLearner:
         try:
             for step in bar:
                 start = time.perf_counter()
-                lr = linear_lr(step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
+                lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
                 if n_step < n_pool:
                     rows = torch.randperm(n_pool, generator=gen, device=device)[:n_step]
                     step_ground, step_logits = ground.subset(rows), logits[rows]

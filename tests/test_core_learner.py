@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from datamask.data import DataError, budget
-from datamask.learner import LearnerConfig, MaskLearner, candidate_rows, linear_lr
+from datamask.learner import LearnerConfig, MaskLearner, candidate_rows, learning_rate
 from datamask.objectives import GroundSet
 from datamask.report import Report
 from datamask.sampling import gumbel_topk, simple_log_prob
@@ -105,8 +105,16 @@ def test_sample_readoff_and_schedule():
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=4)
     result = MaskLearner(LearnerConfig(n_epochs=20, readoff="sample")).fit(data, progress=False)
     assert result.selected.sum() == 30
-    assert linear_lr(0, 5, 10, 1) == 10 and linear_lr(4, 5, 10, 1) == 1
+    for schedule in ("linear", "cosine"):
+        rates = [learning_rate(schedule, step, 5, 10, 1) for step in range(5)]
+        assert rates[0] == 10 and rates[-1] == pytest.approx(1) and rates == sorted(rates)[::-1]
+    assert learning_rate("linear", 1, 5, 10, 1) == 7.75
+    assert learning_rate("cosine", 2, 5, 10, 1) == pytest.approx(5.5)  # half-way: the mean
+    assert learning_rate("cosine", 1, 5, 10, 1) > 7.75  # slower at the start than linear
+    assert {learning_rate("constant", step, 5, 10, 1) for step in range(5)} == {10}
     assert [round(r["lr"], 6) for r in result.history[:2]] == [10.0, round(10 - 9 / 19, 6)]
+    cosine = MaskLearner(LearnerConfig(n_epochs=3, lr_schedule="cosine")).fit(data, progress=False)
+    assert [r["lr"] for r in cosine.history] == pytest.approx([10.0, 5.5, 1.0])
 
 
 def test_evaluate_callback_and_log(tmp_path):
