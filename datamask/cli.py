@@ -125,8 +125,9 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
                    help="joint-greedy: weight of quality, as in select; also the lamb of "
                         "--report (default: %(default)s)")
-    d = parser.add_argument_group("semdedup")
-    d.add_argument("--n_clusters", type=int, help="spherical k-means clusters [round(sqrt(N))]")
+    d = parser.add_argument_group("semdedup, cluster-quota")
+    d.add_argument("--n_clusters", type=int,
+                   help="spherical k-means clusters [semdedup: round(sqrt(N)); cluster-quota: 64]")
     d.add_argument("--keep", choices=["hard", "easy", "random"],
                    help="order inside a cluster, whose first row of a duplicate group is kept: "
                         "farthest from the centroid first, nearest first, or random [hard]")
@@ -134,6 +135,15 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
                    help="eps values whose removal counts the history reports; the eps used is "
                         "found by bisection to meet --select_ratio [0.001 0.005 0.01 0.05 0.1 "
                         "0.2 0.3]")
+    o = parser.add_argument_group("one-shot scores (knn-density, cluster-quota, mmr)")
+    o.add_argument("--neighbors", type=int,
+                   help="knn-density: nearest neighbours whose mean cosine is the density [10]")
+    o.add_argument("--penalty", type=float,
+                   help="knn-density: weight of the density z-score against quality's [1.0]")
+    o.add_argument("--balance", choices=["proportional", "equal"],
+                   help="cluster-quota: quota per cluster by its size, or equal [proportional]")
+    o.add_argument("--trade_off", type=float,
+                   help="mmr: weight of quality against the max cosine to picked rows [0.5]")
     q = parser.add_argument_group("quality-threshold")
     q.add_argument("--threshold", type=float,
                    help="keep rows whose rule value is at least this (DCLM: 0.018112 with "
@@ -195,7 +205,8 @@ def cmd_select(args: argparse.Namespace) -> None:
 
 # Method flags of `datamask baseline`; None means "not given", so the selector's default applies.
 BASELINE_FLAGS = ("batch_size", "picks_per_batch", "mode", "optimizer", "memory_gb", "algorithm",
-                  "n_clusters", "keep", "eps", "threshold", "rule", "device")
+                  "n_clusters", "keep", "eps", "neighbors", "penalty", "balance", "trade_off",
+                  "threshold", "rule", "device")
 
 
 def _options_for(name: str, args: argparse.Namespace) -> dict:

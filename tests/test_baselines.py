@@ -287,3 +287,27 @@ def test_cli_baseline_end_to_end(tmp_path, capsys):
     assert main(["baseline", "pair-greedy", "--input", str(tmp_path / "in.parquet"),
                  "--output", str(out), "--eps", "0.1"]) == 2
     assert "--eps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, flags", [
+    ("knn-density", ["--neighbors", "5", "--penalty", "0"]),
+    ("cluster-quota", ["--n_clusters", "4", "--balance", "equal"]),
+    ("mmr", ["--trade_off", "1.0", "--device", "cpu"]),
+])
+def test_cli_one_shot_flags_reach_the_selector(tmp_path, name, flags):
+    """Each one-shot flag is passed through: penalty 0 and trade_off 1 are quality top-k exactly;
+    cluster-quota's output is the library call's with the same flags, not its defaults'."""
+    data = synthetic_dataset(300, dim=8, seed=4)
+    write_dataset(tmp_path / "in.parquet", data.ids, data.quality, data.features)
+    out = tmp_path / "out.parquet"
+    assert main(["baseline", name, "--input", str(tmp_path / "in.parquet"), "--output", str(out),
+                 "--select_ratio", "0.1", *flags]) == 0
+    selected = pq.read_table(out).column("selected").to_numpy()
+    if name == "cluster-quota":
+        same = make_selector(name, n_clusters=4, balance="equal").select(data, 0.1).selected
+        default = make_selector(name).select(data, 0.1).selected
+        np.testing.assert_array_equal(selected, same)
+        assert not np.array_equal(selected, default)
+    else:
+        topk = make_selector("quality-topk").select(data, 0.1).selected
+        np.testing.assert_array_equal(selected, topk)
