@@ -98,31 +98,58 @@ pipeline-demo: install
 # <name>.md under $(EXP_DIR); `make figures` draws them. Defaults are the real runs (long);
 # override e.g. make reproduce-timing TIMING_SIZES="1000 5000" TIMING_BUDGET=120.
 EXP_DIR ?= runs/experiments
-TIMING_SIZES ?= 1000 5000 20000 100000
-TIMING_BUDGET ?= 900
+TIMING_SIZES ?= 1000 2000 5000 20000 100000
+TIMING_BUDGET ?= 600
+TIMING_REPEATS ?= 2
+TIMING_MAX_N ?= Facility=20000
 ABLATION_SEEDS ?= 0 1 2
-ABLATION_N ?= 2000
+ABLATION_N ?= 10000
+ABLATION_STEPS ?= 300
+# partial 100% moves every logit every step: its sweep runs on fewer rows so that it fits
+PARTIAL_N ?= 2000
 EXP := $(BIN)/python -m reproduce.experiments
-ablation = $(EXP).sweep --knob $(1) --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --output $(EXP_DIR)
+ablation = $(EXP).sweep --knob $(1) --seeds $(ABLATION_SEEDS) --n $(2) --steps $(ABLATION_STEPS) \
+	--output $(EXP_DIR)
 
-.PHONY: reproduce-timing ablation-G ablation-lambda ablation-partial ablation-init ablations figures
+.PHONY: reproduce-timing ablation-G ablation-lambda ablation-partial ablation-init ablations figures \
+	ablation-lr ablation-steps ablation-logprob ablation-direct findings
 
 reproduce-timing: install
-	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --output $(EXP_DIR)
+	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
+		--max_n $(TIMING_MAX_N) --output $(EXP_DIR)
 
 ablation-G: install
-	$(call ablation,G)
+	$(call ablation,G,$(ABLATION_N))
 
 ablation-lambda: install
-	$(call ablation,lamb)
+	$(call ablation,lamb,$(ABLATION_N))
 
 ablation-partial: install
-	$(call ablation,partial)
+	$(call ablation,partial,$(PARTIAL_N))
 
 ablation-init: install
-	$(call ablation,init)
+	$(call ablation,init,$(ABLATION_N))
 
-ablations: ablation-G ablation-lambda ablation-partial ablation-init
+# Beyond the paper (#7): the learning rate and its schedule, the number of steps, the exact
+# log-probability, one-shot selectors; `make findings` states what holds, from the results files.
+ablation-lr: install
+	$(call ablation,lr,$(ABLATION_N))
+
+ablation-steps: install
+	$(call ablation,steps,$(ABLATION_N))
+
+ablation-logprob: install
+	$(call ablation,logprob,$(ABLATION_N))
+
+ablation-direct: install
+	$(EXP).direct --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --steps $(ABLATION_STEPS) \
+		--output $(EXP_DIR)
+
+ablations: ablation-G ablation-lambda ablation-partial ablation-init ablation-lr ablation-steps \
+	ablation-logprob ablation-direct
+
+findings: install
+	$(EXP).findings --results $(EXP_DIR)
 
 figures: install
 	$(BIN)/python -m figures --results $(EXP_DIR) --output $(EXP_DIR)/figures

@@ -5,8 +5,10 @@
 
 1 curves.png: the learner's whole-input objective against step and against wall time, with each
   greedy's level (timing.json, largest N where a greedy finished). 2 ablation-<knob>.png: objective
-  against wall time per value, mean +- std over seeds (ablation-<knob>.json). 3 timing.png: wall
-  time against N, log-log, measured and extrapolated marked apart (timing.json). 4-7: from the
+  against wall time per value, mean +- std over seeds, and ablation-<knob>-values.png: the final
+  objective against the value beside the joint greedy's (ablation-<knob>.json). 3 timing.png: wall
+  time against N, log-log, measured and extrapolated (or killed at the budget, then extrapolated)
+  marked apart (timing.json). 4-7: from the
   pipeline demo's files (figures/pipeline.py).
 """
 
@@ -24,6 +26,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from datamask.data import atomic_output  # noqa: E402
+from reproduce.experiments.sweep import KNOBS  # noqa: E402
 
 from . import pipeline  # noqa: E402
 
@@ -95,12 +98,72 @@ def ablation(result: dict):
             ax.plot(t, mean, "-", color=f"C{i}", label=f"{knob} = {value}")
             ax.fill_between(t, mean - std, mean + std, color=f"C{i}", alpha=0.2)
         ax.axhline(0, color="grey", ls=":", lw=1, label="random selection (~0)")
+        for greedy in (g for g in result.get("greedy", []) if g["metric"] == metric
+                       and knob != "lamb"):  # one lamb, one level (the lamb sweep: -values fig)
+            ax.axhline(greedy["objective"], color="black", ls="--", lw=1,
+                       label=f"joint greedy ({greedy['wall_s']:.2g} s)")
         ax.set_xlabel("learner wall time (s)")
         ax.set_ylabel(f"joint_{metric} on all N rows (std units)")
         ax.set_title(f"{metric}: {knob} ablation ({len(result['config']['seeds'])} seeds, "
                      "band = ±1 std)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+NUMERIC_KNOBS = {"G": "log", "partial": "log", "steps": "log", "lamb": "linear"}
+
+
+def ablation_values(result: dict):
+    """Each knob's value against the final objective (mean +- std over seeds), the joint greedy's
+    level beside it; for lamb also the selection's mean quality and diversity metric, the
+    trade-off the paper's lamb sweep shows."""
+    knob, metrics = result["knob"], result["config"]["metrics"]
+    rows = 2 if knob == "lamb" else 1
+    fig, axes = plt.subplots(rows, len(metrics), figsize=(5 * len(metrics), 3.8 * rows),
+                             squeeze=False)
+    for column, metric in enumerate(metrics):
+        summary = [s for s in result["summary"] if s["metric"] == metric]
+        values = [s["value"] for s in summary]
+        x = values if knob in NUMERIC_KNOBS else list(range(len(values)))
+        ax = axes[0][column]
+        ax.errorbar(x, [s["objective_mean"] for s in summary],
+                    yerr=[s["objective_std"] for s in summary], fmt="o-", capsize=3, color="C0",
+                    label="DATAMASK, final")
+        ax.plot(x, [s["start_mean"] for s in summary], "x:", color="grey",
+                label="DATAMASK, after step 1")
+        greedy = {g["lamb"]: g for g in result.get("greedy", []) if g["metric"] == metric}
+        if knob == "lamb":
+            ax.plot(x, [greedy[v]["objective"] for v in values if v in greedy], "s--",
+                    color="C1", label="joint greedy")
+        elif greedy:
+            level = next(iter(greedy.values()))
+            ax.axhline(level["objective"], color="C1", ls="--",
+                       label=f"joint greedy ({level['wall_s']:.2g} s)")
+        if knob in NUMERIC_KNOBS:
+            ax.set_xscale(NUMERIC_KNOBS[knob])
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        else:
+            ax.set_xticks(x, values, rotation=30, ha="right", fontsize=8)
+        ax.set_xlabel(knob)
+        ax.set_ylabel(f"joint_{metric} on all N rows (std units)")
+        ax.set_title(f"{metric}: final objective vs {knob}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        if rows == 2:
+            ax = axes[1][column]
+            ax.plot(x, [s["quality_mean"] for s in summary], "o-", color="C2",
+                    label="mean quality")
+            ax.set_ylabel("mean quality of the selection", color="C2")
+            twin = ax.twinx()
+            twin.plot(x, [s[f"{metric}_mean"] for s in summary], "s-", color="C3",
+                      label=metric)
+            twin.set_ylabel(f"{metric} of the selection (higher = more diverse)", color="C3")
+            ax.set_xlabel("lamb (weight of quality)")
+            ax.set_title(f"{metric} runs: quality and diversity vs lamb", fontsize=10)
+            ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
@@ -118,7 +181,7 @@ def timing_plot(timing: dict):
             name = label + (f" (fit N^{fit['exponent']:.2f})" if fit else "")
             measured = [(n, t) for n, t, s in mine if s == "measured"]
             ax.plot(*zip(*measured), "o-", color=color, label=f"{name}, measured")
-            extra = [(n, t) for n, t, s in mine if s == "extrapolated"]
+            extra = [(n, t) for n, t, s in mine if s != "measured"]  # extrapolated or killed
             if extra:
                 ax.plot(*zip(*(measured[-1:] + extra)), "--", color=color)
                 ax.plot(*zip(*extra), "o", mfc="none", color=color,
@@ -149,10 +212,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     if timing:
         written += save(curves(timing), args.output, "1-curves")
         written += save(timing_plot(timing), args.output, "3-timing")
-    for knob in ("G", "lamb", "partial", "init"):
+    for knob in KNOBS:
         result = load(os.path.join(args.results, f"ablation-{knob}.json"))
         if result:
             written += save(ablation(result), args.output, f"2-ablation-{knob}")
+            written += save(ablation_values(result), args.output, f"2-ablation-{knob}-values")
     if not timing:
         print(f"figures: no {args.results}/timing.json; figures 1 and 3 skipped")
     rows = pipeline.load(args.pipeline)

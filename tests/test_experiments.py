@@ -12,8 +12,8 @@ from datamask.data import selection_table, write_dataset
 from datamask.synthetic import synthetic_dataset
 
 from figures.plots import main as figures_main
-from reproduce.experiments import sweep, timing
-from reproduce.experiments.common import power_law, predict
+from reproduce.experiments import findings, sweep, timing
+from reproduce.experiments.common import greedy_runs_killable, power_law, predict
 
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
 
@@ -53,7 +53,7 @@ def test_timing_results_fields(timing_result):
     assert all(r["repeats"] >= 1 for r in result["runs"] if r["status"] == "measured")
     for comp in result["comparisons"]:
         assert comp["time_ratio"] > 0
-        assert (comp["gain_ratio"] is None) == (comp["greedy_status"] == "extrapolated")
+        assert (comp["gain_ratio"] is None) == (comp["greedy_status"] != "measured")
     text = (out / "timing.md").read_text()
     assert "(extrapolated, N^" in text and "Crossover" in text and "torch" in text
 
@@ -67,12 +67,16 @@ def test_crossover_needs_every_larger_size():
 
 @pytest.mark.parametrize("knob, values", [("G", ["4", "8"]), ("lamb", ["1.0", "0.1"]),
                                           ("partial", ["1.0", "0.1"]),
-                                          ("init", ["same", "quality+prune"])])
+                                          ("init", ["same", "quality+prune"]),
+                                          ("lr", ["constant:1:1", "cosine:10:1"]),
+                                          ("steps", ["4", "8"]),
+                                          ("logprob", ["simple", "exact"])])
 def test_sweep_results_fields(tmp_path, knob, values):
     sweep.main(["--knob", knob, "--values", *values, "--seeds", "0", "1", "--n", "150",
                 "--metrics", "Pair_simi", "DiSF", "--output", str(tmp_path), *TOY])
     result = json.loads((tmp_path / f"ablation-{knob}.json").read_text())
-    fields = {"machine", "config", "knob", "paper", "runs", "summary", "smallest_stable"}
+    fields = {"machine", "config", "knob", "paper", "runs", "summary", "smallest_stable",
+              "greedy", "best"}
     assert fields <= set(result)
     assert len(result["runs"]) == 2 * 2 * 2
     run = result["runs"][0]
@@ -85,6 +89,23 @@ def test_sweep_results_fields(tmp_path, knob, values):
     assert (tmp_path / f"ablation-{knob}.md").read_text().startswith(f"# Ablation: {knob}")
     if knob == "init":
         assert [r["params"]["prune_ratio"] for r in result["runs"][:3:2]] == [0.0, 0.5]
+    if knob == "lr":
+        assert [(r["params"]["lr_schedule"], r["params"]["max_lr"]) for r in result["runs"][:3:2]
+                ] == [("constant", 1.0), ("cosine", 10.0)]
+        assert result["runs"][0]["params"]["min_lr"] == 1.0
+    if knob == "steps":
+        assert [r["params"]["n_epochs"] for r in result["runs"][:3:2]] == [4, 8]
+        assert [r["curve"][-1]["step"] for r in result["runs"][:3:2]] == [3, 7]
+    assert {(g["metric"], g["lamb"]) for g in result["greedy"]} == {
+        (m, r["params"]["lamb"]) for r in result["runs"] for m in ("Pair_simi", "DiSF")}
+    # the joint greedy is the yardstick: on its own objective it beats these tiny learner runs
+    assert all(g["objective"] > 0 for g in result["greedy"])
+
+
+def test_sweep_refuses_bad_lr_value(capsys):
+    with pytest.raises(SystemExit):
+        sweep.parse(["--knob", "lr", "--values", "step:1:1"])
+    assert "schedule:max_lr:min_lr" in capsys.readouterr().err
 
 
 def fake_pipeline(root):
@@ -141,3 +162,47 @@ def test_fastest_keeps_the_fastest_within_budget():
     assert fastest(lambda: {"wall_s": next(times)}, 3, 100.0) == {"wall_s": 1.0, "runs": 3}
     times = iter([3.0, 1.0])
     assert fastest(lambda: {"wall_s": next(times)}, 3, 5.0)["runs"] == 1  # 3 + 3 > 5
+
+
+def test_greedy_over_budget_is_killed():
+    """The reference DiSF greedy on 3,000 rows takes tens of seconds: killed after 0.5 s, with no
+    result; a quick greedy comes back with its picks and the count of repeats that fitted."""
+    data_args = {"n_rows": 3000, "dim": 64, "n_clusters": 8, "seed": 0}
+    killed = greedy_runs_killable(data_args, 0.1, "disf-greedy", 3, 0.5, device="cpu")
+    assert killed == {"killed": True, "wall_s": 0.5}
+    quick = greedy_runs_killable(dict(data_args, n_rows=300), 0.1, "pair-greedy", 2, 60.0,
+                                 device="cpu")
+    assert quick["runs"] == 2 and quick["selected"].sum() == 30
+
+
+def _summary(metric, value, mean, std, start, wall=1.0):
+    return {"metric": metric, "value": value, "objective_mean": mean, "objective_std": std,
+            "start_mean": start, "wall_s_mean": wall, "stable": True}
+
+
+def test_findings_verdicts_follow_the_numbers(tmp_path):
+    """Verdicts are computed from the results files: a crafted lr sweep where the highest rate
+    ends far below the best and the lowest barely moves; a logprob sweep where exact wins by more
+    than the seed std; missing files are reported as not measured."""
+    lr = {"config": {"metrics": ["DiSF"], "n": 100, "steps": 10, "seeds": [0]},
+          "greedy": [{"metric": "DiSF", "lamb": 0.5, "wall_s": 1.0, "objective": 9.0}],
+          "summary": [_summary("DiSF", "linear:1:0.1", 1.05, 0.1, 1.0),
+                      _summary("DiSF", "linear:10:1", 3.0, 0.1, 1.0),
+                      _summary("DiSF", "linear:100:10", 1.5, 0.1, 1.0)]}
+    logprob = {"config": {"metrics": ["DiSF"]},
+               "summary": [_summary("DiSF", "simple", 2.0, 0.1, 1.0, wall=1.0),
+                           _summary("DiSF", "exact", 2.5, 0.1, 1.0, wall=3.0)]}
+    for name, result in (("ablation-lr", lr), ("ablation-logprob", logprob)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(result))
+    text = findings.main(["--results", str(tmp_path)])
+    assert (tmp_path / "findings.md").read_text() == text
+    lr_claims = [line for line in text.splitlines() if line.startswith("- DiSF: too high")]
+    assert lr_claims == [
+        "- DiSF: too high a rate ends below the best, by more than one std (linear:100:10: 1.500 "
+        "vs 3.000): **holds**; too low a rate barely moves from its first step (linear:1:0.1: "
+        "gain 0.050 vs the best's 2.000; rule: under 10%): **holds**."]
+    assert "| DiSF | linear:10:1 | 3.000 +- 0.100 | linear:10:1 |" in text
+    assert "The default linear:10:1 is in the useful range for 1 of 1 metrics." in text
+    assert "difference +0.500" in text and "time exact / simple 3.00" in text
+    assert "costs nothing (difference within one std): **does not hold**" in text
+    assert "Not measured: no `timing.json`" in text and "no `ablation-direct.json`" in text

@@ -1,6 +1,6 @@
 """`make reproduce-timing`: selector wall time of the greedy baselines against DATAMASK.
 
-    python -m reproduce.experiments.timing [--sizes 1000 5000 20000 100000] [--budget_s 900]
+    python -m reproduce.experiments.timing [--sizes 1000 2000 5000 20000 100000] [--budget_s 600]
         [--metrics DiSF Facility Pair_simi] [--steps 500] [--output runs/experiments]
 
 The paper (DiSF objective, 100k rows, GPU): greedy 78 h, DATAMASK ~50 min, a time ratio of 1.07%.
@@ -9,16 +9,18 @@ greedy, the exact fast greedy (same objective, faster bookkeeping) and the learn
 metric alone (lamb = 0), each scored by the same set function on all N rows. A greedy whose time,
 predicted by a power law fitted over the sizes it finished (or already measured at a smaller N),
 exceeds --budget_s is not run at that N: its time is the fit's extrapolation, marked as such.
-(A run predicted under budget is run to the end, even if it then overshoots; the two smallest
-sizes always run, as a fit needs two.) Each measured time is the fastest of up to --repeats runs
-that fit in the budget together, against the noise of a shared CPU.
+Each greedy runs in a child process: one predicted under budget that overshoots it is killed at
+the budget and its time extrapolated too (status 'killed'). The two smallest sizes always run to
+the end, as a fit needs two. Each measured time is the fastest of up to --repeats runs that fit in
+the budget together, against the noise of a shared CPU.
 
 `timing.json` schema:
 - machine: cpu, cores, torch_threads, torch, device, gpu, python; config: the flags; paper: the
   paper's timing figures
 - runs: one per (metric, n, label): metric, n, label ('datamask' or the greedy's), selector,
-  params, role ('learner' | 'reference' | 'fast'), status ('measured' | 'extrapolated'), wall_s
-  (measured: the fastest of `repeats` runs), objective (null when extrapolated),
+  params, role ('learner' | 'reference' | 'fast'), status ('measured' | 'extrapolated' |
+  'killed'), wall_s (measured: the fastest of `repeats` runs; else the fit's prediction, or for a
+  run killed with no fit the budget, a lower bound), objective (null unless measured),
   random_objective (a random selection's, same N);
   the learner's also curve: [{step, elapsed_s, objective}]
 - fits: {metric: {label: {exponent, coef, sizes} | null}}: t = coef * N^exponent, seconds
@@ -35,8 +37,8 @@ import argparse
 
 from datamask.synthetic import synthetic_dataset
 
-from .common import (fastest, greedy_run, learner_run, machine, machine_line, metric_scorer, power_law,
-                     predict, write_outputs)
+from .common import (fastest, greedy_run, greedy_runs_killable, learner_run, machine, machine_line,
+                     metric_scorer, power_law, predict, warm_up_learner, write_outputs)
 
 # metric -> greedies optimising it: (label, selector, params, role)
 GREEDIES = {
@@ -52,10 +54,13 @@ PAPER = {"metric": "DiSF", "n": 100_000, "greedy_s": 78 * 3600, "datamask_s": 50
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 20000, 100000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 5000, 20000, 100000],
+                        help="the two smallest always run: keep both at or above the reference "
+                             "DiSF greedy's 1024-row batch, whose time is linear in N only "
+                             "across batches (inside one it grows like N^3)")
     parser.add_argument("--metrics", nargs="+", default=list(GREEDIES), choices=list(GREEDIES))
-    parser.add_argument("--budget_s", type=float, default=900.0, help="per greedy run")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--budget_s", type=float, default=600.0, help="per greedy run")
+    parser.add_argument("--repeats", type=int, default=2,
                         help="keep the fastest of this many runs, while they fit in the budget")
     parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
     parser.add_argument("--dim", type=int, default=384)
@@ -64,28 +69,32 @@ def parse(argv):
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--eval_points", type=int, default=20, help="points on the learner curve")
+    parser.add_argument("--max_n", nargs="*", default=[], metavar="METRIC=N",
+                        help="run METRIC only up to N rows (e.g. Facility=20000: its learner "
+                             "takes ~8 s a step at 100k rows on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="runs/experiments")
-    return parser.parse_args(argv)
-
-
-def warm_up(args) -> None:
-    """Run every selector once on a few rows, off the clock: the first call in a process pays for
-    torch's lazy initialisation and would make the smallest N look slower than it is."""
-    data = synthetic_dataset(200, dim=args.dim, n_clusters=args.clusters, seed=args.seed)
-    for metric in args.metrics:
-        for _, name, params, _ in GREEDIES[metric]:
-            greedy_run(data, args.ratio, name, device="cpu", seed=args.seed, **params)
-        learner_run(data, args.ratio, metric_scorer(data, metric), 1, algorithm=metric, lamb=0.0,
-                    n_rollout=args.n_rollout, n_epochs=2, device="cpu")
+    args = parser.parse_args(argv)
+    try:
+        args.max_n = {metric: int(n) for metric, n in (e.split("=") for e in args.max_n)}
+    except ValueError:
+        parser.error(f"--max_n: expected METRIC=N entries, got {args.max_n}")
+    if set(args.max_n) - set(GREEDIES):
+        parser.error(f"--max_n: unknown metric in {sorted(args.max_n)}; known: {list(GREEDIES)}")
+    return args
 
 
 def run(args) -> dict:
-    warm_up(args)
+    # each greedy warms up in its own child process
+    warm_up_learner(args.dim, args.ratio, args.metrics, args.seed, lamb=0.0,
+                    n_rollout=args.n_rollout, partial=args.partial)
     runs, fits = [], {m: {} for m in args.metrics}
-    for n in sorted(args.sizes):
-        data = synthetic_dataset(n, dim=args.dim, n_clusters=args.clusters, seed=args.seed)
+    for position, n in enumerate(sorted(args.sizes)):
+        data_args = {"n_rows": n, "dim": args.dim, "n_clusters": args.clusters, "seed": args.seed}
+        data = synthetic_dataset(**data_args)
         for metric in args.metrics:
+            if n > args.max_n.get(metric, n):
+                continue
             score = metric_scorer(data, metric)
             random_value = score(greedy_run(data, args.ratio, "random", seed=args.seed)["selected"])
             base = {"metric": metric, "n": n, "random_objective": random_value}
@@ -94,15 +103,22 @@ def run(args) -> dict:
                         and r["status"] == "measured"]
                 fit = fits[metric][label] = power_law([r["n"] for r in done],
                                                       [r["wall_s"] for r in done])
-                over = any(r["wall_s"] > args.budget_s for r in done)
+                over = any(r["wall_s"] > args.budget_s for r in done) or any(
+                    r["status"] == "killed" for r in runs if r["label"] == label
+                    and r["metric"] == metric)
                 entry = dict(base, label=label, selector=name, params=params, role=role)
                 if fit and (over or predict(fit, n) > args.budget_s):
                     runs.append(dict(entry, status="extrapolated", wall_s=predict(fit, n),
                                      objective=None))
                     continue
-                result = fastest(lambda: greedy_run(data, args.ratio, name, device="cpu",
-                                                    seed=args.seed, **params),
-                                 args.repeats, args.budget_s)
+                result = greedy_runs_killable(data_args, args.ratio, name, args.repeats,
+                                              args.budget_s, kill=position >= 2, device="cpu",
+                                              seed=args.seed, **params)
+                if result.get("killed"):
+                    wall = max(predict(fit, n), args.budget_s) if fit else args.budget_s
+                    runs.append(dict(entry, status="killed", wall_s=wall, objective=None))
+                    print(f"N={n} {metric} {label}: killed at {args.budget_s:g} s", flush=True)
+                    continue
                 runs.append(dict(entry, status="measured", wall_s=result["wall_s"],
                                  repeats=result["runs"], objective=score(result["selected"])))
                 print(f"N={n} {metric} {label}: {result['wall_s']:.2f} s", flush=True)
@@ -175,8 +191,10 @@ def markdown(results: dict) -> str:
         f"Synthetic rows ({cfg['dim']}-d, {cfg['clusters']} clusters, seed {cfg['seed']}), "
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
         f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}; budget "
-        f"{cfg['budget_s']:g} s per greedy run. Objective: the metric's set function on all N "
-        "rows (higher is better). gain ratio = (learner - random) / (greedy - random).", "",
+        f"{cfg['budget_s']:g} s per greedy run" + "".join(
+            f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items())
+        + ". Objective: the metric's set function on all N rows (higher is better). gain ratio = "
+        "(learner - random) / (greedy - random).", "",
         f"Paper: DiSF, N = {paper['n']:,}, {paper['device']}: greedy 78 h, DATAMASK ~50 min, time "
         f"ratio {paper['time_ratio']:.2%}. Differences here: CPU shared with other work, synthetic "
         "data, fewer learner steps, and smaller N where a greedy exceeds its budget "
@@ -188,9 +206,12 @@ def markdown(results: dict) -> str:
                   "gain ratio | learner s to greedy's objective |",
                   "|---:|---|---:|---:|---:|---:|---:|---:|"]
         for run in (r for r in results["runs"] if r["metric"] == metric):
-            wall = f"{run['wall_s']:.3g}"
+            wall, fit = f"{run['wall_s']:.3g}", fits.get(run["label"])
             if run["status"] == "extrapolated":
-                wall = f"~{wall} (extrapolated, N^{fits[run['label']]['exponent']:.2f})"
+                wall = f"~{wall} (extrapolated, N^{fit['exponent']:.2f})"
+            elif run["status"] == "killed":
+                wall = (f"~{wall} (killed at {cfg['budget_s']:g} s; extrapolated, "
+                        f"N^{fit['exponent']:.2f})" if fit else f"> {wall} (killed, no fit)")
             obj = "-" if run["objective"] is None else f"{run['objective']:.5g}"
             comp = next((c for c in results["comparisons"] if c["metric"] == metric
                          and c["n"] == run["n"] and c["greedy"] == run["label"]), None)
