@@ -6,7 +6,8 @@
 1 curves.png: the learner's whole-input objective against step and against wall time, with each
   greedy's level (timing.json, largest N where a greedy finished). 2 ablation-<knob>.png: objective
   against wall time per value, mean +- std over seeds, and ablation-<knob>-values.png: the final
-  objective against the value beside the joint greedy's (ablation-<knob>.json). 3 timing.png: wall
+  objective against the value beside the joint greedy's (ablation-<knob>.json); ablation-direct.png:
+  each method's objective and time (ablation-direct.json). 3 timing.png: wall
   time against N, log-log, measured and extrapolated (or killed at the budget, then extrapolated)
   marked apart (timing.json). 4-7: from the
   pipeline demo's files (figures/pipeline.py).
@@ -168,6 +169,31 @@ def ablation_values(result: dict):
     return fig
 
 
+def direct_plot(result: dict):
+    """ablation-direct: every method's joint objective (mean +- std over seeds) per metric, its
+    selection time written beside the bar."""
+    metrics, methods = result["config"]["metrics"], result["methods"]
+    height = 0.45 * len(methods) + 1.5
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), height), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        rows = {s["method"]: s for s in result["summary"] if s["metric"] == metric}
+        y = np.arange(len(methods))[::-1]
+        means = [rows[m]["objective_mean"] for m in methods]
+        ax.barh(y, means, xerr=[rows[m]["objective_std"] for m in methods], capsize=3,
+                color=["C0" if m == "datamask" else "C1" if m == "joint-greedy" else "C7"
+                       for m in methods])
+        ax.set_yticks(y, methods)
+        for yi, m in zip(y, methods):
+            ax.annotate(f"  {rows[m]['wall_s_mean']:.2g} s",
+                        (max(rows[m]["objective_mean"], 0), yi), va="center", fontsize=7)
+        ax.axvline(0, color="grey", lw=1)
+        ax.set_xlabel(f"joint_{metric} on all N rows (std units; random ~ 0)")
+        ax.set_title(f"{metric}: learner vs one-shot selectors", fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
 def timing_plot(timing: dict):
     """Figure 3: measured times joined by solid lines, extrapolated ones hollow and dashed."""
     metrics = timing["config"]["metrics"]
@@ -217,6 +243,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         if result:
             written += save(ablation(result), args.output, f"2-ablation-{knob}")
             written += save(ablation_values(result), args.output, f"2-ablation-{knob}-values")
+    direct = load(os.path.join(args.results, "ablation-direct.json"))
+    if direct:
+        written += save(direct_plot(direct), args.output, "2-ablation-direct")
     if not timing:
         print(f"figures: no {args.results}/timing.json; figures 1 and 3 skipped")
     rows = pipeline.load(args.pipeline)

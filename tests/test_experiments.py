@@ -9,10 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask.data import selection_table, write_dataset
+from datamask.learner import LearnerConfig
 from datamask.synthetic import synthetic_dataset
 
 from figures.plots import main as figures_main
-from reproduce.experiments import findings, sweep, timing
+from reproduce.experiments import direct, findings, sweep, timing
 from reproduce.experiments.common import greedy_runs_killable, power_law, predict
 
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
@@ -131,12 +132,15 @@ def test_figures_written(timing_result, tmp_path):
     out, _ = timing_result
     sweep.main(["--knob", "G", "--values", "4", "8", "--seeds", "0", "1", "--n", "150",
                 "--metrics", "Facility", "--output", str(out), *TOY])
+    direct.main(["--n", "150", "--dim", "16", "--clusters", "8", "--steps", "4", "--seeds", "0",
+                 "--metrics", "Pair_simi", "--output", str(out)])
     fake_pipeline(tmp_path / "pipe")
     written = figures_main(["--results", str(out), "--pipeline", str(tmp_path / "pipe"),
                             "--output", str(tmp_path / "fig")])
     names = {p.rsplit("/", 1)[1] for p in written}
     assert {f"{name}.{ext}" for ext in ("png", "pdf") for name in (
-        "1-curves", "2-ablation-G", "3-timing", "4-embeddings", "5-length-bias",
+        "1-curves", "2-ablation-G", "2-ablation-G-values", "2-ablation-direct", "3-timing",
+        "4-embeddings", "5-length-bias",
         "6-quality-redundancy", "7-table2")} <= names
     for path in written:
         with open(path, "rb") as f:
@@ -184,11 +188,12 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     """Verdicts are computed from the results files: a crafted lr sweep where the highest rate
     ends far below the best and the lowest barely moves; a logprob sweep where exact wins by more
     than the seed std; missing files are reported as not measured."""
+    default = findings.lr_value(LearnerConfig())  # the crafted best is the default setting
     lr = {"config": {"metrics": ["DiSF"], "n": 100, "steps": 10, "seeds": [0]},
           "greedy": [{"metric": "DiSF", "lamb": 0.5, "wall_s": 1.0, "objective": 9.0}],
-          "summary": [_summary("DiSF", "linear:1:0.1", 1.05, 0.1, 1.0),
-                      _summary("DiSF", "linear:10:1", 3.0, 0.1, 1.0),
-                      _summary("DiSF", "linear:100:10", 1.5, 0.1, 1.0)]}
+          "summary": [_summary("DiSF", "linear:0.01:0.001", 1.05, 0.1, 1.0),
+                      _summary("DiSF", default, 3.0, 0.1, 1.0),
+                      _summary("DiSF", "linear:1000:100", 1.5, 0.1, 1.0)]}
     logprob = {"config": {"metrics": ["DiSF"]},
                "summary": [_summary("DiSF", "simple", 2.0, 0.1, 1.0, wall=1.0),
                            _summary("DiSF", "exact", 2.5, 0.1, 1.0, wall=3.0)]}
@@ -198,11 +203,13 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     assert (tmp_path / "findings.md").read_text() == text
     lr_claims = [line for line in text.splitlines() if line.startswith("- DiSF: too high")]
     assert lr_claims == [
-        "- DiSF: too high a rate ends below the best, by more than one std (linear:100:10: 1.500 "
-        "vs 3.000): **holds**; too low a rate barely moves from its first step (linear:1:0.1: "
-        "gain 0.050 vs the best's 2.000; rule: under 10%): **holds**."]
-    assert "| DiSF | linear:10:1 | 3.000 +- 0.100 | linear:10:1 |" in text
-    assert "The default linear:10:1 is in the useful range for 1 of 1 metrics." in text
+        "- DiSF: too high a rate ends below the best, by more than one std (linear:1000:100: "
+        "1.500 vs 3.000): **holds**; too low a rate barely moves from its first step "
+        "(linear:0.01:0.001: gain 0.050 vs the best's 2.000; rule: under 10%): **holds**."]
+    assert f"| DiSF | {default} | 3.000 +- 0.100 | {default} |" in text
+    assert f"The default {default} is in the useful range for 1 of 1 metrics." in text
+    assert (f"(lowest mean rank of the final objective): {default}; `datamask select`'s "
+            "default is that setting.") in text
     assert "difference +0.500" in text and "time exact / simple 3.00" in text
     assert "costs nothing (difference within one std): **does not hold**" in text
     assert "Not measured: no `timing.json`" in text and "no `ablation-direct.json`" in text

@@ -13,7 +13,8 @@ is tested by a stated rule, so that a rerun on other data can flip it:
 - the learning rate: the best setting per metric, and the useful range (settings whose mean final
   objective is within one seed std of the best's and above the first-step objective); whether the
   highest rate ends below the best (freezes early) and the lowest barely moves (gain under 10% of
-  the best's gain over the first step); whether `datamask select`'s default is in the useful range;
+  the best's gain over the first step); the best setting over all metrics (lowest mean rank),
+  which `datamask select`'s default should be;
 - G: the smallest stable G (sweep.smallest_stable), and whether any G below 128 is unstable;
 - the exact Plackett-Luce log-probability against the simple one: objective and time ratios;
 - one-shot selectors against the learner: the best one-shot per metric and its gap;
@@ -152,10 +153,25 @@ def lr_section(result: dict | None) -> list[str]:
             + (verdict(lowest_gain < 0.1 * best_gain) if best_gain > 0
                else "not testable (the best setting did not gain over its first step)") + ".")
         in_range.append(default in {s["value"] for s in useful})
+    overall = overall_best(result)
     lines += ["", *claims,
               f"- The default {default} is in the useful range for "
-              f"{sum(in_range)} of {len(in_range)} metrics.", ""]
+              f"{sum(in_range)} of {len(in_range)} metrics.",
+              f"- Best setting over all metrics (lowest mean rank of the final objective): "
+              f"{overall}; `datamask select`'s default "
+              + ("is that setting." if overall == default else f"({default}) is not."), ""]
     return lines
+
+
+def overall_best(result: dict) -> str:
+    """The value with the lowest mean rank (1 = best objective) across the metrics; ties go to
+    the value listed first."""
+    ranks: dict[str, list[int]] = {}
+    for metric in result["config"]["metrics"]:
+        rows = sorted(summary_of(result, metric), key=lambda s: -s["objective_mean"])
+        for rank, row in enumerate(rows, 1):
+            ranks.setdefault(row["value"], []).append(rank)
+    return min(ranks, key=lambda value: np.mean(ranks[value]))
 
 
 def steps_section(result: dict | None) -> list[str]:
@@ -274,6 +290,7 @@ def report(results: str, figures: str) -> str:
     lines += g_section(ablations["G"]) + figure(figures, results, "2-ablation-G")
     lines += logprob_section(ablations["logprob"])
     lines += direct_section(load(results, "ablation-direct"))
+    lines += figure(figures, results, "2-ablation-direct")
     lines += ["## The paper's other knobs", ""]
     lines += lamb_section(ablations["lamb"]) + figure(figures, results, "2-ablation-lamb-values")
     for knob in ("partial", "init"):
