@@ -99,7 +99,7 @@ pipeline-demo: install
 # override e.g. make reproduce-timing TIMING_SIZES="1000 5000" TIMING_BUDGET=120.
 EXP_DIR ?= runs/experiments
 TIMING_SIZES ?= 1000 2000 5000 20000 100000
-TIMING_BUDGET ?= 600
+TIMING_BUDGET ?= 300
 TIMING_REPEATS ?= 2
 TIMING_MAX_N ?= Facility=20000
 ABLATION_SEEDS ?= 0 1 2

@@ -49,7 +49,7 @@ KNOBS = {  # knob -> (default values, paper's finding)
     "lr": (["constant:1:1", "constant:10:10", "linear:1:0.1", "linear:3:0.3", "linear:10:1",
             "linear:30:3", "linear:100:10", "cosine:10:1", "cosine:30:3"],
            "not ablated (the original code decays linearly from max_lr to min_lr)"),
-    "steps": ([50, 100, 200, 400, 800], "not ablated"),
+    "steps": ([100, 300, 600], "not ablated"),
     "logprob": (["simple", "exact"], "the simplified form only (sum of log-softmax)"),
 }
 TEXT_KNOBS = ("init", "lr", "logprob")

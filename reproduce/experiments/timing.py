@@ -1,6 +1,6 @@
 """`make reproduce-timing`: selector wall time of the greedy baselines against DATAMASK.
 
-    python -m reproduce.experiments.timing [--sizes 1000 2000 5000 20000 100000] [--budget_s 600]
+    python -m reproduce.experiments.timing [--sizes 1000 2000 5000 20000 100000] [--budget_s 300]
         [--metrics DiSF Facility Pair_simi] [--steps 500] [--output runs/experiments]
 
 The paper (DiSF objective, 100k rows, GPU): greedy 78 h, DATAMASK ~50 min, a time ratio of 1.07%.
@@ -59,7 +59,7 @@ def parse(argv):
                              "DiSF greedy's 1024-row batch, whose time is linear in N only "
                              "across batches (inside one it grows like N^3)")
     parser.add_argument("--metrics", nargs="+", default=list(GREEDIES), choices=list(GREEDIES))
-    parser.add_argument("--budget_s", type=float, default=600.0, help="per greedy run")
+    parser.add_argument("--budget_s", type=float, default=300.0, help="per greedy run")
     parser.add_argument("--repeats", type=int, default=2,
                         help="keep the fastest of this many runs, while they fit in the budget")
     parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
