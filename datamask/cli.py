@@ -61,8 +61,9 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
                         "(paper: 0.05-0.1; 1 = all rows every step) (default: %(default)s)")
     g.add_argument("--max_lr", type=float, default=DEFAULTS.max_lr,
                    help="learning rate at the first step (default: %(default)s)")
-    g.add_argument("--min_lr", type=float, default=DEFAULTS.min_lr,
-                   help="learning rate at the last step (default: %(default)s)")
+    g.add_argument("--min_lr", type=float,
+                   help=f"learning rate at the last step, for --lr_schedule linear or cosine "
+                        f"(default: {DEFAULTS.min_lr:g})")
     g.add_argument("--init", default=DEFAULTS.init, choices=["same", "quality"],
                    help="initial logits: all equal, or log quality so that selection probability "
                         "is proportional to quality (default: %(default)s)")
@@ -75,8 +76,9 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
                    help="drop this fraction of rows, lowest quality first, before learning "
                         "(paper: 0.4-0.5) (default: %(default)s)")
     x.add_argument("--lr_schedule", default=DEFAULTS.lr_schedule, choices=list(LR_SCHEDULES),
-                   help="from --max_lr to --min_lr: linear (original), cosine, or constant at "
-                        "--max_lr (default: %(default)s)")
+                   help="constant at --max_lr (the best of make ablation-lr), or from --max_lr "
+                        "to --min_lr: linear (the original train_mask.py's) or cosine "
+                        "(default: %(default)s)")
     x.add_argument("--logprob", default=DEFAULTS.logprob, choices=["simple", "exact"],
                    help="log P(mask): sum of log-softmax over the selected rows (paper), or the "
                         "exact Plackett-Luce probability of the draw order (default: %(default)s)")
@@ -154,6 +156,11 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _learner_params(args: argparse.Namespace) -> dict:
+    if args.min_lr is None:
+        args.min_lr = DEFAULTS.min_lr
+    elif args.lr_schedule == "constant":
+        raise DataError("--min_lr has no effect with --lr_schedule constant (the default): add "
+                        "--lr_schedule linear for the original train_mask.py's decay, or drop it")
     names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "min_lr",
              "lr_schedule", "init", "device", "seed", "prune_ratio", "logprob", "readoff")
     return {name: getattr(args, name) for name in names}

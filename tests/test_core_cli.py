@@ -52,6 +52,8 @@ def test_train_mask_module_takes_the_original_flags(tmp_path, shard):
     assert pq.read_table(out).column("selected").to_numpy().sum() == 80
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(12))
+    # the original's linear decay, although `datamask select` defaults to a constant rate
+    assert records[0]["lr"] == 5 and records[-1]["lr"] == pytest.approx(0.5)
 
 
 def test_several_inputs_and_variable_length_lists(tmp_path):
@@ -131,7 +133,8 @@ def test_missing_output_folder_is_refused_before_work(tmp_path, shard, capsys):
     (["--partial", "0"], r"--partial must lie in \(0, 1\]"),
     (["--partial", "1.2"], r"--partial must lie in \(0, 1\]"),
     (["--max_lr", "inf"], "--max_lr and --min_lr must be finite"),
-    (["--min_lr", "nan"], "--max_lr and --min_lr must be finite"),
+    (["--lr_schedule", "linear", "--min_lr", "nan"], "--max_lr and --min_lr must be finite"),
+    (["--min_lr", "0.5"], "--min_lr has no effect with --lr_schedule constant"),
     (["--algorithm", "Nope"], "argument --algorithm: invalid choice"),
     (["--checkpoint_every", "-1"], "--checkpoint_every must be 0 or more"),
 ])

@@ -112,7 +112,9 @@ def test_sample_readoff_and_schedule():
     assert learning_rate("cosine", 2, 5, 10, 1) == pytest.approx(5.5)  # half-way: the mean
     assert learning_rate("cosine", 1, 5, 10, 1) > 7.75  # slower at the start than linear
     assert {learning_rate("constant", step, 5, 10, 1) for step in range(5)} == {10}
-    assert [round(r["lr"], 6) for r in result.history[:2]] == [10.0, round(10 - 9 / 19, 6)]
+    assert {r["lr"] for r in result.history} == {10.0}  # the default: constant at max_lr
+    linear = MaskLearner(LearnerConfig(n_epochs=20, lr_schedule="linear")).fit(data, progress=False)
+    assert [round(r["lr"], 6) for r in linear.history[:2]] == [10.0, round(10 - 9 / 19, 6)]
     cosine = MaskLearner(LearnerConfig(n_epochs=3, lr_schedule="cosine")).fit(data, progress=False)
     assert [r["lr"] for r in cosine.history] == pytest.approx([10.0, 5.5, 1.0])
 

@@ -115,7 +115,9 @@ def useful_range(rows: list[dict]) -> tuple[dict, list[dict]]:
 
 
 def lr_value(config: LearnerConfig) -> str:
-    return f"{config.lr_schedule}:{config.max_lr:g}:{config.min_lr:g}"
+    """As the sweep names it; a constant rate ignores min_lr, so it is written as max_lr twice."""
+    min_lr = config.max_lr if config.lr_schedule == "constant" else config.min_lr
+    return f"{config.lr_schedule}:{config.max_lr:g}:{min_lr:g}"
 
 
 def lr_section(result: dict | None) -> list[str]:
