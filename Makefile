@@ -107,16 +107,19 @@ ABLATION_N ?= 10000
 ABLATION_STEPS ?= 300
 # partial 100% moves every logit every step: its sweep runs on fewer rows so that it fits
 PARTIAL_N ?= 2000
+# the learner's rate as schedule:max_lr:min_lr; empty = datamask select's default
+EXP_LR ?=
 EXP := $(BIN)/python -m reproduce.experiments
+LR_FLAG = $(if $(EXP_LR),--lr $(EXP_LR))
 ablation = $(EXP).sweep --knob $(1) --seeds $(ABLATION_SEEDS) --n $(2) --steps $(ABLATION_STEPS) \
-	--output $(EXP_DIR)
+	$(LR_FLAG) --output $(EXP_DIR)
 
 .PHONY: reproduce-timing ablation-G ablation-lambda ablation-partial ablation-init ablations figures \
 	ablation-lr ablation-steps ablation-logprob ablation-direct findings
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
-		--max_n $(TIMING_MAX_N) --output $(EXP_DIR)
+		--max_n $(TIMING_MAX_N) $(LR_FLAG) --output $(EXP_DIR)
 
 ablation-G: install
 	$(call ablation,G,$(ABLATION_N))
@@ -143,7 +146,7 @@ ablation-logprob: install
 
 ablation-direct: install
 	$(EXP).direct --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --steps $(ABLATION_STEPS) \
-		--output $(EXP_DIR)
+		$(LR_FLAG) --output $(EXP_DIR)
 
 ablations: ablation-G ablation-lambda ablation-partial ablation-init ablation-lr ablation-steps \
 	ablation-logprob ablation-direct

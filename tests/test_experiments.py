@@ -14,7 +14,7 @@ from datamask.synthetic import synthetic_dataset
 
 from figures.plots import main as figures_main
 from reproduce.experiments import direct, findings, sweep, timing
-from reproduce.experiments.common import greedy_runs_killable, power_law, predict
+from reproduce.experiments.common import greedy_runs_killable, lr_setting, power_law, predict
 
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
 
@@ -94,6 +94,8 @@ def test_sweep_results_fields(tmp_path, knob, values):
         assert [(r["params"]["lr_schedule"], r["params"]["max_lr"]) for r in result["runs"][:3:2]
                 ] == [("constant", 1.0), ("cosine", 10.0)]
         assert result["runs"][0]["params"]["min_lr"] == 1.0
+    else:  # every run records the rate it used: datamask select's default unless --lr
+        assert {lr_setting_of(r["params"]) for r in result["runs"]} == {lr_setting()}
     if knob == "steps":
         assert [r["params"]["n_epochs"] for r in result["runs"][:3:2]] == [4, 8]
         assert [r["curve"][-1]["step"] for r in result["runs"][:3:2]] == [3, 7]
@@ -103,9 +105,24 @@ def test_sweep_results_fields(tmp_path, knob, values):
     assert all(g["objective"] > 0 for g in result["greedy"])
 
 
-def test_sweep_refuses_bad_lr_value(capsys):
+def lr_setting_of(params: dict) -> str:
+    return lr_setting(LearnerConfig(**{k: params[k] for k in ("lr_schedule", "max_lr", "min_lr")}))
+
+
+def test_lr_flag_is_used_and_recorded(tmp_path):
+    result = sweep.main(["--knob", "G", "--values", "4", "--seeds", "0", "--n", "150",
+                         "--metrics", "Pair_simi", "--lr", "linear:3:0.5",
+                         "--output", str(tmp_path), *TOY])
+    assert lr_setting_of(result["runs"][0]["params"]) == "linear:3:0.5"
+    assert "lr linear:3:0.5" in (tmp_path / "ablation-G.md").read_text()
+
+
+@pytest.mark.parametrize("argv", [["--knob", "lr", "--values", "step:1:1"],
+                                  ["--knob", "G", "--lr", "linear:fast:1"],
+                                  ["--knob", "G", "--lr", "10"]])
+def test_sweep_refuses_bad_lr_value(capsys, argv):
     with pytest.raises(SystemExit):
-        sweep.parse(["--knob", "lr", "--values", "step:1:1"])
+        sweep.parse(argv)
     assert "schedule:max_lr:min_lr" in capsys.readouterr().err
 
 
@@ -188,7 +205,7 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     """Verdicts are computed from the results files: a crafted lr sweep where the highest rate
     ends far below the best and the lowest barely moves; a logprob sweep where exact wins by more
     than the seed std; missing files are reported as not measured."""
-    default = findings.lr_value(LearnerConfig())  # the crafted best is the default setting
+    default = lr_setting()  # the crafted best is the default setting
     lr = {"config": {"metrics": ["DiSF"], "n": 100, "steps": 10, "seeds": [0]},
           "greedy": [{"metric": "DiSF", "lamb": 0.5, "wall_s": 1.0, "objective": 9.0}],
           "summary": [_summary("DiSF", "linear:0.01:0.001", 1.05, 0.1, 1.0),

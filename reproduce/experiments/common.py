@@ -4,6 +4,7 @@ the JSON + Markdown pair (both atomically)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import multiprocessing
 import os
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 from datamask.data import Dataset, atomic_output, write_json_atomic
-from datamask.learner import LearnerConfig, MaskLearner, resolve_device
+from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner, resolve_device
 from datamask.objectives import GroundSet, diversity
 from datamask.selectors import make_selector
 from datamask.synthetic import synthetic_dataset
@@ -35,6 +36,40 @@ def machine(device: str = "cpu") -> dict:
             "torch": torch.__version__, "device": str(dev),
             "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
             "python": platform.python_version()}
+
+
+def lr_setting(config: LearnerConfig = LearnerConfig()) -> str:
+    """A learner's rate as `schedule:max_lr:min_lr`; a constant rate ignores min_lr, so it is
+    written as max_lr twice."""
+    min_lr = config.max_lr if config.lr_schedule == "constant" else config.min_lr
+    return f"{config.lr_schedule}:{config.max_lr:g}:{min_lr:g}"
+
+
+def parse_lr(value: str) -> str:
+    """argparse type for `schedule:max_lr:min_lr`; the string itself is the setting's name."""
+    parts = value.split(":")
+    try:
+        ok = len(parts) == 3 and parts[0] in LR_SCHEDULES and [float(p) for p in parts[1:]]
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"expected schedule:max_lr:min_lr with schedule one of {', '.join(LR_SCHEDULES)}, "
+            f"got {value!r}")
+    return value
+
+
+def lr_params(setting: str) -> dict:
+    schedule, max_lr, min_lr = setting.split(":")
+    return {"lr_schedule": schedule, "max_lr": float(max_lr), "min_lr": float(min_lr)}
+
+
+def add_lr_argument(parser: argparse.ArgumentParser) -> None:
+    """--lr for an experiment's learner runs, recorded in every run's params: results then say
+    which rate made them even after `datamask select`'s default changes."""
+    parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
+                        help="the learner's rate as schedule:max_lr:min_lr (default: datamask "
+                             "select's, %(default)s)")
 
 
 def metric_scorer(data: Dataset, metric: str, device: str = "cpu") -> Callable[[np.ndarray], float]:

@@ -40,7 +40,8 @@ from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import greedy_run, learner_run, machine, machine_line, warm_up_learner, write_outputs
+from .common import (add_lr_argument, greedy_run, learner_run, lr_params, machine, machine_line,
+                     warm_up_learner, write_outputs)
 
 LEARNER, GREEDY = "datamask", "joint-greedy"
 ONE_SHOT = ("knn-density", "cluster-quota", "mmr", "quality-topk", "random")
@@ -65,6 +66,7 @@ def parse(argv):
     parser.add_argument("--quota_clusters", type=int, default=64,
                         help="cluster-quota: k-means clusters (capped at N)")
     parser.add_argument("--trade_off", type=float, default=0.5, help="mmr")
+    add_lr_argument(parser)
     parser.add_argument("--output", default="runs/experiments")
     return parser.parse_args(argv)
 
@@ -105,7 +107,8 @@ def run(args) -> dict:
     for metric in args.metrics:
         key = f"joint_{metric}"
         params = {"algorithm": metric, "lamb": args.lamb, "n_rollout": args.n_rollout,
-                  "n_epochs": args.steps, "partial": args.partial, "device": "cpu"}
+                  "n_epochs": args.steps, "partial": args.partial, "device": "cpu",
+                  **lr_params(args.lr)}
         for seed in args.seeds:
             # eval_points 1: the curve is not reported here, only the final selection
             result = learner_run(data, args.ratio, lambda m: report(m)[key], 1, seed=seed,

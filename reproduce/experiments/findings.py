@@ -30,8 +30,7 @@ import os
 import numpy as np
 
 from datamask.data import atomic_output
-from datamask.learner import LearnerConfig
-
+from .common import lr_setting
 from .sweep import KNOBS
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
@@ -114,17 +113,11 @@ def useful_range(rows: list[dict]) -> tuple[dict, list[dict]]:
                   and s["objective_mean"] > s["start_mean"]]
 
 
-def lr_value(config: LearnerConfig) -> str:
-    """As the sweep names it; a constant rate ignores min_lr, so it is written as max_lr twice."""
-    min_lr = config.max_lr if config.lr_schedule == "constant" else config.min_lr
-    return f"{config.lr_schedule}:{config.max_lr:g}:{min_lr:g}"
-
-
 def lr_section(result: dict | None) -> list[str]:
     lines = ["## Learning rate and schedule (`make ablation-lr`, `make ablation-steps`)", ""]
     if result is None:
         return lines + missing("ablation-lr", "ablation-lr")
-    default = lr_value(LearnerConfig())
+    default = lr_setting()
     lines += [f"Settings as schedule:max_lr:min_lr; N = {result['config']['n']:,}, "
               f"{result['config']['steps']} steps, seeds {result['config']['seeds']}. "
               f"`datamask select` default: {default}.", "",

@@ -33,12 +33,12 @@ import argparse
 
 import numpy as np
 
-from datamask.learner import LR_SCHEDULES
 from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import greedy_run, learner_run, machine, machine_line, warm_up_learner, write_outputs
+from .common import (add_lr_argument, greedy_run, learner_run, lr_params, machine, machine_line,
+                     parse_lr, warm_up_learner, write_outputs)
 
 KNOBS = {  # knob -> (default values, paper's finding)
     "G": ([32, 64, 128, 256, 512], "G from 32 to 512; diverges below 128"),
@@ -57,7 +57,8 @@ TEXT_KNOBS = ("init", "lr", "logprob")
 
 def learner_params(knob: str, value, args) -> dict:
     params = {"algorithm": None, "lamb": args.lamb, "n_rollout": args.n_rollout,
-              "n_epochs": args.steps, "partial": args.partial, "device": "cpu"}
+              "n_epochs": args.steps, "partial": args.partial, "device": "cpu",
+              **lr_params(args.lr)}
     if knob == "G":
         params["n_rollout"] = int(value)
     elif knob == "steps":
@@ -66,8 +67,7 @@ def learner_params(knob: str, value, args) -> dict:
         init, _, prune = value.partition("+")
         params.update(init=init, prune_ratio=args.prune_ratio if prune else 0.0)
     elif knob == "lr":
-        schedule, max_lr, min_lr = value.split(":")
-        params.update(lr_schedule=schedule, max_lr=float(max_lr), min_lr=float(min_lr))
+        params.update(lr_params(value))
     elif knob == "logprob":
         params["logprob"] = value
     else:
@@ -92,6 +92,7 @@ def parse(argv):
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--prune_ratio", type=float, default=0.5, help="for init '+prune'")
     parser.add_argument("--eval_points", type=int, default=20)
+    add_lr_argument(parser)
     parser.add_argument("--output", default="runs/experiments")
     args = parser.parse_args(argv)
     default, _ = KNOBS[args.knob]
@@ -99,20 +100,11 @@ def parse(argv):
     args.values = [kind(v) for v in args.values] if args.values else default
     if args.knob == "lr":
         for value in args.values:
-            parts = value.split(":")
-            if (len(parts) != 3 or parts[0] not in LR_SCHEDULES
-                    or not all(_is_float(p) for p in parts[1:])):
-                parser.error(f"--values for --knob lr: expected schedule:max_lr:min_lr with "
-                             f"schedule one of {', '.join(LR_SCHEDULES)}, got {value!r}")
+            try:
+                parse_lr(value)
+            except argparse.ArgumentTypeError as err:
+                parser.error(f"--values for --knob lr: {err}")
     return args
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def run(args) -> dict:
@@ -183,6 +175,11 @@ def smallest_stable(summary: list[dict], args) -> dict:
     return result
 
 
+def lr_of(config: dict) -> str:
+    """The rate a results file's learner runs used (files older than --lr did not record it)."""
+    return config.get("lr", "not recorded")
+
+
 def markdown(results: dict) -> str:
     cfg, knob = results["config"], results["knob"]
     diversity_cols = list(DIVERSITY)
@@ -190,7 +187,8 @@ def markdown(results: dict) -> str:
              f"Paper: {results['paper']}. Here: synthetic rows (N = {cfg['n']}, {cfg['dim']}-d, "
              f"{cfg['clusters']} clusters), select_ratio {cfg['ratio']:g}, {cfg['steps']} steps, "
              f"seeds {cfg['seeds']}, CPU; defaults otherwise lamb {cfg['lamb']:g}, G "
-             f"{cfg['n_rollout']}, partial {cfg['partial']:g}. Objective: the joint objective at "
+             f"{cfg['n_rollout']}, partial {cfg['partial']:g}, lr {lr_of(cfg)}. "
+             "Objective: the joint objective at "
              "the run's lamb on all N rows (random ~ 0, higher is better); mean +- std over seeds.",
              "", f"| metric | {knob} | objective | first-step objective | wall s | stable | "
              "quality | "

@@ -37,8 +37,9 @@ import argparse
 
 from datamask.synthetic import synthetic_dataset
 
-from .common import (fastest, greedy_run, greedy_runs_killable, learner_run, machine, machine_line,
-                     metric_scorer, power_law, predict, warm_up_learner, write_outputs)
+from .common import (add_lr_argument, fastest, greedy_run, greedy_runs_killable, learner_run,
+                     lr_params, machine, machine_line, metric_scorer, power_law, predict,
+                     warm_up_learner, write_outputs)
 
 # metric -> greedies optimising it: (label, selector, params, role)
 GREEDIES = {
@@ -73,6 +74,7 @@ def parse(argv):
                         help="run METRIC only up to N rows (e.g. Facility=20000: its learner "
                              "takes ~8 s a step at 100k rows on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0)
+    add_lr_argument(parser)
     parser.add_argument("--output", default="runs/experiments")
     args = parser.parse_args(argv)
     try:
@@ -124,7 +126,7 @@ def run(args) -> dict:
                 print(f"N={n} {metric} {label}: {result['wall_s']:.2f} s", flush=True)
             config = {"algorithm": metric, "lamb": 0.0, "n_rollout": args.n_rollout,
                       "n_epochs": args.steps, "partial": args.partial, "seed": args.seed,
-                      "device": "cpu"}
+                      "device": "cpu", **lr_params(args.lr)}
             result = fastest(lambda: learner_run(data, args.ratio, score, args.eval_points,
                                                  **config), args.repeats, args.budget_s)
             runs.append(dict(base, label="datamask", selector="datamask", params=config,
@@ -190,7 +192,8 @@ def markdown(results: dict) -> str:
         machine_line(results["machine"]), "",
         f"Synthetic rows ({cfg['dim']}-d, {cfg['clusters']} clusters, seed {cfg['seed']}), "
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
-        f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}; budget "
+        f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}, lr "
+        f"{cfg.get('lr', 'not recorded')}; budget "
         f"{cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items())
         + ". Objective: the metric's set function on all N rows (higher is better). gain ratio = "
