@@ -214,7 +214,11 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     logprob = {"config": {"metrics": ["DiSF"]},
                "summary": [_summary("DiSF", "simple", 2.0, 0.1, 1.0, wall=1.0),
                            _summary("DiSF", "exact", 2.5, 0.1, 1.0, wall=3.0)]}
-    for name, result in (("ablation-lr", lr), ("ablation-logprob", logprob)):
+    unstable = dict(_summary("DiSF", 32.0, 1.0, 0.1, 0.5), stable=False)
+    g_everywhere = {"config": {"metrics": ["DiSF"]}, "smallest_stable": {"DiSF": None},
+                    "summary": [unstable, dict(unstable, value=128.0)]}
+    for name, result in (("ablation-lr", lr), ("ablation-logprob", logprob),
+                         ("ablation-G", g_everywhere)):
         (tmp_path / f"{name}.json").write_text(json.dumps(result))
     text = findings.main(["--results", str(tmp_path)])
     assert (tmp_path / "findings.md").read_text() == text
@@ -230,3 +234,11 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     assert "difference +0.500" in text and "time exact / simple 3.00" in text
     assert "costs nothing (difference within one std): **does not hold**" in text
     assert "Not measured: no `timing.json`" in text and "no `ablation-direct.json`" in text
+    # unstable at every G, 128 included: that is not the paper's "below 128 diverges"
+    assert ("smallest stable G none; paper's claim that G below 128 diverges (unstable below 128, "
+            "stable from 128 on): **does not hold** (unstable: 32, 128)") in text
+    (tmp_path / "ablation-G.json").write_text(json.dumps(dict(
+        g_everywhere, smallest_stable={"DiSF": 128.0},
+        summary=[unstable, _summary("DiSF", 128.0, 1.0, 0.1, 0.5)])))
+    assert "stable from 128 on): **holds** (unstable: 32)" in findings.main(["--results",
+                                                                            str(tmp_path)])
