@@ -12,6 +12,7 @@ import torch
 from baselines import cluster_quota, knn_density
 from baselines.cluster_quota import quotas
 from datamask.data import Dataset, DataError
+from datamask.learner import LearnerConfig
 from datamask.selectors import make_selector
 from datamask.synthetic import synthetic_dataset
 from reproduce.experiments import direct
@@ -224,6 +225,8 @@ def test_direct_experiment_fields(tmp_path):
         assert {"quality", "Pair_simi", "Facility", "DiSF", "joint_Pair_simi"} <= set(run["final"])
         assert run["objective"] == run["final"]["joint_Pair_simi"] and run["wall_s"] > 0
     assert [r["seed"] for r in runs["datamask"]] == [0, 1] and runs["mmr"][0]["seed"] is None
+    assert {(r["params"]["lr_schedule"], r["params"]["max_lr"]) for r in runs["datamask"]} == {
+        (LearnerConfig.lr_schedule, LearnerConfig.max_lr)}  # the rate is recorded
     assert len(result["summary"]) == len(methods)
     for row in result["summary"]:
         assert {"metric", "method", "runs", "objective_mean", "objective_std", "wall_s_mean",

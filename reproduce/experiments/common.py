@@ -64,6 +64,11 @@ def lr_params(setting: str) -> dict:
     return {"lr_schedule": schedule, "max_lr": float(max_lr), "min_lr": float(min_lr)}
 
 
+def lr_of(config: dict) -> str:
+    """The rate a results file's learner runs used (files older than --lr did not record it)."""
+    return config.get("lr", "not recorded")
+
+
 def add_lr_argument(parser: argparse.ArgumentParser) -> None:
     """--lr for an experiment's learner runs, recorded in every run's params: results then say
     which rate made them even after `datamask select`'s default changes."""

@@ -40,8 +40,8 @@ from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_lr_argument, greedy_run, learner_run, lr_params, machine, machine_line,
-                     warm_up_learner, write_outputs)
+from .common import (add_lr_argument, greedy_run, learner_run, lr_of, lr_params, machine,
+                     machine_line, warm_up_learner, write_outputs)
 
 LEARNER, GREEDY = "datamask", "joint-greedy"
 ONE_SHOT = ("knn-density", "cluster-quota", "mmr", "quality-topk", "random")
@@ -167,7 +167,8 @@ def markdown(results: dict) -> str:
              machine_line(results["machine"]), "",
              f"Synthetic rows (N = {cfg['n']}, {cfg['dim']}-d, {cfg['clusters']} clusters), "
              f"select_ratio {cfg['ratio']:g}, lamb {cfg['lamb']:g}; learner: {cfg['steps']} steps, "
-             f"G {cfg['n_rollout']}, partial {cfg['partial']:g}, seeds {cfg['seeds']}; one-shot: "
+             f"G {cfg['n_rollout']}, partial {cfg['partial']:g}, lr {lr_of(cfg)}, seeds "
+             f"{cfg['seeds']}; one-shot: "
              f"knn-density (neighbors {cfg['neighbors']}, penalty {cfg['penalty']:g}), "
              f"cluster-quota ({cfg['quota_clusters']} k-means clusters, seeds {cfg['seeds']}), "
              f"mmr (trade_off {cfg['trade_off']:g}), random (seeds {cfg['seeds']}). Objective: "

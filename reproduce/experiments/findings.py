@@ -30,6 +30,7 @@ import os
 import numpy as np
 
 from datamask.data import atomic_output
+
 from .common import lr_setting
 from .sweep import KNOBS
 

@@ -37,8 +37,8 @@ from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_lr_argument, greedy_run, learner_run, lr_params, machine, machine_line,
-                     parse_lr, warm_up_learner, write_outputs)
+from .common import (add_lr_argument, greedy_run, learner_run, lr_of, lr_params, machine,
+                     machine_line, parse_lr, warm_up_learner, write_outputs)
 
 KNOBS = {  # knob -> (default values, paper's finding)
     "G": ([32, 64, 128, 256, 512], "G from 32 to 512; diverges below 128"),
@@ -173,11 +173,6 @@ def smallest_stable(summary: list[dict], args) -> dict:
                 break
             result[metric] = row["value"]
     return result
-
-
-def lr_of(config: dict) -> str:
-    """The rate a results file's learner runs used (files older than --lr did not record it)."""
-    return config.get("lr", "not recorded")
 
 
 def markdown(results: dict) -> str:

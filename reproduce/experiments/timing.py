@@ -38,7 +38,7 @@ import argparse
 from datamask.synthetic import synthetic_dataset
 
 from .common import (add_lr_argument, fastest, greedy_run, greedy_runs_killable, learner_run,
-                     lr_params, machine, machine_line, metric_scorer, power_law, predict,
+                     lr_of, lr_params, machine, machine_line, metric_scorer, power_law, predict,
                      warm_up_learner, write_outputs)
 
 # metric -> greedies optimising it: (label, selector, params, role)
@@ -193,7 +193,7 @@ def markdown(results: dict) -> str:
         f"Synthetic rows ({cfg['dim']}-d, {cfg['clusters']} clusters, seed {cfg['seed']}), "
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
         f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}, lr "
-        f"{cfg.get('lr', 'not recorded')}; budget "
+        f"{lr_of(cfg)}; budget "
         f"{cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items())
         + ". Objective: the metric's set function on all N rows (higher is better). gain ratio = "
