@@ -115,7 +115,7 @@ ablation = $(EXP).sweep --knob $(1) --seeds $(ABLATION_SEEDS) --n $(2) --steps $
 	$(LR_FLAG) --output $(EXP_DIR)
 
 .PHONY: reproduce-timing ablation-G ablation-lambda ablation-partial ablation-init ablations figures \
-	ablation-lr ablation-steps ablation-logprob ablation-direct findings
+	ablation-lr ablation-steps ablation-logprob ablation-scale ablation-direct findings
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
@@ -144,12 +144,16 @@ ablation-steps: install
 ablation-logprob: install
 	$(call ablation,logprob,$(ABLATION_N))
 
+# the shape at which the learner scales quality against diversity: partial steps or the whole input
+ablation-scale: install
+	$(call ablation,scale_on,$(ABLATION_N))
+
 ablation-direct: install
 	$(EXP).direct --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --steps $(ABLATION_STEPS) \
 		$(LR_FLAG) --output $(EXP_DIR)
 
 ablations: ablation-G ablation-lambda ablation-partial ablation-init ablation-lr ablation-steps \
-	ablation-logprob ablation-direct
+	ablation-logprob ablation-scale ablation-direct
 
 findings: install
 	$(EXP).findings --results $(EXP_DIR)

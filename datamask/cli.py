@@ -82,6 +82,10 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("--logprob", default=DEFAULTS.logprob, choices=["simple", "exact"],
                    help="log P(mask): sum of log-softmax over the selected rows (paper), or the "
                         "exact Plackett-Luce probability of the draw order (default: %(default)s)")
+    x.add_argument("--scale_on", default=DEFAULTS.scale_on, choices=["step", "input"],
+                   help="fit the spreads that put quality and diversity on one scale on random "
+                        "masks of a partial step's shape, or of the full budget on all rows (the "
+                        "shape --report scores; slower for Facility) (default: %(default)s)")
     x.add_argument("--readoff", default=DEFAULTS.readoff, choices=["topk", "sample"],
                    help="final subset: top-k of the final logits, or one draw from the final "
                         "policy (default: %(default)s)")
@@ -162,7 +166,8 @@ def _learner_params(args: argparse.Namespace) -> dict:
         raise DataError("--min_lr has no effect with --lr_schedule constant (the default): add "
                         "--lr_schedule linear for the original train_mask.py's decay, or drop it")
     names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "min_lr",
-             "lr_schedule", "init", "device", "seed", "prune_ratio", "logprob", "readoff")
+             "lr_schedule", "init", "device", "seed", "prune_ratio", "logprob", "readoff",
+             "scale_on")
     return {name: getattr(args, name) for name in names}
 
 

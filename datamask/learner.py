@@ -53,6 +53,10 @@ class LearnerConfig:
     init: str = "same"  # 'same': equal logits; 'quality': P(select) proportional to quality
     prune_ratio: float = 0.0  # drop this fraction of rows, lowest quality first, before learning
     logprob: str = "simple"  # 'simple': sum of log-softmax; 'exact': Plackett-Luce of the order
+    # where the two terms' spreads are fitted: 'step', random masks of a partial step's shape
+    # (cheap); 'input', random masks of the full budget on all candidates, the shape the whole
+    # selection is scored at (costs a Facility kernel of N x k per mask)
+    scale_on: str = "step"
     readoff: str = "topk"  # 'topk' of the final logits, or one 'sample' from the final policy
     seed: int = 0
     device: str = "auto"
@@ -80,6 +84,8 @@ class LearnerConfig:
              f"--logprob must be 'simple' or 'exact', got {self.logprob!r}"),
             (self.readoff in ("topk", "sample"),
              f"--readoff must be 'topk' or 'sample', got {self.readoff!r}"),
+            (self.scale_on in ("step", "input"),
+             f"--scale_on must be 'step' or 'input', got {self.scale_on!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -221,8 +227,10 @@ class MaskLearner:
 
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         if state is None:
-            scale = TermScale.fit(ground, k_step, metric, gen,
-                                  subset_size=None if n_step == n_pool else n_step)
+            if cfg.scale_on == "input" or n_step == n_pool:
+                scale = TermScale.fit(ground, k_total, metric, gen)
+            else:
+                scale = TermScale.fit(ground, k_step, metric, gen, subset_size=n_step)
             logits = initial_logits(ground.quality, cfg.init)
             first_step, elapsed, history = 0, 0.0, []
         else:

@@ -80,7 +80,8 @@ def test_help_documents_every_flag(capsys):
     text = capsys.readouterr().out
     for flag in ("--input", "--output", "--device", "--n_epochs", "--algorithm", "--partial",
                  "--max_lr", "--min_lr", "--n_rollout", "--select_ratio", "--init", "--lamb",
-                 "--seed", "--prune_ratio", "--lr_schedule", "--logprob", "--readoff", "--log_jsonl"):
+                 "--seed", "--prune_ratio", "--lr_schedule", "--logprob", "--readoff", "--log_jsonl",
+                 "--scale_on"):
         assert flag in text
 
 

@@ -1,13 +1,15 @@
 """The policy-gradient learner: exact budget, determinism, the lamb = 1 limit, and that it beats
 quality top-k and random on the joint objective it optimises."""
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 import torch
 
 from datamask.data import DataError, budget
 from datamask.learner import LearnerConfig, MaskLearner, candidate_rows, learning_rate
-from datamask.objectives import GroundSet
+from datamask.objectives import GroundSet, TermScale, diversity
 from datamask.report import Report
 from datamask.sampling import gumbel_topk, simple_log_prob
 from datamask.selectors import make_selector
@@ -145,3 +147,25 @@ def test_ground_set_subset_keeps_rows_aligned():
                                    np.arange(6, dtype=np.float32))
     sub = ground.subset(torch.tensor([4, 1]))
     assert sub.quality.tolist() == [4.0, 1.0] and sub.features[0].tolist() == [9.0, 10.0]
+
+
+@pytest.mark.parametrize("scale_on", ["step", "input"])
+def test_scale_is_fitted_at_the_chosen_shape(tmp_path, scale_on):
+    """'step': spreads of random masks of a partial step's shape; 'input': of the full budget on
+    all rows, the shape the report scores. Each is the fit the generator's first draws give."""
+    data = synthetic_dataset(400, dim=8, n_clusters=4, seed=3)
+    config = LearnerConfig(algorithm="Facility", partial=0.25, n_epochs=1, seed=5, device="cpu",
+                           scale_on=scale_on)
+    path = tmp_path / "state.ckpt"
+    MaskLearner(config).fit(data, progress=False, checkpoint_path=str(path))
+    saved = torch.load(path, weights_only=False)["scale"]
+    ground = GroundSet.from_arrays(data.features, data.quality, torch.device("cpu"))
+    shapes = {"step": {"k": 10, "subset_size": 100},  # 0.25 of 400 rows, 10% of them
+              "input": {"k": 40, "subset_size": None}}
+    fits = {name: asdict(TermScale.fit(ground, shape["k"], diversity("Facility"),
+                                       torch.Generator().manual_seed(5),
+                                       subset_size=shape["subset_size"]))
+            for name, shape in shapes.items()}
+    other = "step" if scale_on == "input" else "input"
+    assert saved == pytest.approx(fits[scale_on])
+    assert saved["diversity_std"] != pytest.approx(fits[other]["diversity_std"], rel=0.05)

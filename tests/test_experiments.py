@@ -71,7 +71,8 @@ def test_crossover_needs_every_larger_size():
                                           ("init", ["same", "quality+prune"]),
                                           ("lr", ["constant:1:1", "cosine:10:1"]),
                                           ("steps", ["4", "8"]),
-                                          ("logprob", ["simple", "exact"])])
+                                          ("logprob", ["simple", "exact"]),
+                                          ("scale_on", ["step", "input"])])
 def test_sweep_results_fields(tmp_path, knob, values):
     sweep.main(["--knob", knob, "--values", *values, "--seeds", "0", "1", "--n", "150",
                 "--metrics", "Pair_simi", "DiSF", "--output", str(tmp_path), *TOY])

@@ -296,9 +296,9 @@ def report(results: str, figures: str) -> str:
     lines += logprob_section(ablations["logprob"])
     lines += direct_section(load(results, "ablation-direct"))
     lines += figure(figures, results, "2-ablation-direct")
-    lines += ["## The paper's other knobs", ""]
+    lines += ["## The other knobs", ""]
     lines += lamb_section(ablations["lamb"]) + figure(figures, results, "2-ablation-lamb-values")
-    for knob in ("partial", "init"):
+    for knob in ("partial", "init", "scale_on"):
         lines += knob_section(ablations[knob], knob)
         lines += figure(figures, results, f"2-ablation-{knob}-values")
     return "\n".join(lines)

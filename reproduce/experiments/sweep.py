@@ -1,4 +1,4 @@
-"""`make ablation-G|lambda|partial|init|lr|steps|logprob`: the learner with one knob swept.
+"""`make ablation-G|lambda|partial|init|lr|steps|logprob|scale`: the learner with one knob swept.
 
     python -m reproduce.experiments.sweep --knob G [--values 32 64 128 256 512] [--seeds 0 1 2]
         [--metrics DiSF Facility Pair_simi] [--n 2000] [--steps 200] [--output runs/experiments]
@@ -7,8 +7,8 @@ Knobs of the paper: G (n_rollout; paper: 32..512, divergence below 128), lamb (1
 (100/10/5/1%), init ('same' | 'quality', each optionally '+prune': quality pruning of
 --prune_ratio first; the paper reports selection time 18 h -> 10 h -> 7 h). Knobs it left open
 (issue #7): lr ('schedule:max_lr:min_lr', schedule linear | cosine | constant), steps (n_epochs),
-logprob (simple | exact). Every run optimises the joint objective at its lamb, on the same
-synthetic rows; its curve and final selection are scored by `datamask.report.Report` on all N
+logprob (simple | exact), scale_on (step | input: the mask shape the terms' spreads are fitted
+at). Every run optimises the joint objective at its lamb, on the same synthetic rows; its curve and final selection are scored by `datamask.report.Report` on all N
 rows (on that scale a random selection scores ~0). The joint greedy on the same objective (each
 metric, each lamb) is run once beside them as the yardstick.
 
@@ -51,8 +51,9 @@ KNOBS = {  # knob -> (default values, paper's finding)
            "not ablated (the original code decays linearly from max_lr to min_lr)"),
     "steps": ([100, 300, 600], "not ablated"),
     "logprob": (["simple", "exact"], "the simplified form only (sum of log-softmax)"),
+    "scale_on": (["step", "input"], "not stated (how the two terms are put on one scale)"),
 }
-TEXT_KNOBS = ("init", "lr", "logprob")
+TEXT_KNOBS = ("init", "lr", "logprob", "scale_on")
 
 
 def learner_params(knob: str, value, args) -> dict:
@@ -68,8 +69,8 @@ def learner_params(knob: str, value, args) -> dict:
         params.update(init=init, prune_ratio=args.prune_ratio if prune else 0.0)
     elif knob == "lr":
         params.update(lr_params(value))
-    elif knob == "logprob":
-        params["logprob"] = value
+    elif knob in ("logprob", "scale_on"):
+        params[knob] = value
     else:
         params[knob] = float(value)
     return params
