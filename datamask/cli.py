@@ -160,15 +160,14 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _learner_params(args: argparse.Namespace) -> dict:
-    if args.min_lr is None:
-        args.min_lr = DEFAULTS.min_lr
-    elif args.lr_schedule == "constant":
+    if args.min_lr is not None and args.lr_schedule == "constant":
         raise DataError("--min_lr has no effect with --lr_schedule constant (the default): add "
                         "--lr_schedule linear for the original train_mask.py's decay, or drop it")
-    names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "min_lr",
-             "lr_schedule", "init", "device", "seed", "prune_ratio", "logprob", "readoff",
-             "scale_on")
-    return {name: getattr(args, name) for name in names}
+    names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "lr_schedule",
+             "init", "device", "seed", "prune_ratio", "logprob", "readoff", "scale_on")
+    params = {name: getattr(args, name) for name in names}
+    params["min_lr"] = DEFAULTS.min_lr if args.min_lr is None else args.min_lr
+    return params
 
 
 def _run_and_write(selector, data, args) -> dict:

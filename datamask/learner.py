@@ -227,10 +227,11 @@ class MaskLearner:
 
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         if state is None:
-            if cfg.scale_on == "input" or n_step == n_pool:
+            if cfg.scale_on == "input":
                 scale = TermScale.fit(ground, k_total, metric, gen)
             else:
-                scale = TermScale.fit(ground, k_step, metric, gen, subset_size=n_step)
+                scale = TermScale.fit(ground, k_step, metric, gen,
+                                      subset_size=None if n_step == n_pool else n_step)
             logits = initial_logits(ground.quality, cfg.init)
             first_step, elapsed, history = 0, 0.0, []
         else:

@@ -8,9 +8,10 @@ Knobs of the paper: G (n_rollout; paper: 32..512, divergence below 128), lamb (1
 --prune_ratio first; the paper reports selection time 18 h -> 10 h -> 7 h). Knobs it left open
 (issue #7): lr ('schedule:max_lr:min_lr', schedule linear | cosine | constant), steps (n_epochs),
 logprob (simple | exact), scale_on (step | input: the mask shape the terms' spreads are fitted
-at). Every run optimises the joint objective at its lamb, on the same synthetic rows; its curve and final selection are scored by `datamask.report.Report` on all N
-rows (on that scale a random selection scores ~0). The joint greedy on the same objective (each
-metric, each lamb) is run once beside them as the yardstick.
+at). Every run optimises the joint objective at its lamb, on the same synthetic rows; its curve
+and final selection are scored by `datamask.report.Report` on all N rows (on that scale a random
+selection scores ~0). The joint greedy on the same objective (each metric, each lamb) is run once
+beside them as the yardstick.
 
 `ablation-<knob>.json` schema:
 - machine, config (the flags), knob, paper (what the paper reports for this knob)
