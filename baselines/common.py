@@ -11,7 +11,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from datamask.data import Dataset, DataError
+from datamask.data import Dataset
+from datamask.errors import UserError
 from datamask.learner import resolve_device
 from datamask.objectives import GroundSet
 
@@ -21,9 +22,9 @@ def ground_set(data: Dataset, device: str) -> GroundSet:
 
 
 def check(ok: bool, message: str) -> None:
-    """Refuse a bad option with a DataError whose message names the flag."""
+    """Refuse a bad option with a UserError whose message names the flag."""
     if not ok:
-        raise DataError(message)
+        raise UserError(message)
 
 
 def picks_output(n: int, picks) -> tuple[np.ndarray, np.ndarray]:

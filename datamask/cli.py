@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from . import data as contract
-from .data import DataError, read_dataset
+from .data import read_dataset
+from .errors import UserError
 from .learner import LR_SCHEDULES, LearnerConfig
 
 DEFAULTS = LearnerConfig()
@@ -161,7 +162,7 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _learner_params(args: argparse.Namespace) -> dict:
     if args.min_lr is not None and args.lr_schedule == "constant":
-        raise DataError("--min_lr has no effect with --lr_schedule constant (the default): add "
+        raise UserError("--min_lr has no effect with --lr_schedule constant (the default): add "
                         "--lr_schedule linear for the original train_mask.py's decay, or drop it")
     names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "lr_schedule",
              "init", "device", "seed", "prune_ratio", "logprob", "readoff", "scale_on")
@@ -189,7 +190,7 @@ def _check_output(path: str) -> None:
     """Refuse before any work is done, not after hours of it."""
     parent = Path(path).resolve().parent
     if not parent.is_dir():
-        raise DataError(f"--output {path}: the folder {parent} does not exist")
+        raise UserError(f"--output {path}: the folder {parent} does not exist")
 
 
 def cmd_select(args: argparse.Namespace) -> None:
@@ -200,14 +201,14 @@ def cmd_select(args: argparse.Namespace) -> None:
     params = _learner_params(args)
     LearnerConfig(select_ratio=args.select_ratio, **params).validate()
     if args.checkpoint_every < 0:
-        raise DataError(f"--checkpoint_every must be 0 or more, got {args.checkpoint_every}")
+        raise UserError(f"--checkpoint_every must be 0 or more, got {args.checkpoint_every}")
     data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
     run = {"log_path": args.log_jsonl, "progress": not args.no_progress, "resume": args.resume,
            "checkpoint_path": args.checkpoint or f"{args.output}.ckpt",
            "checkpoint_every": args.checkpoint_every}
     if args.eval_every:
         if not args.log_jsonl:
-            raise DataError("--eval_every needs --log_jsonl (the values go to that log)")
+            raise UserError("--eval_every needs --log_jsonl (the values go to that log)")
         run.update(eval_every=args.eval_every,
                    evaluate=Report(data, args.select_ratio, args.lamb, seed=args.seed))
     summary = _run_and_write(make_selector("datamask", **params, **run), data, args)
@@ -229,7 +230,7 @@ def _options_for(name: str, args: argparse.Namespace) -> dict:
     given = {key: getattr(args, key) for key in BASELINE_FLAGS if getattr(args, key) is not None}
     unknown = sorted(set(given) - set(accepted))
     if unknown:
-        raise DataError(f"baseline {name} takes no {', '.join('--' + key for key in unknown)}")
+        raise UserError(f"baseline {name} takes no {', '.join('--' + key for key in unknown)}")
     given.update({key: getattr(args, key) for key in ("seed", "lamb") if key in accepted})
     if "eps" in given:
         given["eps"] = tuple(given["eps"])
@@ -245,9 +246,9 @@ def cmd_baseline(args: argparse.Namespace) -> None:
             print(f"{name:18s} {doc.strip().splitlines()[0] if doc.strip() else ''}")
         return
     if not args.name:
-        raise DataError("name a baseline (datamask baseline --list shows them)")
+        raise UserError("name a baseline (datamask baseline --list shows them)")
     if not args.input or not args.output:
-        raise DataError("datamask baseline needs --input and --output")
+        raise UserError("datamask baseline needs --input and --output")
     _check_output(args.output)
     selector = make_selector(args.name, **_options_for(args.name, args))
     data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
@@ -311,11 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
-    """Parse and run a subcommand; bad input (DataError) is one line on stderr and exit 2."""
+    """Parse and run a subcommand; bad input (UserError) is one line on stderr and exit 2."""
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except DataError as err:
+    except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -20,15 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .errors import UserError
+
 # The column names of the paper's original train_mask.py.
 ID_COLUMN = "chunk_id"
 QUALITY_COLUMN = "quality_score"
 FEATURE_COLUMN = "feature_arr"
 BATCH_ROWS = 65536  # rows decoded at a time while reading
-
-
-class DataError(ValueError):
-    """Input that breaks the data contract; the message names the file, column or row."""
 
 
 @dataclass
@@ -48,10 +46,10 @@ class Dataset:
 def budget(select_ratio: float, n_rows: int) -> int:
     """Rows to select: round half up of select_ratio * N, so 0.1 of 25 rows is 3 (not banker's 2)."""
     if not 0.0 < select_ratio < 1.0:
-        raise DataError(f"--select_ratio must lie strictly between 0 and 1, got {select_ratio}")
+        raise UserError(f"--select_ratio must lie strictly between 0 and 1, got {select_ratio}")
     k = int(np.floor(select_ratio * n_rows + 0.5))
     if k < 1:
-        raise DataError(
+        raise UserError(
             f"--select_ratio {select_ratio} of {n_rows} rows selects zero rows; raise the ratio"
         )
     return k
@@ -62,11 +60,11 @@ def _vectors(chunk: pa.Array, path: str, name: str, first_row: int) -> np.ndarra
     no nulls, one length, finite values. Row numbers in errors count from the file's first row."""
     if not (pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type)
             or pa.types.is_fixed_size_list(chunk.type)):
-        raise DataError(f"{path}: column '{name}' must be a list of floats, found {chunk.type}")
+        raise UserError(f"{path}: column '{name}' must be a list of floats, found {chunk.type}")
     n = len(chunk)
     if chunk.null_count:
         row = first_row + int(np.flatnonzero(chunk.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DataError(f"{path}: column '{name}' is null at row {row}")
+        raise UserError(f"{path}: column '{name}' is null at row {row}")
     if pa.types.is_fixed_size_list(chunk.type):
         dim, values = chunk.type.list_size, chunk.flatten()
     else:
@@ -74,20 +72,20 @@ def _vectors(chunk: pa.Array, path: str, name: str, first_row: int) -> np.ndarra
         dim = int(lengths[0])
         bad = np.flatnonzero(lengths != dim)
         if len(bad):
-            raise DataError(
+            raise UserError(
                 f"{path}: column '{name}' has vectors of inconsistent length: row {first_row} has "
                 f"{dim}, row {first_row + int(bad[0])} has {int(lengths[bad[0]])}"
             )
         values = pc.list_flatten(chunk)
     if dim == 0:
-        raise DataError(f"{path}: column '{name}' holds empty vectors")
+        raise UserError(f"{path}: column '{name}' holds empty vectors")
     if values.null_count:
-        raise DataError(f"{path}: column '{name}' contains null values inside a vector")
+        raise UserError(f"{path}: column '{name}' contains null values inside a vector")
     matrix = values.to_numpy(zero_copy_only=False).reshape(n, dim)
     finite = np.isfinite(matrix).all(axis=1)
     if not finite.all():
         row = first_row + int(np.flatnonzero(~finite)[0])
-        raise DataError(f"{path}: column '{name}' has NaN or inf at row {row}")
+        raise UserError(f"{path}: column '{name}' has NaN or inf at row {row}")
     return matrix
 
 
@@ -95,17 +93,17 @@ def _check_file(path: str, columns: dict[str, str]) -> int:
     """Fail early, before any large read, on a missing, unreadable or empty file or a missing
     column; return the file's row count."""
     if not os.path.exists(path):
-        raise DataError(f"{path}: no such file")
+        raise UserError(f"{path}: no such file")
     try:
         metadata = pq.read_metadata(path)
     except (pa.ArrowInvalid, OSError) as err:
-        raise DataError(f"{path}: not a readable Parquet file ({err})") from None
+        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
     names = metadata.schema.to_arrow_schema().names
     for flag, name in columns.items():
         if name not in names:
-            raise DataError(f"{path}: missing column '{name}' (set {flag}); the file has {names}")
+            raise UserError(f"{path}: missing column '{name}' (set {flag}); the file has {names}")
     if metadata.num_rows == 0:
-        raise DataError(f"{path}: the file has no rows")
+        raise UserError(f"{path}: the file has no rows")
     return metadata.num_rows
 
 
@@ -117,7 +115,7 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
     The arrays are allocated once and filled batch by batch, so reading peaks at the feature
     matrix plus one record batch, not at several copies of the whole input."""
     if not paths:
-        raise DataError("no input file given (--input)")
+        raise UserError("no input file given (--input)")
     paths = [str(p) for p in paths]
     columns = {"--id_column": id_column, "--quality_column": quality_column,
                "--feature_column": feature_column}
@@ -137,20 +135,20 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
             n = batch.num_rows
             ids_col = batch.column(id_column)
             if not pa.types.is_integer(ids_col.type):
-                raise DataError(
+                raise UserError(
                     f"{path}: id column '{id_column}' must be integer, found {ids_col.type}")
             if ids_col.null_count:
-                raise DataError(f"{path}: id column '{id_column}' has null ids")
+                raise UserError(f"{path}: id column '{id_column}' has null ids")
             qual = batch.column(quality_column).to_numpy(zero_copy_only=False)
             bad = np.flatnonzero(~np.isfinite(qual.astype(np.float64)))
             if len(bad):
-                raise DataError(f"{path}: quality column '{quality_column}' is NaN, inf or null "
+                raise UserError(f"{path}: quality column '{quality_column}' is NaN, inf or null "
                                 f"at row {row + int(bad[0])}")
             vectors = _vectors(batch.column(feature_column), path, feature_column, row)
             if features is None:
                 features = np.empty((total, vectors.shape[1]), dtype=np.float32)
             if vectors.shape[1] != features.shape[1]:
-                raise DataError(
+                raise UserError(
                     f"{path}: column '{feature_column}' has {vectors.shape[1]}-d vectors at row "
                     f"{row}, but {paths[0]} starts with {features.shape[1]}-d ones"
                 )
@@ -173,7 +171,7 @@ def check_unique_ids(ids: np.ndarray, sizes: Sequence[int], paths: Sequence[str]
         ends = np.cumsum(sizes)
         where = [str(paths[int(np.searchsorted(ends, r, side="right"))])
                  for r in np.flatnonzero(ids == dup)[:2]]
-        raise DataError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
+        raise UserError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
 
 
 @contextmanager
@@ -182,7 +180,7 @@ def atomic_output(path: str | os.PathLike):
     so a crash never leaves a half-written output under the real name."""
     path = Path(path)
     if not path.parent.is_dir():
-        raise DataError(f"{path}: the output folder {path.parent} does not exist")
+        raise UserError(f"{path}: the output folder {path.parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:

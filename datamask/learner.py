@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .data import Dataset, DataError, atomic_output, budget
+from .data import Dataset, atomic_output, budget
+from .errors import UserError
 from .objectives import GroundSet, Joint, TermScale, diversity
 from .sampling import gumbel_topk, plackett_luce_log_prob
 
@@ -31,7 +32,7 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DataError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
+        raise UserError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
     return torch.device(device)
 
 
@@ -89,7 +90,7 @@ class LearnerConfig:
         ]
         for ok, message in checks:
             if not ok:
-                raise DataError(message)
+                raise UserError(message)
 
 
 @dataclass
@@ -119,7 +120,7 @@ def candidate_rows(quality: np.ndarray, prune_ratio: float, k: int) -> np.ndarra
     n = len(quality)
     keep = math.ceil((1.0 - prune_ratio) * n - 1e-9)
     if keep < k:
-        raise DataError(
+        raise UserError(
             f"--prune_ratio {prune_ratio} keeps {keep} rows, fewer than the {k} to select"
         )
     order = np.lexsort((np.arange(n), -quality.astype(np.float64)))
@@ -163,23 +164,23 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
     """The saved state, or None (with a note) when there is none yet; a checkpoint of another
     configuration or other data is refused rather than silently continued."""
     if not path:
-        raise DataError("--resume needs a checkpoint path (--checkpoint)")
+        raise UserError("--resume needs a checkpoint path (--checkpoint)")
     if not os.path.exists(path):
         print(f"datamask: no checkpoint at {path} yet; starting from step 0", file=sys.stderr)
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # a truncated or foreign file: say which, do not guess
-        raise DataError(f"{path}: not a datamask checkpoint ({err})") from None
+        raise UserError(f"{path}: not a datamask checkpoint ({err})") from None
     saved, now = state.get("config", {}), asdict(config)
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
-        raise DataError(f"{path}: checkpoint was made with other settings ({detail})")
+        raise UserError(f"{path}: checkpoint was made with other settings ({detail})")
     if state["fingerprint"] != fingerprint(data):
-        raise DataError(f"{path}: checkpoint was made on other input data (ids or quality differ)")
+        raise UserError(f"{path}: checkpoint was made on other input data (ids or quality differ)")
     if state["generator"].numel() != torch.Generator(device=device).get_state().numel():
-        raise DataError(f"{path}: checkpoint was made on another device type than {device}")
+        raise UserError(f"{path}: checkpoint was made on another device type than {device}")
     return state
 
 
@@ -209,7 +210,7 @@ class MaskLearner:
         n_total = len(data)
         k_total = budget(cfg.select_ratio, n_total)
         if cfg.algorithm == "DiSF" and k_total < 2:
-            raise DataError("--algorithm DiSF needs at least 2 selected rows")
+            raise UserError("--algorithm DiSF needs at least 2 selected rows")
 
         pool = candidate_rows(data.quality, cfg.prune_ratio, k_total)
         if len(pool) == n_total:  # no pruning: share the input's memory instead of copying it
@@ -222,7 +223,7 @@ class MaskLearner:
         n_step = n_pool if cfg.partial >= 1.0 else max(2, round(cfg.partial * n_pool))
         k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
         if cfg.algorithm == "DiSF" and k_step < 2:
-            raise DataError(f"--partial {cfg.partial} leaves {k_step} row per DiSF mask; raise it")
+            raise UserError(f"--partial {cfg.partial} leaves {k_step} row per DiSF mask; raise it")
         metric = diversity(cfg.algorithm)
 
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None

@@ -13,7 +13,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .data import Dataset, DataError, budget, selection_table, write_table_atomic
+from .data import Dataset, budget, selection_table, write_table_atomic
+from .errors import UserError
 from .learner import LearnerConfig, MaskLearner
 
 
@@ -76,7 +77,7 @@ def selector_names() -> list[str]:
 def selector_class(name: str) -> type[Selector]:
     _load_baselines()
     if name not in SELECTORS:
-        raise DataError(f"unknown selector '{name}'; known: {', '.join(sorted(SELECTORS))}")
+        raise UserError(f"unknown selector '{name}'; known: {', '.join(sorted(SELECTORS))}")
     return SELECTORS[name]
 
 
@@ -97,7 +98,7 @@ class DataMask(Selector):
         run = {key: params.pop(key) for key in self.RUN_OPTIONS if key in params}
         unknown = set(params) - {f.name for f in dataclasses.fields(LearnerConfig)}
         if unknown:
-            raise DataError(f"datamask has no option {', '.join(sorted(unknown))}")
+            raise UserError(f"datamask has no option {', '.join(sorted(unknown))}")
         super().__init__(**params)
         self.run_options = run
 

@@ -11,7 +11,8 @@ import json
 import time
 from pathlib import Path
 
-from datamask.data import DataError, write_json_atomic
+from datamask.data import write_json_atomic
+from datamask.errors import UserError
 from reproduce.common import require
 
 TASKS_DIR = Path(__file__).parent / "tasks"
@@ -32,13 +33,13 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
     lm_eval = require("lm_eval", "evaluate")
     for ckpt in checkpoints:
         if not (ckpt / "config.json").is_file():
-            raise DataError(f"--checkpoints {ckpt}: not a save_pretrained folder (no config.json)")
+            raise UserError(f"--checkpoints {ckpt}: not a save_pretrained folder (no config.json)")
     if data_dir and not Path(data_dir).is_dir():
-        raise DataError(f"--data_dir {data_dir}: no such folder")
+        raise UserError(f"--data_dir {data_dir}: no such folder")
     manager = task_manager(data_dir)
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
-        raise DataError(f"--tasks: lm-eval knows no task {', '.join(unknown)} (local ones: "
+        raise UserError(f"--tasks: lm-eval knows no task {', '.join(unknown)} (local ones: "
                         f"{', '.join(sorted(p.stem for p in TASKS_DIR.rglob('*.yaml')))})")
     output.mkdir(parents=True, exist_ok=True)
     written = []

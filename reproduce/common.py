@@ -11,7 +11,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from datamask.data import DataError
+from datamask.errors import UserError
 
 # Optional dependencies of the pipeline, with the requirement line that installs each.
 PIP_HINTS = {
@@ -35,7 +35,7 @@ def require(module: str, stage: str):
         return importlib.import_module(module)
     except ImportError:
         hint = PIP_HINTS.get(module.split(".")[0], module)
-        raise DataError(f"{stage} needs the package '{module}': pip install \"{hint}\" "
+        raise UserError(f"{stage} needs the package '{module}': pip install \"{hint}\" "
                         f"(or pip install -r requirements.txt)") from None
 
 
@@ -47,14 +47,14 @@ def parquet_files(inputs: list[str], flag: str = "--input") -> list[Path]:
         if path.is_dir():
             found = sorted(path.glob("*.parquet"))
             if not found:
-                raise DataError(f"{flag} {path}: the folder holds no *.parquet file")
+                raise UserError(f"{flag} {path}: the folder holds no *.parquet file")
             files += found
         elif path.is_file():
             files.append(path)
         else:
-            raise DataError(f"{flag} {path}: no such file or folder")
+            raise UserError(f"{flag} {path}: no such file or folder")
     if not files:
-        raise DataError(f"{flag}: no input given")
+        raise UserError(f"{flag}: no input given")
     return files
 
 
@@ -73,10 +73,10 @@ def parse_method(spec: str) -> tuple[str, dict]:
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise DataError(f"--method {spec}: expected NAME:key=value,key=value, got '{item}'")
+            raise UserError(f"--method {spec}: expected NAME:key=value,key=value, got '{item}'")
         params[key.strip()] = parse_value(value.strip())
     if not name:
-        raise DataError(f"--method {spec!r}: no selector name")
+        raise UserError(f"--method {spec!r}: no selector name")
     return name, params
 
 

@@ -20,8 +20,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from datamask.data import (DataError, FEATURE_COLUMN, ID_COLUMN, QUALITY_COLUMN, write_dataset,
-                           write_json_atomic)
+from datamask.data import (
+    FEATURE_COLUMN,
+    ID_COLUMN,
+    QUALITY_COLUMN,
+    write_dataset,
+    write_json_atomic,
+)
+from datamask.errors import UserError
 
 from .common import parquet_files, require
 
@@ -52,7 +58,7 @@ class Embedder:
         try:
             self.model = st.SentenceTransformer(self.model_name, device=device)
         except OSError as err:
-            raise DataError(f"--embedding_model {self.model_name}: cannot load it offline "
+            raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
                             f"({err}); give a local folder") from None
         if max_seq_length:
             self.model.max_seq_length = max_seq_length
@@ -77,11 +83,11 @@ class EduScore:
 
     def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
         if EDU_SCORE_COLUMN not in table.column_names:
-            raise DataError(f"{path}: --quality score needs the FineWeb-Edu column "
+            raise UserError(f"{path}: --quality score needs the FineWeb-Edu column "
                             f"'{EDU_SCORE_COLUMN}', which this shard lacks")
         column = table.column(EDU_SCORE_COLUMN)
         if column.null_count:
-            raise DataError(f"{path}: column '{EDU_SCORE_COLUMN}' has null values")
+            raise UserError(f"{path}: column '{EDU_SCORE_COLUMN}' has null values")
         return column.to_numpy().astype(np.float32)
 
 
@@ -123,10 +129,10 @@ class FastTextQuality:
     def __init__(self, model_path: str, label: str = "__label__hq"):
         fasttext = require("fasttext", "the fasttext quality scorer")
         if not Path(model_path).is_file():
-            raise DataError(f"--quality_model {model_path}: no such file")
+            raise UserError(f"--quality_model {model_path}: no such file")
         self.model, self.label = fasttext.load_model(model_path), label
         if label not in self.model.labels:
-            raise DataError(f"--quality_label {label}: the classifier's labels are "
+            raise UserError(f"--quality_label {label}: the classifier's labels are "
                             f"{self.model.labels}")
         self.name = f"fasttext:{Path(model_path).name}:{label}"
 
@@ -144,7 +150,7 @@ def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
         has_score = [EDU_SCORE_COLUMN in pq.read_schema(f).names for f in files]
         if any(has_score) and not all(has_score):
             missing = files[has_score.index(False)]
-            raise DataError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
+            raise UserError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
                             f"have; pick --quality heuristic or --quality score explicitly")
         quality = "score" if all(has_score) else "heuristic"
     if quality == "score":
@@ -153,9 +159,9 @@ def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
         return HeuristicQuality()
     if quality == "fasttext":
         if not model_path:
-            raise DataError("--quality fasttext needs --quality_model PATH")
+            raise UserError("--quality fasttext needs --quality_model PATH")
         return FastTextQuality(model_path, label)
-    raise DataError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
+    raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
 
 
 @dataclass
@@ -170,19 +176,19 @@ def _read_shard(path: Path) -> Shard:
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as err:
-        raise DataError(f"{path}: not a readable Parquet file ({err})") from None
+        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
     for column in ("text", "id"):
         if column not in schema.names:
-            raise DataError(f"{path}: missing FineWeb column '{column}'; the file has "
+            raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
                             f"{schema.names}")
     columns = ["text", "id"] + ([EDU_SCORE_COLUMN] if EDU_SCORE_COLUMN in schema.names else [])
     table = pq.read_table(path, columns=columns)
     if table.num_rows == 0:
-        raise DataError(f"{path}: the file has no rows")
+        raise UserError(f"{path}: the file has no rows")
     for column in ("text", "id"):
         if table.column(column).null_count:
             row = table.column(column).to_pylist().index(None)
-            raise DataError(f"{path}: column '{column}' is null at row {row}")
+            raise UserError(f"{path}: column '{column}' is null at row {row}")
     ids = [str(i) for i in table.column("id").to_pylist()]
     return Shard(path, table, ids, np.array([chunk_id(i) for i in ids], dtype=np.int64))
 
@@ -195,7 +201,7 @@ def _check_unique(shards: list[Shard]) -> None:
                 other_id, other = seen[cid]
                 what = (f"duplicate id {doc_id!r}" if other_id == doc_id else
                         f"id hash collision between {doc_id!r} and {other_id!r}")
-                raise DataError(f"{what} in column 'id' (in {other} and {shard.path})")
+                raise UserError(f"{what} in column 'id' (in {other} and {shard.path})")
             seen[cid] = (doc_id, shard.path)
 
 
@@ -216,7 +222,7 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer, chunk: 
     names = [f.name for f in files]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise DataError(f"--input: two shards are named {dup}; outputs are named after inputs")
+        raise UserError(f"--input: two shards are named {dup}; outputs are named after inputs")
     shards = [_read_shard(f) for f in files]
     _check_unique(shards)
     output.mkdir(parents=True, exist_ok=True)

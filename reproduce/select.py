@@ -23,8 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamask.data import (DataError, ID_COLUMN, budget, check_unique_ids, read_dataset,
-                           write_json_atomic, write_table_atomic)
+from datamask.data import (
+    ID_COLUMN,
+    budget,
+    check_unique_ids,
+    read_dataset,
+    write_json_atomic,
+    write_table_atomic,
+)
+from datamask.errors import UserError
 
 from .common import parquet_files, parse_method, require
 
@@ -106,7 +113,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
         for block in range(n_blocks):
             path = out / "blocks" / f"{block:05d}.parquet"
             if not path.exists():
-                raise DataError(f"{path}: block {block} has no selection; its task did not finish")
+                raise UserError(f"{path}: block {block} has no selection; its task did not finish")
             tables.append(pq.read_table(path).append_column(
                 "block", pa.array(np.full(pq.read_metadata(path).num_rows, block, np.int32))))
             timings.append(json.loads(path.with_suffix(".json").read_text()))
@@ -115,7 +122,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
         got = merged.column(ID_COLUMN).to_numpy()
         if len(got) != len(planned) or not np.array_equal(np.sort(got), np.sort(planned)):
             missing = np.setdiff1d(planned, got)
-            raise DataError(f"{out}: the blocks hold {len(got)} rows for {len(planned)} planned "
+            raise UserError(f"{out}: the blocks hold {len(got)} rows for {len(planned)} planned "
                             f"(missing ids: {missing[:5].tolist()}); rerun the select stage")
         # back to prepared order, with FineWeb's string id beside the int64 one
         prepared = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"])
@@ -165,7 +172,7 @@ def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, work
         from datatrove.executor import SlurmPipelineExecutor
 
         if not cluster.get("partition"):
-            raise DataError("--executor slurm needs --slurm_partition")
+            raise UserError("--executor slurm needs --slurm_partition")
         return SlurmPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
                                      logging_dir=str(logging_dir), depends=depends,
                                      skip_completed=skip_completed,
@@ -185,7 +192,7 @@ def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, work
                                    cpus_per_task=cluster.get("cpus_per_task", 1),
                                    mem_per_cpu_gb=cluster.get("mem_per_cpu_gb", 2),
                                    gpus_per_task=cluster.get("gpus_per_task", 0))
-    raise DataError(f"--executor must be local, slurm or ray, got {kind!r}")
+    raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
 
 
 def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: float,

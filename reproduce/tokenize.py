@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from datamask.data import DataError, atomic_output, write_json_atomic
+from datamask.data import atomic_output, write_json_atomic
+from datamask.errors import UserError
 
 from .common import atomic_folder, parquet_files, require
 
@@ -30,7 +31,7 @@ def train_tokenizer(inputs: list[str], output: Path, vocab_size: int = 8192,
     <|endoftext|> as its only special token; written atomically as one tokenizer.json."""
     tk = require("tokenizers", "tokenizer training")
     if vocab_size < 300:
-        raise DataError(f"--vocab_size must be at least 300 (256 bytes + merges), got {vocab_size}")
+        raise UserError(f"--vocab_size must be at least 300 (256 bytes + merges), got {vocab_size}")
     files = parquet_files(inputs)
 
     def texts():
@@ -72,11 +73,11 @@ class KeepSelected(filters.BaseFilter):
 
 def _selected_count(selection: Path) -> int:
     if not selection.exists():
-        raise DataError(f"--selection {selection}: no such file (run the select stage first)")
+        raise UserError(f"--selection {selection}: no such file (run the select stage first)")
     names = pq.read_schema(selection).names
     for column in ("id", "selected"):
         if column not in names:
-            raise DataError(f"--selection {selection}: missing column '{column}' (a selection "
+            raise UserError(f"--selection {selection}: missing column '{column}' (a selection "
                             f"written by `python -m reproduce select` has it)")
     return int(pq.read_table(selection, columns=["selected"]).column(0).to_numpy().sum())
 
@@ -92,7 +93,7 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
     files = parquet_files([str(input_folder)])
     n_selected = _selected_count(selection)
     if not tokenizer.is_file():
-        raise DataError(f"--tokenizer {tokenizer}: no such file (train one with "
+        raise UserError(f"--tokenizer {tokenizer}: no such file (train one with "
                         f"`python -m reproduce tokenizer`)")
     tasks = max(1, min(tasks, len(files)))
     with atomic_folder(output) as tmp:
@@ -111,7 +112,7 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
         token_size = 4 if vocab > np.iinfo(np.uint16).max + 1 else 2  # datatrove's own rule
         tokens = sum(p.stat().st_size // token_size for p in tmp.glob("*.ds"))
         if docs != n_selected:
-            raise DataError(f"{input_folder}: tokenized {docs} documents but {selection} selects "
+            raise UserError(f"{input_folder}: tokenized {docs} documents but {selection} selects "
                             f"{n_selected}; the shards and the selection disagree on ids")
         summary = {"documents": docs, "tokens": tokens, "token_size": token_size,
                    "selection": str(selection), "tokenizer": str(tokenizer),

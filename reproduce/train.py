@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamask.data import DataError, write_json_atomic
+from datamask.data import write_json_atomic
+from datamask.errors import UserError
 from datamask.learner import resolve_device
 
 from .common import atomic_folder, require
@@ -67,7 +68,7 @@ def load_config(name_or_path: str,
         path = CONFIGS / f"{name_or_path}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
-        raise DataError(f"--config {name_or_path}: no such file or named config ({known})")
+        raise UserError(f"--config {name_or_path}: no such file or named config ({known})")
     raw = yaml.safe_load(path.read_text()) or {}
     sections = {"model": ModelConfig, "train": TrainConfig}
     values = {name: dict(raw.get(name) or {}) for name in sections}
@@ -75,13 +76,13 @@ def load_config(name_or_path: str,
         owner = next((s for s, cls in sections.items()
                       if key in {f.name for f in fields(cls)}), None)
         if owner is None:
-            raise DataError(f"--set {key}: not a model or train setting")
+            raise UserError(f"--set {key}: not a model or train setting")
         values[owner][key] = value
     built = []
     for name, cls in sections.items():
         unknown = set(values[name]) - {f.name for f in fields(cls)}
         if unknown:
-            raise DataError(f"{path}: unknown {name} setting(s) {', '.join(sorted(unknown))}")
+            raise UserError(f"{path}: unknown {name} setting(s) {', '.join(sorted(unknown))}")
         built.append(cls(**values[name]))
     return built[0], built[1]
 
@@ -103,15 +104,15 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
     from tqdm.auto import tqdm
 
     if not tokenizer.is_file():
-        raise DataError(f"--tokenizer {tokenizer}: no such file")
+        raise UserError(f"--tokenizer {tokenizer}: no such file")
     if not any(tokens.rglob("*.ds")):
-        raise DataError(f"--tokens {tokens}: no .ds token files (run the tokenize stage first)")
+        raise UserError(f"--tokens {tokens}: no .ds token files (run the tokenize stage first)")
     vocab = tk.Tokenizer.from_file(str(tokenizer)).get_vocab_size()
     token_size = 4 if vocab > np.iinfo(np.uint16).max + 1 else 2
     data = dataset_mod.DatatroveFolderDataset(str(tokens), seq_len=model_cfg.seq_len,
                                               token_size=token_size)
     if len(data) == 0:
-        raise DataError(f"--tokens {tokens}: fewer than seq_len + 1 = {model_cfg.seq_len + 1} "
+        raise UserError(f"--tokens {tokens}: fewer than seq_len + 1 = {model_cfg.seq_len + 1} "
                         f"tokens; lower seq_len or select more data")
 
     torch.manual_seed(cfg.seed)

@@ -11,7 +11,8 @@ import torch
 from baselines import semdedup
 from baselines.quality_threshold import fineweb_int_score
 from datamask.cli import main
-from datamask.data import Dataset, DataError, write_dataset
+from datamask.data import Dataset, write_dataset
+from datamask.errors import UserError
 from datamask.objectives import DIVERSITY, FacilityLocation, GroundSet, clipped_cosine
 from datamask.report import Report
 from datamask.selectors import make_selector, selector_names
@@ -131,7 +132,7 @@ def test_disf_budget_spreads_over_batches_exactly():
     fixed = make_selector("disf-greedy-fast", batch_size=128, picks_per_batch=7, device="cpu")
     per_batch = np.bincount(np.flatnonzero(fixed.select(data, 0.0625).selected) // 128)
     assert per_batch.tolist() == [7] * 7 + [63 - 49]
-    with pytest.raises(DataError, match="--picks_per_batch"):  # 7 x 10 > 63
+    with pytest.raises(UserError, match="--picks_per_batch"):  # 7 x 10 > 63
         make_selector("disf-greedy", batch_size=128, picks_per_batch=10).select(data, 0.0625)
 
 
@@ -260,7 +261,7 @@ def test_joint_greedy_facility_without_kernel_matches_with_kernel(clustered):
     ("disf-greedy", {"batch_size": 1}, "--batch_size"),
 ])
 def test_bad_options_name_the_flag(name, options, flag):
-    with pytest.raises(DataError, match=flag):
+    with pytest.raises(UserError, match=flag):
         make_selector(name, **options).select(gaussian_data(50, 4, 0), 0.1)
 
 

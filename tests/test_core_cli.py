@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask.cli import main
-from datamask.data import DataError, read_dataset, write_dataset
+from datamask.data import read_dataset, write_dataset
+from datamask.errors import UserError
 from datamask.synthetic import synthetic_dataset
 
 
@@ -116,7 +117,7 @@ def test_bad_input_is_named_and_writes_nothing(tmp_path, capsys, make_input, mes
 
 def test_duplicate_ids_across_files_are_refused(tmp_path, shard):
     path, _ = shard
-    with pytest.raises(DataError, match="duplicate id .* and "):
+    with pytest.raises(UserError, match="duplicate id .* and "):
         read_dataset([path, path])
 
 
@@ -167,5 +168,5 @@ def test_empty_file_and_unknown_baseline(tmp_path, shard, capsys):
 def test_feature_length_must_agree_across_files(tmp_path):
     a = _write(tmp_path, "a.parquet", chunk_id=[1], quality_score=[0.1], feature_arr=[[0.0, 1.0]])
     b = _write(tmp_path, "b.parquet", chunk_id=[2], quality_score=[0.1], feature_arr=[[0.0]])
-    with pytest.raises(DataError, match=f"{b}: column 'feature_arr' has 1-d vectors at row 0"):
+    with pytest.raises(UserError, match=f"{b}: column 'feature_arr' has 1-d vectors at row 0"):
         read_dataset([a, b])

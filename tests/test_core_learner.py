@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from datamask.data import DataError, budget
+from datamask.data import budget
+from datamask.errors import UserError
 from datamask.learner import LearnerConfig, MaskLearner, candidate_rows, learning_rate
 from datamask.objectives import GroundSet, TermScale, diversity
 from datamask.report import Report
@@ -29,9 +30,9 @@ def gapped_quality_data(seed):
 def test_budget_rounds_half_up():
     assert budget(0.1, 25) == 3  # 2.5 -> 3, not Python's banker's 2
     assert budget(0.1, 3000) == 300
-    with pytest.raises(DataError, match="zero rows"):
+    with pytest.raises(UserError, match="zero rows"):
         budget(0.01, 20)
-    with pytest.raises(DataError, match="--select_ratio"):
+    with pytest.raises(UserError, match="--select_ratio"):
         budget(1.0, 20)
 
 
@@ -138,7 +139,7 @@ def test_evaluate_callback_and_log(tmp_path):
     ("lamb", 1.5, "--lamb"), ("init", "x", "--init"),
 ])
 def test_bad_config_names_the_flag(field, value, flag):
-    with pytest.raises(DataError, match=flag):
+    with pytest.raises(UserError, match=flag):
         MaskLearner(LearnerConfig(**{field: value}))
 
 

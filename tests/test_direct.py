@@ -11,7 +11,8 @@ import torch
 
 from baselines import cluster_quota, knn_density
 from baselines.cluster_quota import quotas
-from datamask.data import Dataset, DataError
+from datamask.data import Dataset
+from datamask.errors import UserError
 from datamask.learner import LearnerConfig
 from datamask.selectors import make_selector
 from datamask.synthetic import synthetic_dataset
@@ -75,7 +76,7 @@ def test_exact_budget_unique_rows_and_deterministic(data, name, options):
     ("mmr", {"trade_off": -0.1}, "--trade_off"),
 ])
 def test_bad_options_name_the_flag(name, options, flag):
-    with pytest.raises(DataError, match=flag):
+    with pytest.raises(UserError, match=flag):
         make_selector(name, **options).select(gaussian_data(50, 4, 0), 0.1)
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from datamask.data import DataError, ID_COLUMN, budget, read_dataset
+from datamask.data import ID_COLUMN, budget, read_dataset
+from datamask.errors import UserError
 from reproduce.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
 from reproduce.cli import main
 from reproduce.prepare import Embedder, HeuristicQuality, chunk_id, prepare
@@ -130,7 +131,7 @@ def test_prepare_names_the_file_and_column_of_bad_input(tmp_path, work, embedder
     table = pq.read_table(sorted((work[0] / "fineweb").glob("*.parquet"))[0])
     bad = tmp_path / "bad.parquet"
     pq.write_table(table.drop_columns(["text"]), bad)
-    with pytest.raises(DataError, match=r"bad\.parquet.*'text'"):
+    with pytest.raises(UserError, match=r"bad\.parquet.*'text'"):
         prepare([str(bad)], tmp_path / "out", embedder, HeuristicQuality(), progress=False)
 
 
@@ -248,7 +249,7 @@ def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
                     tmp_path)
     assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
     assert scores[0] > 0.5 > scores[1]
-    with pytest.raises(DataError, match="__label__nope"):
+    with pytest.raises(UserError, match="__label__nope"):
         make_scorer("fasttext", [], str(model), "__label__nope")
 
 
