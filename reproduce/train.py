@@ -1,10 +1,17 @@
 """Stage 4, train: a Llama-style causal LM (transformers) on a tokenized selection.
 
-The whole loop is `train` below, nanoGPT style: random windows of seq_len + 1 tokens from
-datatrove's DatatroveFolderDataset, AdamW, linear warm-up then cosine decay, gradient clipping.
-Every method trains for the same number of steps (the same token budget, as in the paper), so the
-models differ only in the data. The checkpoint is a save_pretrained folder (model + tokenizer)
-that lm-eval's `hf` model loads as `pretrained=<folder>`.
+The whole loop is `train` below, nanoGPT style: windows of seq_len + 1 tokens from datatrove's
+DatatroveFolderDataset, AdamW, linear warm-up then cosine decay, gradient clipping.
+
+The token budget is the same for every method: max_steps x grad_accum x batch_size windows of
+seq_len + 1 tokens. The windows are read epoch by epoch, each epoch a fresh seeded permutation of
+all of them, so a selection with fewer tokens than the budget is repeated whole (never sampled
+unevenly) and one with more is cut; summary.json records the epochs, the tokens seen and the
+unique tokens seen. The seed sets the model's initialisation and the window order (not the
+selection). Same seed, data and thread count give bitwise the same checkpoint on a CPU; the
+thread count (`threads`) changes the floating-point sums, hence the weights, so it is recorded.
+The checkpoint is a save_pretrained folder (model + tokenizer) that lm-eval's `hf` model loads as
+`pretrained=<folder>`.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"
+    threads: int = 0  # torch CPU threads; 0 leaves torch's default (one per core)
     log_every: int = 10
 
 
@@ -95,6 +103,19 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def token_budget(model_cfg: ModelConfig, cfg: TrainConfig) -> int:
+    """Tokens every run reads, whatever its selection holds."""
+    return cfg.max_steps * cfg.grad_accum * cfg.batch_size * (model_cfg.seq_len + 1)
+
+
+def window_order(n_windows: int, n_reads: int, seed: int) -> np.ndarray:
+    """The window each of `n_reads` training sequences reads: whole epochs, each a seeded
+    permutation of every window, cut at `n_reads`."""
+    rng = np.random.default_rng(seed)
+    epochs = -(-n_reads // n_windows)
+    return np.concatenate([rng.permutation(n_windows) for _ in range(epochs)])[:n_reads]
+
+
 def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
           cfg: TrainConfig, progress: bool = True) -> dict:
     """Train from scratch on the .ds files under `tokens`; save to `output` atomically."""
@@ -115,6 +136,8 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
         raise UserError(f"--tokens {tokens}: fewer than seq_len + 1 = {model_cfg.seq_len + 1} "
                         f"tokens; lower seq_len or select more data")
 
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
@@ -130,7 +153,8 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
     model = transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                                   weight_decay=cfg.weight_decay)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    reads_per_step = cfg.grad_accum * cfg.batch_size
+    order = window_order(len(data), cfg.max_steps * reads_per_step, cfg.seed)
 
     log, started = [], time.time()
     model.train()
@@ -141,8 +165,9 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
         for group in optimizer.param_groups:
             group["lr"] = lr
         total = 0.0
-        for _ in range(cfg.grad_accum):
-            rows = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+        for micro in range(cfg.grad_accum):
+            first = step * reads_per_step + micro * cfg.batch_size
+            rows = order[first:first + cfg.batch_size].tolist()
             batch = torch.stack([data[i]["input_ids"] for i in rows]).to(device)
             loss = model(input_ids=batch, labels=batch).loss / cfg.grad_accum  # shifts inside
             loss.backward()
@@ -155,12 +180,18 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
             bar.set_postfix(loss=f"{total:.3f}", refresh=False)
     bar.close()
 
-    tokens_seen = cfg.max_steps * cfg.grad_accum * cfg.batch_size * (model_cfg.seq_len + 1)
+    wall = time.time() - started
+    window = model_cfg.seq_len + 1
     summary = {"parameters": sum(p.numel() for p in model.parameters()), "vocab_size": vocab,
-               "windows": len(data), "tokens_in_data": len(data) * (model_cfg.seq_len + 1),
-               "tokens_seen": tokens_seen, "final_loss": log[-1]["loss"],
-               "train_wall_s": round(time.time() - started, 3), "tokens": str(tokens),
-               "model": asdict(model_cfg), "train": asdict(cfg), "output": str(output)}
+               "seed": cfg.seed, "windows": len(data), "tokens_in_data": len(data) * window,
+               "tokens_seen": token_budget(model_cfg, cfg),
+               "unique_tokens_seen": len(np.unique(order)) * window,
+               "epochs": round(len(order) / len(data), 4), "final_loss": log[-1]["loss"],
+               "train_wall_s": round(wall, 3),
+               "tokens_per_s": round(token_budget(model_cfg, cfg) / wall, 1),
+               "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+               "device": str(device), "tokens": str(tokens), "model": asdict(model_cfg),
+               "train": asdict(cfg), "output": str(output)}
     with atomic_folder(output) as tmp:
         model.save_pretrained(tmp)
         transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token=EOS,
