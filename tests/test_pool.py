@@ -7,12 +7,11 @@ import json
 import struct
 import textwrap
 import zlib
+from pydoc_data.topics import topics
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pydoc_data.topics import topics
 
 from datamask.data import budget
 from reproduce.bbc import bbc_articles
@@ -24,7 +23,7 @@ from reproduce.pool.control import control_selection, kept_fractions
 SEED = 3
 HELDOUT = 4_000
 TASKS = 10
-TOPICS = sorted(topics)[:60]
+TOPICS = sorted(topics)[:45]
 
 
 # ---------------------------------------------------------------- fixtures in the real formats
@@ -87,14 +86,14 @@ def units(tmp_path_factory):
     """Small real-text units of the four domains, read by the real readers from files in their
     packages' formats (Python's pydoc topics as reST and dictionary entries, BBC text as a novel)."""
     root = tmp_path_factory.mktemp("sources")
-    write_rst(root / "docs", {name: topics[name] for name in TOPICS[:30]})
+    write_rst(root / "docs", {name: topics[name] for name in TOPICS[:20]})
     write_foldoc(root / "reference", {name: "<python> " + topics[name][:1500] + " See {glossary}."
-                                      for name in TOPICS[30:]})
-    articles = bbc_articles()[1000:1100]
+                                      for name in TOPICS[20:]})
+    articles = bbc_articles()[1000:1050]
     lines = [line for a in articles for p in a["paragraphs"] for line in textwrap.wrap(p, 70) + [""]]
     write_janeaustenr(root / "books", {"novelone": lines[:len(lines) // 2],
                                        "noveltwo": lines[len(lines) // 2:]})
-    return {"news": sources.news_units()[:140],
+    return {"news": sources.news_units(90),
             "docs": sources.docs_units(root / "docs"),
             "reference": sources.reference_units(root / "reference"),
             "books": sources.books_units(root / "books")}
@@ -118,10 +117,10 @@ def test_readers_parse_the_package_formats(units):
     first = units["books"][0].paragraphs[0]
     assert "\n" not in first and first == " ".join(bbc_articles()[1000]["paragraphs"][0].split())
     heads = [p.split("\n", 1)[0] for u in units["reference"] for p in u.paragraphs]
-    assert heads == sorted(TOPICS[30:], key=lambda h: (h[0].lower() if h[0].isalpha() else "#"))
+    assert heads == sorted(TOPICS[20:], key=lambda h: (h[0].lower() if h[0].isalpha() else "#"))
     body = units["reference"][0].paragraphs[0]
     assert "See glossary." in body and "{" not in body and "00-database" not in body
-    assert len(units["docs"]) == 30 and all(u.domain == "docs" for u in units["docs"])
+    assert len(units["docs"]) == 20 and all(u.domain == "docs" for u in units["docs"])
 
 
 def test_documents_are_cut_at_paragraph_boundaries_within_the_size_rule(units):
@@ -222,8 +221,8 @@ def prepared(pool):
     from reproduce.prepare import Embedder, HeuristicQuality, prepare
 
     out, _, _ = pool
-    prepare([str(out / "fineweb")], out / "prepared", Embedder(), HeuristicQuality(),
-            progress=False)
+    prepare([str(out / "fineweb")], out / "prepared", Embedder(max_seq_length=32),
+            HeuristicQuality(), progress=False)
     return out / "prepared"
 
 

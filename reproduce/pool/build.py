@@ -217,7 +217,8 @@ def fineweb_row(doc: sources.Document, kind: str, seed: int) -> dict:
 
 def write_tasks(held: list[sources.Document], folder: Path, seed: int) -> None:
     """The BBC cloze/headline tasks and held-out pages of reproduce/bbc.py, from held-out news."""
-    from ..bbc import _write_jsonl, bbc_articles, cloze_items, fineweb_row as bbc_row, headline_items
+    from ..bbc import _write_jsonl, bbc_articles, cloze_items, headline_items
+    from ..bbc import fineweb_row as bbc_row
 
     by_key = {bbc_row(a)["file_path"]: a for a in bbc_articles()}
     articles = [by_key[doc.key] for doc in held]

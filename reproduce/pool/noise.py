@@ -43,25 +43,25 @@ BOILERPLATE_LINES = [
 ]
 
 TEMPLATES = [
-    "Skip to main content\nHome | About | Archive | Contact | Search\n\n"
-    "We use cookies to give you the best experience on our website. You can change your cookie "
-    "settings at any time. Accept all cookies | Manage preferences\n\n{title}\n\n"
-    "To continue, please accept cookies or adjust your settings.\n\n"
-    "Privacy policy | Terms of use | Accessibility | Site map\nCopyright (c) {year}. "
-    "All rights reserved.",
-    "404 - Page not found\n\nSorry, the page you requested ({title}) could not be found. It may "
-    "have been moved, renamed or deleted.\n\nPlease check the address, return to the home page, "
-    "or use the search box above.\n\nPopular pages:\n{list}\n\nHome | Help | Contact us",
-    "Archive for {month} {year}\n\n{list}\n\n<< Older entries | Newer entries >>\n\n"
-    "Categories: Uncategorized (12) | News (48) | Reference (7)\nTags: {tags}\n\n"
-    "Powered by WordPress | Log in | Entries RSS | Comments RSS",
-    "Subscribe to continue reading\n\n{title}\n\nThis article is for subscribers only. "
-    "Subscribe now for unlimited access to all articles, the archive and the newsletter.\n\n"
-    "Already a subscriber? Log in\n\nSubscribe | Log in | Help | Terms and conditions | "
-    "Privacy\nCopyright (c) {year}",
-    "Printer-friendly version\n\n{title}\n\nThis page was printed from the web site on "
-    "{date}. To view the full page with images, comments and related links visit the original "
-    "address.\n\nBack to top | Email this page | Print this page\n\nRelated pages:\n{list}",
+    ("Skip to main content\nHome | About | Archive | Contact | Search\n\n"
+     "We use cookies to give you the best experience on our website. You can change your cookie "
+     "settings at any time. Accept all cookies | Manage preferences\n\n{title}\n\n"
+     "To continue, please accept cookies or adjust your settings.\n\n"
+     "Privacy policy | Terms of use | Accessibility | Site map\nCopyright (c) {year}. "
+     "All rights reserved."),
+    ("404 - Page not found\n\nSorry, the page you requested ({title}) could not be found. It may "
+     "have been moved, renamed or deleted.\n\nPlease check the address, return to the home page, "
+     "or use the search box above.\n\nPopular pages:\n{list}\n\nHome | Help | Contact us"),
+    ("Archive for {month} {year}\n\n{list}\n\n<< Older entries | Newer entries >>\n\n"
+     "Categories: Uncategorized (12) | News (48) | Reference (7)\nTags: {tags}\n\n"
+     "Powered by WordPress | Log in | Entries RSS | Comments RSS"),
+    ("Subscribe to continue reading\n\n{title}\n\nThis article is for subscribers only. "
+     "Subscribe now for unlimited access to all articles, the archive and the newsletter.\n\n"
+     "Already a subscriber? Log in\n\nSubscribe | Log in | Help | Terms and conditions | "
+     "Privacy\nCopyright (c) {year}"),
+    ("Printer-friendly version\n\n{title}\n\nThis page was printed from the web site on "
+     "{date}. To view the full page with images, comments and related links visit the original "
+     "address.\n\nBack to top | Email this page | Print this page\n\nRelated pages:\n{list}"),
 ]
 
 SPAM_WORDS = ["free", "best", "cheap", "online", "download", "buy", "top", "review", "2025",
@@ -83,7 +83,7 @@ def plant(clean: list[Document], rates: dict[str, float], seed: int) -> list[tup
     titles = {dom: [_title(clean[i].text) for i in idx] for dom, idx in by_domain.items()}
     planted = []
     for kind in KINDS:
-        count = int(round(rates[kind] * n))
+        count = round(rates[kind] * n)
         for k in range(count):
             if kind in ("exact_dup", "near_dup"):
                 source = clean[int(rng.integers(n))]

@@ -82,7 +82,7 @@ def fetch_debian(package: str, cache: Path) -> tuple[Path, str]:
     download.mkdir()
     result = _apt_download(package, download)
     if result.returncode != 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)
         result = _apt_download(package, download)
     debs = sorted(download.glob(f"{package}_*.deb"))
     if result.returncode != 0 or not debs:
@@ -103,7 +103,7 @@ def fetch_debian(package: str, cache: Path) -> tuple[Path, str]:
 
 def _apt_download(package: str, folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["apt-get", "download", package], cwd=folder, capture_output=True,
-                          text=True)
+                          text=True, check=False)
 
 
 # ---------------------------------------------------------------- readers
