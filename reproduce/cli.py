@@ -94,8 +94,10 @@ def cmd_evaluate(args) -> None:
     from eval.run import evaluate
 
     records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
-                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot)
-    _print({r["method"]: r["results"] for r in records})
+                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot,
+                       Path(args.heldout) if args.heldout else None)
+    _print({f"{r['method']}.seed{r['seed']}": {k: r[k] for k in ("results", "continuous", "bpb")
+                                                if k in r} for r in records})
 
 
 def cmd_tables(args) -> None:
@@ -199,9 +201,13 @@ def add_stage_parsers(sub) -> None:
 
     p = sub.add_parser("evaluate", help="lm-eval simple_evaluate on checkpoints")
     p.add_argument("--checkpoints", nargs="+", required=True, help="save_pretrained folders")
-    p.add_argument("--tasks", nargs="+", required=True,
+    p.add_argument("--tasks", nargs="*", default=[],
                    help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
-    p.add_argument("--output", required=True, help="folder; one <checkpoint name>.json each")
+    p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
+                                     "per domain and their macro average (eval/bpb.py)")
+    p.add_argument("--output", required=True,
+                   help="folder; one <method>.seed<S>.json per checkpoint (a checkpoint "
+                        "<method>/seed<S>, else <folder name> and summary.json's train.seed)")
     p.add_argument("--data_dir", help="folder of bbc_*.jsonl for the local demo tasks")
     p.add_argument("--batch_size", type=int, default=32, help="(default: %(default)s)")
     p.add_argument("--device", default="cpu", help="(default: %(default)s)")

@@ -37,7 +37,7 @@ def checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=None))
     path = root / "model"
     model.save_pretrained(path)
@@ -116,3 +116,72 @@ def test_heldout_errors_name_the_file_and_row(tmp_path):
     pq.write_table(pa.table({"text": ["x", ""]}), tmp_path / "a.parquet")
     with pytest.raises(UserError, match="a.parquet: row 1"):
         read_heldout(tmp_path)
+
+
+def test_correct_prob_norm_is_the_softmax_of_per_character_log_likelihoods():
+    from eval.run import correct_prob_norm
+
+    lls = np.array([-12.0, -6.0, -9.0])
+    lengths = np.array([4.0, 2.0, 3.0])  # per character: -3, -3, -3: no choice preferred
+    assert correct_prob_norm(lls, lengths, [1]) == pytest.approx(1 / 3)
+    lls = np.array([-4.0, -2.0])
+    lengths = np.array([2.0, 2.0])  # per character -2 and -1
+    hand = math.exp(-1) / (math.exp(-2) + math.exp(-1))
+    assert correct_prob_norm(lls, lengths, [1]) == pytest.approx(hand)
+    assert correct_prob_norm(lls, lengths, [0, 1]) == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def bbc_tasks(tmp_path_factory):
+    from reproduce.bbc import write_bbc_fineweb
+
+    root = tmp_path_factory.mktemp("tasks")
+    write_bbc_fineweb(root / "fineweb", root / "tasks", n_shards=1, limit=60, seed=1)
+    return root / "tasks"
+
+
+def test_the_continuous_metric_agrees_with_lm_evals_acc_norm_per_sample(checkpoint, bbc_tasks):
+    import lm_eval
+
+    from eval.run import sample_correct_prob, task_manager
+
+    path = checkpoint[0]
+    names = ["bbc_cloze", "bbc_headline"]
+    manager = task_manager(str(bbc_tasks), names)
+    tasks = manager.load(names)["tasks"]
+    result = lm_eval.simple_evaluate(model="hf", model_args={"pretrained": str(path)},
+                                     tasks=names, task_manager=manager, batch_size=8, limit=5,
+                                     device="cpu", log_samples=True)
+    for name in names:
+        for sample in result["samples"][name]:
+            lls = np.array([r[0] for r in sample["filtered_resps"]])
+            choices = tasks[name].doc_to_choice(sample["doc"])
+            per_char = lls / np.array([len(c) for c in choices])
+            p = sample_correct_prob(tasks[name], sample)
+            assert 0 < p < 1
+            # acc_norm picks the argmax of the same per-character score the softmax reads
+            assert (p == pytest.approx(np.exp(per_char).max() / np.exp(per_char).sum())) \
+                == bool(sample["acc_norm"])
+
+
+def test_evaluate_writes_one_file_per_method_and_seed(checkpoint, bbc_tasks, tmp_path):
+    from eval.run import evaluate
+
+    path, heldout = checkpoint[0], checkpoint[1]
+    run = tmp_path / "train" / "quality-topk" / "seed4"
+    run.parent.mkdir(parents=True)
+    run.symlink_to(path)
+    records = evaluate([path, run], ["bbc_headline"], tmp_path / "eval", data_dir=str(bbc_tasks),
+                       batch_size=8, limit=3, heldout=heldout)
+    assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == \
+        ["model.seed3.json", "quality-topk.seed4.json"]  # seed3: from summary.json's train.seed
+    record = json.loads((tmp_path / "eval" / "quality-topk.seed4.json").read_text())
+    assert record == records[1] and (record["method"], record["seed"]) == ("quality-topk", 4)
+    assert 0 < record["continuous"]["bbc_headline"]["correct_prob_norm"] < 1
+    assert record["continuous"]["bbc_headline"]["n"] == 3
+    assert sorted(record["bpb"]["domains"]) == ["docs", "news"]
+    assert record["bpb"]["macro"] == pytest.approx(records[0]["bpb"]["macro"])
+    with pytest.raises(UserError, match="both method model, seed 3"):
+        evaluate([path, path], [], tmp_path / "again", heldout=heldout)
+    with pytest.raises(UserError, match="give --tasks, --heldout or both"):
+        evaluate([path], [], tmp_path / "again")
