@@ -106,8 +106,9 @@ def cmd_tables(args) -> None:
     files = []
     for item in args.results:
         path = Path(item)
-        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
-    print(write_tables(files, Path(args.output), Path(args.workdir) if args.workdir else None))
+        files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
+    print(write_tables(files, Path(args.output), Path(args.pool) if args.pool else None,
+                       args.reference, args.control))
 
 
 def add_stage_parsers(sub) -> None:
@@ -215,10 +216,18 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--num_fewshot", type=int)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("tables", help="Table 2 layout from evaluate's results + the paper's")
-    p.add_argument("--results", nargs="+", required=True, help="result JSON files or folders")
-    p.add_argument("--output", required=True, help="folder for table2.* and paper_table2.*")
-    p.add_argument("--workdir", help="pipeline folder whose stage summaries give a cost table")
+    p = sub.add_parser("tables", help="Table 2 with 95%% CIs over seeds, paired differences with "
+                                      "random, power, verdict; and the paper's Table 2")
+    p.add_argument("--results", nargs="+", required=True,
+                   help="evaluate's <method>.seed<S>.json files or folders of them")
+    p.add_argument("--output", required=True,
+                   help="folder for table2.md/.csv/.json and paper_table2.*")
+    p.add_argument("--pool", help="pool folder (python -m reproduce pool): report the fraction of "
+                                  "each planted kind every selection kept")
+    p.add_argument("--reference", default="random",
+                   help="the method every other is compared with (default: %(default)s)")
+    p.add_argument("--control", default="control",
+                   help="the positive control's method name (default: %(default)s)")
     p.set_defaults(func=cmd_tables)
 
 

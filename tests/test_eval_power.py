@@ -185,3 +185,121 @@ def test_evaluate_writes_one_file_per_method_and_seed(checkpoint, bbc_tasks, tmp
         evaluate([path, path], [], tmp_path / "again", heldout=heldout)
     with pytest.raises(UserError, match="give --tasks, --heldout or both"):
         evaluate([path], [], tmp_path / "again")
+
+
+def test_t_interval_equals_scipys():
+    from scipy import stats
+
+    from eval.stats import t_interval
+
+    x = np.array([2.61, 2.58, 2.66, 2.60])
+    got = t_interval(x)
+    low, high = stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    assert (got["low"], got["high"]) == (pytest.approx(low), pytest.approx(high))
+    assert got["sd"] == pytest.approx(x.std(ddof=1)) and got["n"] == 4
+    assert t_interval([2.6])["half_width"] is None
+
+
+def test_paired_difference_uses_shared_seeds_and_flags_resolution():
+    from scipy import stats
+
+    from eval.stats import paired_difference, resolvable_difference
+
+    reference = {0: 2.60, 1: 2.70, 2: 2.65, 3: 9.99}
+    shifted = {0: 2.50, 1: 2.61, 2: 2.54}  # 0.10, 0.09, 0.11 below on seeds 0-2
+    d = paired_difference(shifted, reference)
+    diffs = np.array([-0.10, -0.09, -0.11])
+    assert d["seeds"] == [0, 1, 2] and d["mean"] == pytest.approx(diffs.mean())
+    low, high = stats.t.interval(0.95, 2, loc=diffs.mean(), scale=stats.sem(diffs))
+    assert (d["low"], d["high"]) == (pytest.approx(low), pytest.approx(high))
+    assert d["resolved"] and d["high"] < 0
+    assert d["half_width"] == pytest.approx(resolvable_difference(diffs.std(ddof=1), 3))
+    # the same mean shift with a seed-to-seed spread larger than it is not resolved
+    noisy = paired_difference({0: 2.40, 1: 2.75, 2: 2.50}, reference)
+    assert noisy["mean"] == pytest.approx(-0.10) and not noisy["resolved"]
+    assert not paired_difference({0: 2.5}, reference)["resolved"]  # one seed: no interval
+    assert paired_difference({7: 2.5}, reference)["n"] == 0
+
+
+def fabricated_record(method, seed, bpb, acc, prob):
+    """A result file as evaluate writes one (inputs for the tables; not results of any run)."""
+    return {"method": method, "seed": seed, "checkpoint": f"/nowhere/{method}/seed{seed}",
+            "tasks": ["bbc_cloze"], "results": {"bbc_cloze": {"acc_norm,none": acc}},
+            "continuous": {"bbc_cloze": {"correct_prob_norm": prob, "n": 10}},
+            "bpb": {"macro": float(np.mean(bpb)),
+                    "domains": {"news": {"bits_per_byte": bpb[0]},
+                                "docs": {"bits_per_byte": bpb[1]}}}}
+
+
+def write_fabricated(folder, shifts, control_shift=0.2):
+    """Seeds 0-2 of random, a control `control_shift` bits/byte worse, and one method per
+    (name, per-seed shifts)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = {0: 2.60, 1: 2.70, 2: 2.65}
+    methods = {"random": [0, 0, 0], "control": [control_shift + e for e in (0.01, -0.01, 0)],
+               **shifts}
+    for method, offsets in methods.items():
+        for seed, offset in zip(base, offsets):
+            bpb = [base[seed] + offset, base[seed] + 0.3 + offset]
+            record = fabricated_record(method, seed, bpb, 0.25 + seed / 100, 0.25 - offset / 10)
+            (folder / f"{method}.seed{seed}.json").write_text(json.dumps(record))
+    return sorted(folder.glob("*.json"))
+
+
+def test_tables_give_cis_paired_differences_power_and_the_verdict(tmp_path):
+    from eval.stats import t_interval
+    from eval.tables import write_tables
+
+    files = write_fabricated(tmp_path / "eval", {"datamask": [-0.10, -0.09, -0.11],
+                                                 "quality-topk": [-0.2, 0.25, 0.0]})
+    text = write_tables(files, tmp_path / "tables")
+    table = json.loads((tmp_path / "tables" / "table2.json").read_text())
+    assert [c["name"] for c in table["columns"]] == [
+        "BBC-Cloze", "Avg", "BBC-Cloze P(correct)", "bpb macro", "bpb news", "bpb docs"]
+    macro = table["methods"]["datamask"]["cells"]["bpb macro"]
+    expected = t_interval([2.75 - 0.10, 2.85 - 0.09, 2.80 - 0.11])  # base + 0.15 + shift
+    assert macro["mean"] == pytest.approx(expected["mean"])
+    assert macro["half_width"] == pytest.approx(expected["half_width"])
+    diff = table["vs_reference"]["datamask"]["bpb macro"]
+    assert diff["mean"] == pytest.approx(-0.10) and diff["resolved"]
+    assert not table["vs_reference"]["quality-topk"]["bpb macro"]["resolved"]
+    assert table["vs_reference"]["control"]["bpb macro"]["low"] > 0
+    power = table["power"]["bpb macro"]
+    assert power["n_seeds"] == 3 and power["smallest_resolvable"] > 0
+    v = table["verdict"]
+    assert v["control"]["separated"]
+    assert v["vs_random"] == {"datamask": "beats random", "quality-topk": "unresolved"}
+    assert v["ordering"]["datamask"]["outcome"] == "unresolved"  # not resolved vs quality-topk
+    assert v["ordering"]["datamask"]["against"]["random"] == "below 0"
+    assert "rule fixed before the results" in text and "datamask: beats random" in text
+    assert "+0.2000 ± " in text and "**worse**" in text  # the control's paired difference
+    rows = (tmp_path / "tables" / "table2.csv").read_text().splitlines()
+    assert rows[0].startswith("method,BBC-Cloze,Avg,BBC-Cloze P(correct),bpb macro")
+    assert rows[0].endswith(",bpb docs ci95,seeds") and len(rows) == 5
+
+
+def test_verdict_says_when_the_control_is_not_separated(tmp_path):
+    from eval.tables import write_tables
+
+    files = write_fabricated(tmp_path / "eval", {"datamask": [-0.30, -0.28, -0.31]},
+                             control_shift=0.0)
+    write_tables(files, tmp_path / "tables")
+    v = json.loads((tmp_path / "tables" / "table2.json").read_text())["verdict"]
+    assert not v["control"]["separated"]
+    assert "too small to resolve anything" in v["lines"][0]
+    assert v["ordering"]["datamask"]["outcome"] == "holds"  # resolved below random, the only other
+
+
+def test_tables_reject_repeated_runs_and_mismatched_metrics(tmp_path):
+    from eval.tables import write_tables
+
+    files = write_fabricated(tmp_path / "eval", {})
+    copy = tmp_path / "copy.json"
+    copy.write_text(files[0].read_text())
+    with pytest.raises(UserError, match="both method control, seed 0"):
+        write_tables(files + [copy], tmp_path / "t")
+    record = json.loads(files[0].read_text())
+    del record["bpb"]["domains"]["docs"]
+    copy.write_text(json.dumps({**record, "seed": 9}))
+    with pytest.raises(UserError, match="copy.json: has the columns"):
+        write_tables(files + [copy], tmp_path / "t")
