@@ -303,3 +303,16 @@ def test_tables_reject_repeated_runs_and_mismatched_metrics(tmp_path):
     copy.write_text(json.dumps({**record, "seed": 9}))
     with pytest.raises(UserError, match="copy.json: has the columns"):
         write_tables(files + [copy], tmp_path / "t")
+
+
+def test_downstream_figure_is_drawn_from_the_tables_json(tmp_path, capsys):
+    from eval.tables import write_tables
+    from figures.downstream import main
+
+    files = write_fabricated(tmp_path / "eval", {"datamask": [-0.10, -0.09, -0.11]})
+    write_tables(files, tmp_path / "tables")
+    assert main(["--table", str(tmp_path / "tables" / "table2.json"),
+                 "--output", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig" / "downstream.png").stat().st_size > 10_000
+    assert main(["--table", str(tmp_path / "none.json"), "--output", str(tmp_path)]) == 2
+    assert "none.json: no such file" in capsys.readouterr().err
