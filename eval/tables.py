@@ -215,7 +215,7 @@ def planted_kept(records: dict, pool_dir: Path) -> dict:
             raise UserError(f"method {method}: no selection found behind its checkpoints (train "
                             f"summary -> tokens summary -> selection), so no planted counts")
         kept = [kept_fractions(pool_dir, Path(s))["all"] for s in selections]
-        out[method] = {kind: float(np.mean([k[kind]["fraction"] for k in kept]))
+        out[method] = {kind: float(np.mean([k[kind]["kept"] / k[kind]["rows"] for k in kept]))
                        for kind in kept[0]}
     return out
 

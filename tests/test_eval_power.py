@@ -316,3 +316,34 @@ def test_downstream_figure_is_drawn_from_the_tables_json(tmp_path, capsys):
     assert (tmp_path / "fig" / "downstream.png").stat().st_size > 10_000
     assert main(["--table", str(tmp_path / "none.json"), "--output", str(tmp_path)]) == 2
     assert "none.json: no such file" in capsys.readouterr().err
+
+
+def test_tables_report_the_planted_rows_each_selection_kept(tmp_path):
+    """The chain checkpoint -> train summary -> tokens summary -> selection leads to the pool's
+    labels (fabricated: a 10-row pool and two selections)."""
+    from eval.tables import write_tables
+
+    pool = tmp_path / "pool"
+    (pool / "fineweb").mkdir(parents=True)
+    ids = [f"row{i}" for i in range(10)]
+    planted = ["none"] * 6 + ["exact_dup", "exact_dup", "junk", "junk"]
+    pq.write_table(pa.table({"id": ids, "domain": ["news"] * 10, "planted": planted}),
+                   pool / "fineweb" / "0.parquet")
+    keep = {"random": {"row0", "row1", "row6", "row8"}, "control": {"row6", "row7", "row8"}}
+    files = write_fabricated(tmp_path / "eval", {})
+    for path in files:
+        record = json.loads(path.read_text())
+        run = tmp_path / "runs" / record["method"] / f"seed{record['seed']}"
+        (run / "tokens").mkdir(parents=True)
+        selection = tmp_path / "select" / record["method"] / "selection.parquet"
+        selection.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": ids, "selected": [i in keep[record["method"]]
+                                                         for i in ids]}), selection)
+        (run / "summary.json").write_text(json.dumps({"tokens": str(run / "tokens")}))
+        (run / "tokens" / "summary.json").write_text(json.dumps({"selection": str(selection)}))
+        path.write_text(json.dumps({**record, "checkpoint": str(run)}))
+    text = write_tables(files, tmp_path / "tables", pool_dir=pool)
+    kept = json.loads((tmp_path / "tables" / "table2.json").read_text())["planted_kept"]
+    assert kept["random"] == {"none": pytest.approx(2 / 6), "exact_dup": 0.5, "junk": 0.5}
+    assert kept["control"] == {"none": 0.0, "exact_dup": 1.0, "junk": 0.5}
+    assert "| control | 1.000 | 0.500 | 0.000 |" in text  # kinds sorted: exact_dup junk none
