@@ -30,8 +30,11 @@ from datamask.learner import resolve_device
 from reproduce.common import require
 
 
-def read_heldout(heldout: Path) -> dict[str, list[str]]:
-    """{domain: texts} from `<heldout>/<domain>.parquet` (column `text`), domains sorted."""
+def read_heldout(heldout: Path, max_docs: int | None = None) -> dict[str, list[str]]:
+    """{domain: texts} from `<heldout>/<domain>.parquet` (column `text`), domains sorted;
+    `max_docs`: only each file's first documents (quick runs)."""
+    if max_docs is not None and max_docs < 1:
+        raise UserError(f"--heldout_docs must be at least 1, got {max_docs}")
     files = sorted(Path(heldout).glob("*.parquet"))
     if not files:
         raise UserError(f"--heldout {heldout}: no <domain>.parquet file in the folder")
@@ -44,7 +47,7 @@ def read_heldout(heldout: Path) -> dict[str, list[str]]:
         bad = next((i for i, t in enumerate(texts) if not t), None)
         if bad is not None:
             raise UserError(f"{path}: row {bad} has an empty or null text")
-        domains[path.stem] = texts
+        domains[path.stem] = texts[:max_docs]
     return domains
 
 
@@ -117,12 +120,12 @@ def load_checkpoint(checkpoint: Path, device: torch.device):
 
 
 def bits_per_byte(checkpoint: Path, heldout: Path, batch_size: int = 16, device: str = "auto",
-                  seq_len: int | None = None) -> dict:
+                  seq_len: int | None = None, max_docs: int | None = None) -> dict:
     """{"domains": {domain: {bits_per_byte, nll_bits, bytes, tokens, documents}}, "macro":
     mean over domains of bits_per_byte, "seq_len", "windowing"} for one checkpoint."""
     if batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, got {batch_size}")
-    domains = read_heldout(heldout)
+    domains = read_heldout(heldout, max_docs)
     torch_device = resolve_device(device)
     model, tokenizer = load_checkpoint(Path(checkpoint), torch_device)
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else \

@@ -108,7 +108,8 @@ def continuous_metrics(samples: dict, tasks: dict) -> dict:
 
 def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: str | None = None,
              batch_size: int = 32, device: str = "cpu", limit: int | None = None,
-             num_fewshot: int | None = None, heldout: Path | None = None) -> list[dict]:
+             num_fewshot: int | None = None, heldout: Path | None = None,
+             heldout_docs: int | None = None) -> list[dict]:
     """Write output/<method>.seed<S>.json per checkpoint: method, seed, lm-eval's results,
     versions and n-samples, the continuous metric per multiple-choice task, bits per byte per
     held-out domain and their macro average, and the evaluation's wall time."""
@@ -128,7 +129,7 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
     if data_dir and not Path(data_dir).is_dir():
         raise UserError(f"--data_dir {data_dir}: no such folder")
     if heldout is not None:
-        read_heldout(heldout)  # validate before any model runs
+        read_heldout(heldout, heldout_docs)  # validate before any model runs
     if tasks:
         lm_eval = require("lm_eval", "evaluate")
         manager = task_manager(data_dir, tasks)
@@ -153,7 +154,8 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
             record["n-samples"] = result.get("n-samples", {})
         if heldout is not None:
             record["heldout"] = str(heldout)
-            record["bpb"] = bits_per_byte(ckpt, heldout, batch_size, device)
+            record["bpb"] = bits_per_byte(ckpt, heldout, batch_size, device,
+                                          max_docs=heldout_docs)
         record["eval_wall_s"] = round(time.time() - started, 3)
         record = json.loads(json.dumps(record, default=str))  # numpy scalars -> JSON
         write_json_atomic(record, output / f"{method}.seed{seed}.json")

@@ -95,7 +95,7 @@ def cmd_evaluate(args) -> None:
 
     records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
                        args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot,
-                       Path(args.heldout) if args.heldout else None)
+                       Path(args.heldout) if args.heldout else None, args.heldout_docs)
     _print({f"{r['method']}.seed{r['seed']}": {k: r[k] for k in ("results", "continuous", "bpb")
                                                 if k in r} for r in records})
 
@@ -206,6 +206,8 @@ def add_stage_parsers(sub) -> None:
                    help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
     p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
                                      "per domain and their macro average (eval/bpb.py)")
+    p.add_argument("--heldout_docs", type=int,
+                   help="score only each domain's first N held-out documents (quick runs)")
     p.add_argument("--output", required=True,
                    help="folder; one <method>.seed<S>.json per checkpoint (a checkpoint "
                         "<method>/seed<S>, else <folder name> and summary.json's train.seed)")

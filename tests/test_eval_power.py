@@ -93,6 +93,9 @@ def test_one_window_covers_a_short_text_and_batching_does_not_change_it(checkpoi
     assert windowed["domains"]["news"]["nll_bits"] != whole["domains"]["news"]["nll_bits"]
     batched = bits_per_byte(path, heldout, batch_size=16, device="cpu")
     assert batched["macro"] == pytest.approx(windowed["macro"], rel=1e-6)
+    first = bits_per_byte(path, heldout, batch_size=4, device="cpu", seq_len=64, max_docs=1)
+    assert first["domains"]["news"]["nll_bits"] == pytest.approx(
+        hand_nll(model, tokenizer, TEXTS["news"][0], 64) / math.log(2), rel=1e-5)
 
 
 def test_windows_cover_every_target_once():
@@ -116,6 +119,8 @@ def test_heldout_errors_name_the_file_and_row(tmp_path):
     pq.write_table(pa.table({"text": ["x", ""]}), tmp_path / "a.parquet")
     with pytest.raises(UserError, match="a.parquet: row 1"):
         read_heldout(tmp_path)
+    with pytest.raises(UserError, match="--heldout_docs must be at least 1"):
+        read_heldout(tmp_path, 0)
 
 
 def test_correct_prob_norm_is_the_softmax_of_per_character_log_likelihoods():
