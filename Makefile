@@ -24,7 +24,7 @@ DEMO_DIR ?= runs/demo
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.8 --heldout_chars 60000 --task_articles 100
 DEMO_METHODS ?= datamask-Pair_simi quality-topk random control
 DEMO_SEEDS ?= 0 1 2
-DEMO_FLAGS ?= --set max_steps=120 --heldout_docs 20
+DEMO_FLAGS ?= --set max_steps=80 --heldout_docs 20
 demo: install
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
