@@ -16,7 +16,7 @@ from reproduce.cli import main
 from reproduce.prepare import Embedder, HeuristicQuality, chunk_id, prepare
 from reproduce.select import run_select
 from reproduce.tokenize import run_tokenize, train_tokenizer
-from reproduce.train import load_config, train
+from reproduce.train import load_config, token_budget, train, window_order
 
 RATIO = 0.25
 
@@ -185,6 +185,42 @@ def test_train_saves_a_checkpoint_that_loads(work, checkpoints):
     assert model(input_ids=ids).logits.shape == (1, ids.shape[1], vocab)
     assert np.isfinite(checkpoints["random"]["final_loss"])
     assert len((path / "train_log.jsonl").read_text().splitlines()) >= 1
+
+
+def test_window_order_repeats_whole_epochs_and_follows_the_seed():
+    order = window_order(7, 20, seed=3)
+    assert len(order) == 20
+    assert sorted(order[:7]) == sorted(order[7:14]) == list(range(7))  # every window once an epoch
+    assert len(set(order[14:].tolist())) == 6  # the cut last epoch repeats nothing either
+    assert np.array_equal(order, window_order(7, 20, seed=3))
+    assert not np.array_equal(order, window_order(7, 20, seed=4))
+
+
+def test_train_is_bitwise_repeatable_and_the_seed_changes_it(work, checkpoints, tokenizer):
+    """The determinism check: the same seed gives the same weights, bit for bit; another seed
+    (initialisation and window order) gives others. The summary states the budget it read."""
+    from safetensors.torch import load_file
+
+    root, _ = work
+    weights = {}
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        model_cfg, cfg = load_config("demo", {"max_steps": 4, "batch_size": 3, "seq_len": 32,
+                                              "seed": seed})
+        summary = train(root / "tokens" / "random", tokenizer, root / "det" / name, model_cfg, cfg,
+                        progress=False)
+        weights[name] = load_file(str(root / "det" / name / "model.safetensors"))
+    assert all((weights["a"][k] == weights["b"][k]).all() for k in weights["a"])
+    assert any(not (weights["a"][k] == weights["c"][k]).all() for k in weights["a"])
+    assert summary["tokens_seen"] == token_budget(model_cfg, cfg) == 4 * 3 * 33
+    assert summary["epochs"] == pytest.approx(4 * 3 / summary["windows"], abs=1e-4)
+    assert summary["unique_tokens_seen"] == min(12, summary["windows"]) * 33
+
+
+def test_tokenizer_training_is_repeatable(work, tokenizer, tmp_path):
+    root, _ = work
+    again = tmp_path / "again.json"
+    train_tokenizer([str(root / "fineweb")], again, vocab_size=400)
+    assert again.read_bytes() == tokenizer.read_bytes()
 
 
 def test_evaluate_reports_the_local_tasks_metrics(results):
