@@ -21,10 +21,10 @@ $(STAMP): requirements.txt pyproject.toml
 # four methods (DATAMASK, quality top-k, random, the positive control), 3 training seeds each, a
 # table with 95% CIs that says what this size resolves. Sized to fit 15 minutes on 2 CPU cores.
 DEMO_DIR ?= runs/demo
-DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.8 --heldout_chars 60000 --task_articles 100
+DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
 DEMO_METHODS ?= datamask-Pair_simi quality-topk random control
 DEMO_SEEDS ?= 0 1 2
-DEMO_FLAGS ?= --set max_steps=80 --heldout_docs 20
+DEMO_FLAGS ?= --set max_steps=60 --heldout_docs 10
 demo: install
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
