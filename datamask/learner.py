@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError
+from .paths import remove_temporaries
 from .objectives import GroundSet, Joint, TermScale, diversity
 from .sampling import gumbel_topk, plackett_luce_log_prob
 
@@ -147,14 +148,30 @@ def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:
     return order[:k]
 
 
-def fingerprint(data: Dataset) -> list:
-    """What a checkpoint must match to be resumed on: row count, feature length, and a hash of
-    the ids and quality (cheap; features are not hashed, so a changed embedding is not caught)."""
-    digest = hashlib.sha256(data.ids.tobytes() + data.quality.tobytes()).hexdigest()
-    return [len(data), data.dim, digest]
+def fingerprint(data: Dataset) -> dict:
+    """What a checkpoint must match to be resumed on: row count, feature length, a hash of the
+    ids and quality, and a hash of every feature byte (about 0.7 GB/s, so it is computed once per
+    dataset and kept on it: a changed embedding with the same ids is caught)."""
+    cached = getattr(data, "_fingerprint", None)
+    if cached is None:
+        features = hashlib.sha256(memoryview(np.ascontiguousarray(data.features)).cast("B"))
+        cached = {"rows": len(data), "dim": data.dim,
+                  "ids_quality": hashlib.sha256(data.ids.tobytes()
+                                                + data.quality.tobytes()).hexdigest(),
+                  "features": features.hexdigest()}
+        data._fingerprint = cached
+    return cached
+
+
+CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
+                   "history")
+FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
+                     "features": "features"}
 
 
 def save_checkpoint(path: str, state: dict) -> None:
+    """Write the state under a temporary name and rename it: a crash leaves the previous
+    checkpoint whole, and a failed save removes its temporary file."""
     with atomic_output(path) as tmp:
         torch.save(state, tmp)
 
@@ -162,23 +179,35 @@ def save_checkpoint(path: str, state: dict) -> None:
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
                     device: torch.device) -> dict | None:
     """The saved state, or None (with a note) when there is none yet; a checkpoint of another
-    configuration or other data is refused rather than silently continued."""
+    configuration or other data is refused rather than silently continued. Temporary files a
+    killed save left beside it are removed first."""
     if not path:
         raise UserError("--resume needs a checkpoint path (--checkpoint)")
+    remove_temporaries(path)
     if not os.path.exists(path):
         print(f"datamask: no checkpoint at {path} yet; starting from step 0", file=sys.stderr)
         return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+    try:  # weights_only: tensors and plain containers, never arbitrary code from a pickle
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file: say which, do not guess
-        raise UserError(f"{path}: not a datamask checkpoint ({err})") from None
-    saved, now = state.get("config", {}), asdict(config)
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path}: not a datamask checkpoint ({reason})") from None
+    if not isinstance(state, dict) or not set(CHECKPOINT_KEYS) <= set(state):
+        raise UserError(f"{path}: not a datamask checkpoint (it holds a {type(state).__name__} "
+                        f"without the learner's state)")
+    saved, now = state["config"], asdict(config)
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
         raise UserError(f"{path}: checkpoint was made with other settings ({detail})")
-    if state["fingerprint"] != fingerprint(data):
-        raise UserError(f"{path}: checkpoint was made on other input data (ids or quality differ)")
+    old, new = state["fingerprint"], fingerprint(data)
+    if not isinstance(old, dict):
+        raise UserError(f"{path}: checkpoint was made by an older datamask that did not "
+                        f"fingerprint the features; delete it to start again")
+    differ = [FINGERPRINT_WORDS[key] for key in new if old.get(key) != new[key]]
+    if differ:
+        raise UserError(f"{path}: checkpoint was made on other input data ({', '.join(differ)} "
+                        f"differ)")
     if state["generator"].numel() != torch.Generator(device=device).get_state().numel():
         raise UserError(f"{path}: checkpoint was made on another device type than {device}")
     return state
