@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import UserError
+from .errors import UserError, quoted
 
 # The column names of the paper's original train_mask.py.
 ID_COLUMN = "chunk_id"
@@ -165,7 +165,7 @@ def _check_file(path: str, columns: dict[str, str]) -> tuple[int, pa.DataType]:
         metadata = pq.read_metadata(path)
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
+        raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
     for flag, name in columns.items():
         if name not in schema.names:
             raise UserError(f"{path}: missing column '{name}' (set {flag}); the file has "
@@ -184,7 +184,7 @@ def _batches(path: str, columns: list[str]):
         yield from pq.ParquetFile(path, pre_buffer=False).iter_batches(
             batch_size=BATCH_ROWS, columns=columns)
     except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: the Parquet data cannot be decoded ({err}); the file is "
+        raise UserError(f"{path}: the Parquet data cannot be decoded ({quoted(err)}); the file is "
                         f"damaged") from None
 
 

@@ -22,9 +22,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
-from .errors import UserError
-from .paths import remove_temporaries
+from .errors import UserError, quoted
 from .objectives import GroundSet, Joint, TermScale, diversity
+from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
 
 
@@ -190,8 +190,7 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
     try:  # weights_only: tensors and plain containers, never arbitrary code from a pickle
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file: say which, do not guess
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path}: not a datamask checkpoint ({reason})") from None
+        raise UserError(f"{path}: not a datamask checkpoint ({quoted(err)})") from None
     if not isinstance(state, dict) or not set(CHECKPOINT_KEYS) <= set(state):
         raise UserError(f"{path}: not a datamask checkpoint (it holds a {type(state).__name__} "
                         f"without the learner's state)")

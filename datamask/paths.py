@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from .errors import UserError
 

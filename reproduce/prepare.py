@@ -27,7 +27,7 @@ from datamask.data import (
     write_dataset,
     write_json_atomic,
 )
-from datamask.errors import UserError
+from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found
 
 from .common import parquet_files, require
@@ -60,7 +60,7 @@ class Embedder:
             self.model = st.SentenceTransformer(self.model_name, device=device)
         except OSError as err:
             raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
-                            f"({err}); give a local folder") from None
+                            f"({quoted(err)}); give a local folder") from None
         if max_seq_length:
             self.model.max_seq_length = max_seq_length
         self.batch_size, self.prefix = batch_size, prefix
@@ -166,25 +166,30 @@ class FastTextQuality(Scorer):
         return np.clip(np.array(scores, np.float32), 0.0, 1.0)  # fastText adds 1e-5 to each
 
 
+def quality_kind(quality: str, files: list[Path]) -> str:
+    """'auto' resolved: FineWeb-Edu's score when every shard carries it, else the heuristics."""
+    if quality not in ("auto", "score", "heuristic", "fasttext"):
+        raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
+    if quality != "auto":
+        return quality
+    has_score = [EDU_SCORE_COLUMN in _schema(f).names for f in files]
+    if any(has_score) and not all(has_score):
+        missing = files[has_score.index(False)]
+        raise UserError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
+                        f"have; pick --quality heuristic or --quality score explicitly")
+    return "score" if all(has_score) else "heuristic"
+
+
 def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
-                label: str = "__label__hq"):
-    """'auto': FineWeb-Edu's score when the shards carry it, else the datatrove heuristics."""
-    if quality == "auto":
-        has_score = [EDU_SCORE_COLUMN in _schema(f).names for f in files]
-        if any(has_score) and not all(has_score):
-            missing = files[has_score.index(False)]
-            raise UserError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
-                            f"have; pick --quality heuristic or --quality score explicitly")
-        quality = "score" if all(has_score) else "heuristic"
-    if quality == "score":
+                label: str = "__label__hq") -> Scorer:
+    kind = quality_kind(quality, files)
+    if kind == "score":
         return EduScore()
-    if quality == "heuristic":
+    if kind == "heuristic":
         return HeuristicQuality()
-    if quality == "fasttext":
-        if not model_path:
-            raise UserError("--quality fasttext needs --quality_model PATH")
-        return FastTextQuality(model_path, label)
-    raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
+    if not model_path:
+        raise UserError("--quality fasttext needs --quality_model PATH")
+    return FastTextQuality(model_path, label)
 
 
 @dataclass
@@ -199,24 +204,21 @@ def _schema(path: Path) -> pa.Schema:
     try:
         return pq.read_schema(path)
     except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
+        raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
+
+
+def _read_columns(path: Path, columns: list[str]) -> pa.Table:
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{path}: the Parquet data cannot be decoded ({quoted(err)})") from None
 
 
 def _read_shard(path: Path) -> Shard:
-    """A FineWeb shard's text, id (and score), every row checked: text is text, nothing null."""
+    """A FineWeb shard (checked by `check_inputs`): text, id (and score), nothing null."""
     schema = _schema(path)
-    for column in ("text", "id"):
-        if column not in schema.names:
-            raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
-                            f"{schema.names}")
-    text_type = schema.field("text").type
-    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
-        raise UserError(f"{path}: column 'text' must hold text (strings), found {text_type}")
     columns = ["text", "id"] + ([EDU_SCORE_COLUMN] if EDU_SCORE_COLUMN in schema.names else [])
-    try:
-        table = pq.read_table(path, columns=columns)
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: the Parquet data cannot be decoded ({err})") from None
+    table = _read_columns(path, columns)
     if table.num_rows == 0:
         raise UserError(f"{path}: the file has no rows")
     for column in ("text", "id"):
@@ -247,7 +249,7 @@ def _reusable(out_path: Path) -> dict[int, tuple[float, np.ndarray]]:
     try:
         table = pq.read_table(out_path, columns=[ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN])
     except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{out_path}: an earlier output that cannot be read ({err}); delete it "
+        raise UserError(f"{out_path}: an earlier output that cannot be read ({quoted(err)}); delete it "
                         f"to prepare that shard again") from None
     features = np.stack(table.column(FEATURE_COLUMN).to_numpy(zero_copy_only=False))
     return dict(zip(table.column(ID_COLUMN).to_pylist(),
@@ -268,15 +270,12 @@ def _manifest(path: Path) -> dict:
     return {name: {"config": previous.get("config"), **entry} for name, entry in files.items()}
 
 
-def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
-            chunk: int = 256, progress: bool = True) -> dict:
-    """Embed and score every row of every input shard; returns counts (embedded vs reused).
-
-    Everything is checked before the first row is embedded: the output against the inputs, every
-    shard's columns and values, earlier outputs. Each finished shard is renamed into place and
-    recorded in prepare.json with the configuration it was made with, so an interrupted run
-    resumes where it stopped and the manifest never claims a shard that is not there; a run that
-    fails removes what it created."""
+def check_inputs(inputs: list[str], output: Path, quality: str | None = None) -> list[Path]:
+    """The checks that need no model and no text, made before any model is loaded: the output
+    against the inputs and writable, shard names unique, every shard a readable FineWeb Parquet
+    file with text as text, FineWeb-Edu scores numbers and finite where `quality` (the flag's
+    value; None: not known yet) uses them, and every earlier output shard readable. The Parquet
+    files, in order."""
     files = parquet_files(inputs)
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
                 folders={"--output": output})
@@ -284,6 +283,39 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise UserError(f"--input: two shards are named {dup}; outputs are named after inputs")
+    for path in files:
+        schema = _schema(path)
+        for column in ("text", "id"):
+            if column not in schema.names:
+                raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
+                                f"{schema.names}")
+        text_type = schema.field("text").type
+        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+            raise UserError(f"{path}: column 'text' must hold text (strings), found {text_type}")
+        earlier = output / path.name
+        if earlier.exists():
+            try:
+                pq.read_metadata(earlier)
+            except (pa.ArrowException, OSError) as err:
+                raise UserError(f"{earlier}: an earlier output that cannot be read ({quoted(err)}); "
+                                f"delete it to prepare that shard again") from None
+    if quality is not None and quality_kind(quality, files) == "score":
+        for path in files:
+            EduScore().check(_read_columns(path, [EDU_SCORE_COLUMN]), path)
+    _manifest(output / MANIFEST)
+    return files
+
+
+def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
+            chunk: int = 256, progress: bool = True) -> dict:
+    """Embed and score every row of every input shard; returns counts (embedded vs reused).
+
+    Everything is checked before the first row is embedded: the output against the inputs, every
+    shard's columns and values, earlier outputs. Each finished shard is renamed into place and
+    recorded in prepare.json with the configuration it was made with (rows are reused only from a
+    shard made the same way), so an interrupted run resumes where it stopped and prepare.json is
+    never left empty; a run that fails removes the files it created."""
+    files = check_inputs(inputs, output)
     shards = [_read_shard(f) for f in files]
     for shard in shards:
         scorer.check(shard.table, shard.path)

@@ -33,7 +33,7 @@ from datamask.data import (
     write_json_atomic,
     write_table_atomic,
 )
-from datamask.errors import UserError
+from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found
 
 from .common import parquet_files, parse_method, require
@@ -63,7 +63,7 @@ def check_prepared(files: list[Path]) -> int:
             metadata = pq.read_metadata(path)
             names = metadata.schema.to_arrow_schema().names
         except (pa.ArrowException, OSError) as err:
-            raise UserError(f"{path}: not a readable Parquet file ({err})") from None
+            raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
         missing = [c for c in PREPARED_COLUMNS if c not in names]
         if missing:
             raise UserError(f"{path}: not a prepared shard (no column '{missing[0]}'); run "
