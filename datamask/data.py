@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +181,10 @@ def atomic_output(path: str | os.PathLike):
     path = Path(path)
     if not path.parent.is_dir():
         raise UserError(f"{path}: the output folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    # a fresh name, created as any new file is (mode 0666 less the umask; mkstemp's 0600 would
+    # be kept by the rename and hide outputs from the user's group)
+    tmp = str(path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
         yield tmp
         os.replace(tmp, path)
