@@ -181,18 +181,15 @@ def _baseline_options(cls: type, args: argparse.Namespace) -> dict:
 
 
 def cmd_baseline(args: argparse.Namespace) -> None:
-    from .selectors import selector_class
+    from .selectors import selector_class, selector_names
 
     if args.list:
-        classes, broken = baseline_classes()
-        for name in sorted([*classes, *broken]):
-            if name in broken:
-                try:
-                    selector_class(name)
-                except UserError as err:
-                    print(f"{name:18s} (cannot be used: {err})")
+        for name in selector_names():
+            try:
+                cls = selector_class(name)
+            except UserError as err:  # a broken plugin is listed, with why it cannot be used
+                print(f"{name:18s} (cannot be used: {err})")
                 continue
-            cls = classes[name]
             doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip()
             print(f"{name:18s} {doc.splitlines()[0] if doc else ''}")
         return
