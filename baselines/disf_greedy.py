@@ -33,8 +33,7 @@ from datamask.objectives import collapse_score
 from datamask.options import option
 from datamask.selectors import Selector
 
-from .common import (check, device_option, first_picks, ground_set, picks_output,
-                     seed_option)
+from .common import check, device_option, first_picks, ground_set, picks_output, seed_option
 
 CHUNK_BYTES = 256 * 2**20  # temporaries of one chunk of candidates
 

@@ -26,7 +26,7 @@ from .errors import UserError
 from .objectives import DIVERSITY, GroundSet, Joint, TermScale, diversity
 from .options import option, validate
 from .sampling import gumbel_topk, plackett_luce_log_prob
-from .shared import resolve_device, top_rows  # noqa: F401  (resolve_device: also for callers)
+from .shared import resolve_device, top_rows
 
 LR_SCHEDULES = ("linear", "cosine", "constant")
 DIVERSITY_METRICS = tuple(DIVERSITY)

@@ -306,3 +306,10 @@ def test_pipeline_is_a_subcommand_the_core_finds(capsys):
 
     assert main(["pipeline", "methods"]) == 0
     assert capsys.readouterr().out.split() == selector_names()
+
+
+def test_train_defaults_are_the_demo_config():
+    """reproduce/train.py's dataclass defaults and configs/demo.yaml say the same thing."""
+    from reproduce.train import ModelConfig, TrainConfig, load_config
+
+    assert load_config("demo", {}) == (ModelConfig(), TrainConfig())

@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from datamask.data import Dataset, atomic_output, write_json_atomic
-from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner, resolve_device
+from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner
 from datamask.objectives import GroundSet, diversity
 from datamask.selectors import make_selector
+from datamask.shared import resolve_device
 from datamask.synthetic import synthetic_dataset
 
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
