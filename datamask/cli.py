@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_plugin_commands(subparsers) -> None:
     """Subcommands that packages above the core register under the entry-point group
-    `datamask.commands` (e.g. `pipeline`, from reproduce): each is a function given the
+    `datamask.commands` (e.g. the pipeline's `pipeline`): each is a function given the
     subparsers. One that fails to import still appears, and says why when it is run."""
     for point in entry_points(group=COMMAND_GROUP):
         try:
