@@ -23,8 +23,8 @@ from datamask.synthetic import synthetic_dataset
 from figures.plots import main as figures_main
 from reproduce.experiments import direct, findings, sweep, timing
 from reproduce.experiments.common import greedy_runs_killable, lr_setting, power_law
-from reproduce.experiments.records import (Comparison, Machine, SweepResult, SweepSummary,
-                                           TimingResult, read_result)
+from reproduce.experiments.records import (Comparison, GreedyLevel, Machine, SweepResult,
+                                           SweepSummary, read_result)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
@@ -258,8 +258,6 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     """Verdicts are computed from the results files: a crafted lr sweep where the highest rate
     ends far below the best and the lowest barely moves; a logprob sweep where exact wins by more
     than the seed std; missing files are reported as not measured."""
-    from reproduce.experiments.records import GreedyLevel
-
     default = lr_setting()  # the crafted best is the default setting
     write_result(tmp_path, sweep_result("lr", [
         summary_row("DiSF", "linear:0.01:0.001", 1.05, 0.1, 1.0),

@@ -143,6 +143,19 @@ def of_metric(rows: Iterable[T], metric: str) -> list[T]:
     return [r for r in rows if r.metric == metric]
 
 
+@dataclass
+class ExperimentResult(Record):
+    """What every results file starts with: the experiment's name (its file's and its Make
+    target's), the machine, and the flags it ran with."""
+    experiment: str
+    machine: Machine
+    config: dict[str, Any]
+
+    @property
+    def metrics(self) -> list[str]:
+        return self.config["metrics"]
+
+
 # ---------------------------------------------------------------- timing
 
 @dataclass
@@ -189,19 +202,12 @@ class Comparison(Record):
 
 
 @dataclass
-class TimingResult(Record):
-    experiment: str
-    machine: Machine
-    config: dict[str, Any]
+class TimingResult(ExperimentResult):
     paper: PaperTiming
     runs: list[TimingRun]
     fits: dict[str, dict[str, Fit | None]]
     comparisons: list[Comparison]
     crossover: dict[str, int | None]
-
-    @property
-    def metrics(self) -> list[str]:
-        return self.config["metrics"]
 
 
 # ---------------------------------------------------------------- sweep and direct
@@ -237,21 +243,14 @@ class SweepSummary(Outcome):
 
 
 @dataclass
-class SweepResult(Record):
-    experiment: str
+class SweepResult(ExperimentResult):
     knob: str
-    machine: Machine
-    config: dict[str, Any]
     paper: str
     runs: list[SweepRun]
     summary: list[SweepSummary]
     greedy: list[GreedyLevel]
     best: dict[str, Value]
     smallest_stable: dict[str, Value | None]
-
-    @property
-    def metrics(self) -> list[str]:
-        return self.config["metrics"]
 
 
 @dataclass
@@ -277,18 +276,11 @@ class DirectSummary(Outcome):
 
 
 @dataclass
-class DirectResult(Record):
-    experiment: str
-    machine: Machine
-    config: dict[str, Any]
+class DirectResult(ExperimentResult):
     methods: list[str]
     runs: list[DirectRun]
     summary: list[DirectSummary]
     best: dict[str, str]
-
-    @property
-    def metrics(self) -> list[str]:
-        return self.config["metrics"]
 
 
 Result = TimingResult | SweepResult | DirectResult
