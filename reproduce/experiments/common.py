@@ -21,7 +21,7 @@ from datamask.objectives import DIVERSITY, GroundSet, diversity
 from datamask.selectors import make_selector
 from datamask.synthetic import synthetic_dataset
 
-from .records import CurvePoint, Fit, Machine, Record
+from .records import CurvePoint, ExperimentResult, Fit, Machine
 
 T = TypeVar("T")
 
@@ -228,9 +228,11 @@ def power_law(sizes, seconds) -> Fit | None:
     return Fit(exponent=float(b), coef=float(np.exp(log_c)), sizes=[int(n) for n in sizes])
 
 
-def write_outputs(out_dir: str, name: str, result: Record, markdown: str) -> None:
-    """`name`.json (the record) and `name`.md; `name` is the experiment's, as the Make target's."""
+def write_outputs(out_dir: str, result: ExperimentResult, markdown: str) -> None:
+    """<experiment>.json (the record) and <experiment>.md: the experiment's name is its Make
+    target's (timing's target is reproduce-timing)."""
     os.makedirs(out_dir, exist_ok=True)
+    name = result.experiment
     write_json_atomic(result.to_json(), os.path.join(out_dir, f"{name}.json"))
     with atomic_output(os.path.join(out_dir, f"{name}.md")) as tmp:
         with open(tmp, "w") as f:

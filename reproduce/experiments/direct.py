@@ -174,7 +174,7 @@ def markdown(results: DirectResult) -> str:
 def main(argv: list[str] | None = None) -> DirectResult:
     args = parse(argv)
     results = run(args)
-    write_outputs(args.output, results.experiment, results, markdown(results))
+    write_outputs(args.output, results, markdown(results))
     return results
 
 

@@ -188,7 +188,7 @@ def markdown(results: SweepResult) -> str:
 def main(argv: list[str] | None = None) -> SweepResult:
     args = parse(argv)
     results = run(args)
-    write_outputs(args.output, results.experiment, results, markdown(results))
+    write_outputs(args.output, results, markdown(results))
     return results
 
 

@@ -228,7 +228,7 @@ def markdown(results: TimingResult) -> str:
 def main(argv: list[str] | None = None) -> TimingResult:
     args = parse(argv)
     results = run(args)
-    write_outputs(args.output, results.experiment, results, markdown(results))
+    write_outputs(args.output, results, markdown(results))
     return results
 
 
