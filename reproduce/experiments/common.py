@@ -237,3 +237,14 @@ def write_outputs(out_dir: str, result: ExperimentResult, markdown: str) -> None
     with atomic_output(os.path.join(out_dir, f"{name}.md")) as tmp:
         with open(tmp, "w") as f:
             f.write(markdown)
+
+
+def experiment_main(parse: Callable, run: Callable, markdown: Callable[..., str]) -> Callable:
+    """An experiment's command: its flags parsed, its run, its record and summary written under
+    --output; the record is returned."""
+    def main(argv: list[str] | None = None) -> ExperimentResult:
+        args = parse(argv)
+        result = run(args)
+        write_outputs(args.output, result, markdown(result))
+        return result
+    return main

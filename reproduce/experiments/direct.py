@@ -38,8 +38,8 @@ from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_seeded_rows, experiment_parser, greedy_run, learner_params, learner_run,
-                     lr_of, machine, warm_up_learner, write_outputs)
+from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
+                     learner_params, learner_run, lr_of, machine, warm_up_learner)
 from .records import DirectResult, DirectRun, DirectSummary, Outcome, best_of, of_metric
 
 LEARNER, GREEDY = "datamask", "joint-greedy"
@@ -171,11 +171,7 @@ def markdown(results: DirectResult) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> DirectResult:
-    args = parse(argv)
-    results = run(args)
-    write_outputs(args.output, results, markdown(results))
-    return results
+main = experiment_main(parse, run, markdown)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Callable
 
 import numpy as np
 
@@ -57,12 +58,15 @@ def verdict(holds: bool) -> str:
     return "**holds**" if holds else "**does not hold**"
 
 
-def timing_section(timing: TimingResult | None) -> list[str]:
-    lines = ["## Learner against greedy: time and objective (`make reproduce-timing`)", ""]
-    if timing is None:
-        return lines + missing("timing")
+def section(heading: str | None, experiment: str, result, claims: Callable) -> list[str]:
+    """`heading`, then `claims(result)`, or a line that says the experiment was not run."""
+    lines = [heading, ""] if heading else []
+    return lines + (missing(experiment) if result is None else claims(result) + [""])
+
+
+def timing_claims(timing: TimingResult) -> list[str]:
     paper = timing.paper
-    lines += [f"Paper: DiSF at N = {paper.n:,} on a {paper.device}: the learner took "
+    lines = [f"Paper: DiSF at N = {paper.n:,} on a {paper.device}: the learner took "
               f"{paper.time_ratio:.2%} of the greedy's time.", "",
               "| metric | N | greedy | greedy status | learner / greedy time | gain ratio |",
               "|---|---:|---|---|---:|---:|"]
@@ -97,7 +101,7 @@ def timing_section(timing: TimingResult | None) -> list[str]:
                         else "none of the sizes")
                      + "; " + (f"crossover: from N = {cross:,} on." if cross else
                                "no crossover (no N from which it stays faster)."))
-    return lines + [""]
+    return lines
 
 
 def useful_range(rows: list[SweepSummary]) -> tuple[SweepSummary, list[SweepSummary]]:
@@ -108,12 +112,9 @@ def useful_range(rows: list[SweepSummary]) -> tuple[SweepSummary, list[SweepSumm
     return best, [s for s in rows if s.objective_mean >= floor and s.objective_mean > s.start_mean]
 
 
-def lr_section(result: SweepResult | None) -> list[str]:
-    lines = ["## Learning rate and schedule (`make ablation-lr`, `make ablation-steps`)", ""]
-    if result is None:
-        return lines + missing("ablation-lr")
+def lr_claims(result: SweepResult) -> list[str]:
     default = lr_setting()
-    lines += [f"Settings as schedule:max_lr:min_lr; N = {result.config['n']:,}, "
+    lines = [f"Settings as schedule:max_lr:min_lr; N = {result.config['n']:,}, "
               f"{result.config['steps']} steps, seeds {result.config['seeds']}. "
               f"`datamask select` default: {default}.", "",
               "| metric | best | its objective | useful range (within 1 std of the best) | "
@@ -149,7 +150,7 @@ def lr_section(result: SweepResult | None) -> list[str]:
               f"{sum(in_range)} of {len(in_range)} metrics.",
               f"- Best setting over all metrics (lowest mean rank of the final objective): "
               f"{overall}; `datamask select`'s default "
-              + ("is that setting." if overall == default else f"({default}) is not."), ""]
+              + ("is that setting." if overall == default else f"({default}) is not.")]
     return lines
 
 
@@ -164,21 +165,17 @@ def overall_best(result: SweepResult) -> str:
     return min(ranks, key=lambda value: np.mean(ranks[value]))
 
 
-def steps_section(result: SweepResult | None) -> list[str]:
-    if result is None:
-        return missing("ablation-steps")
+def steps_claims(result: SweepResult) -> list[str]:
     lines = ["Steps (n_epochs) against the final objective and wall time:", "",
              "| metric | steps | objective | wall s |", "|---|---:|---:|---:|"]
     for s in result.summary:
         lines.append(f"| {s.metric} | {s.value:g} | {s.objective_mean:.3f} +- "
                      f"{s.objective_std:.3f} | {s.wall_s_mean:.3g} |")
-    return lines + [""]
+    return lines
 
 
-def g_section(result: SweepResult | None) -> list[str]:
-    lines = ["## Group size G (`make ablation-G`)", ""]
-    if result is None:
-        return lines + missing("ablation-G")
+def g_claims(result: SweepResult) -> list[str]:
+    lines = []
     for metric in result.metrics:
         rows = of_metric(result.summary, metric)
         unstable = [s.value for s in rows if not s.stable]
@@ -193,13 +190,11 @@ def g_section(result: SweepResult | None) -> list[str]:
                         else "")
                      + "; objective by G: " + ", ".join(
                          f"{s.value:g}: {s.objective_mean:.3f}" for s in rows) + ".")
-    return lines + [""]
+    return lines
 
 
-def logprob_section(result: SweepResult | None) -> list[str]:
-    lines = ["## Simplified against exact log-probability (`make ablation-logprob`)", ""]
-    if result is None:
-        return lines + missing("ablation-logprob")
+def logprob_claims(result: SweepResult) -> list[str]:
+    lines = []
     for metric in result.metrics:
         rows = {s.value: s for s in of_metric(result.summary, metric)}
         simple, exact = rows.get("simple"), rows.get("exact")
@@ -213,13 +208,11 @@ def logprob_section(result: SweepResult | None) -> list[str]:
                      f"{exact.wall_s_mean / simple.wall_s_mean:.2f}. Claim: the "
                      f"simplification costs nothing (difference within one std): "
                      f"{verdict(gap <= noise)}.")
-    return lines + [""]
+    return lines
 
 
-def direct_section(result: DirectResult | None, learner_label: str = "datamask") -> list[str]:
-    lines = ["## Is the policy gradient needed? One-shot selectors (`make ablation-direct`)", ""]
-    if result is None:
-        return lines + missing("ablation-direct")
+def direct_claims(result: DirectResult, learner_label: str = "datamask") -> list[str]:
+    lines = []
     for metric in result.metrics:
         rows = {s.method: s for s in of_metric(result.summary, metric)}
         learner = rows.get(learner_label)
@@ -235,13 +228,11 @@ def direct_section(result: DirectResult | None, learner_label: str = "datamask")
                         f"{greedy.wall_s_mean:.3g} s" if greedy else "")
                      + f". Claim: a one-shot method comes within one seed std of the learner: "
                      f"{verdict(close)}.")
-    return lines + [""]
+    return lines
 
 
-def lamb_section(result: SweepResult | None) -> list[str]:
+def lamb_claims(result: SweepResult) -> list[str]:
     """Objectives at different lamb are different functions: the claim is the trade-off itself."""
-    if result is None:
-        return missing("ablation-lamb")
     lines = [f"lamb (paper: {result.paper}; quality goes up and diversity down with lamb):", ""]
     for metric in result.metrics:
         rows = sorted(of_metric(result.summary, metric), key=lambda s: s.value)
@@ -251,18 +242,17 @@ def lamb_section(result: SweepResult | None) -> list[str]:
                      f"{low['quality']:.3f} -> {high['quality']:.3f}, {metric} "
                      f"{low[metric]:.4g} -> {high[metric]:.4g}: "
                      f"{verdict(holds)}.")
-    return lines + [""]
+    return lines
 
 
-def knob_section(result: SweepResult | None, knob: str) -> list[str]:
-    if result is None:
-        return missing(f"ablation-{knob}")
+def knob_claims(result: SweepResult) -> list[str]:
+    knob = result.knob
     lines = [f"{knob} (paper: {result.paper}):", ""]
     for metric in result.metrics:
         values = np.array([s.objective_mean for s in of_metric(result.summary, metric)])
         lines.append(f"- {metric}: best {knob} = {result.best[metric]}; final objective from "
                      f"{values.min():.3f} to {values.max():.3f} across values.")
-    return lines + [""]
+    return lines
 
 
 def report(results: str, figures: str) -> str:
@@ -275,18 +265,27 @@ def report(results: str, figures: str) -> str:
     if timing:
         m = timing.machine
         lines += [f"Machine: {m.cpu}, {m.cores} cores, torch {m.torch}, {m.device}.", ""]
-    lines += timing_section(timing)
+    lines += section("## Learner against greedy: time and objective (`make reproduce-timing`)",
+                     "timing", timing, timing_claims)
     lines += figure(figures, results, "3-timing") + figure(figures, results, "1-curves")
-    lines += lr_section(ablations["lr"]) + figure(figures, results, "2-ablation-lr-values")
-    lines += steps_section(ablations["steps"])
-    lines += g_section(ablations["G"]) + figure(figures, results, "2-ablation-G")
-    lines += logprob_section(ablations["logprob"])
-    lines += direct_section(read_result(results, "ablation-direct"))
+    lines += section("## Learning rate and schedule (`make ablation-lr`, `make ablation-steps`)",
+                     "ablation-lr", ablations["lr"], lr_claims)
+    lines += figure(figures, results, "2-ablation-lr-values")
+    lines += section(None, "ablation-steps", ablations["steps"], steps_claims)
+    lines += section("## Group size G (`make ablation-G`)", "ablation-G", ablations["G"],
+                     g_claims)
+    lines += figure(figures, results, "2-ablation-G")
+    lines += section("## Simplified against exact log-probability (`make ablation-logprob`)",
+                     "ablation-logprob", ablations["logprob"], logprob_claims)
+    lines += section("## Is the policy gradient needed? One-shot selectors "
+                     "(`make ablation-direct`)", "ablation-direct",
+                     read_result(results, "ablation-direct"), direct_claims)
     lines += figure(figures, results, "2-ablation-direct")
     lines += ["## The other knobs", ""]
-    lines += lamb_section(ablations["lamb"]) + figure(figures, results, "2-ablation-lamb-values")
+    lines += section(None, "ablation-lamb", ablations["lamb"], lamb_claims)
+    lines += figure(figures, results, "2-ablation-lamb-values")
     for knob in ("partial", "init", "scale_on"):
-        lines += knob_section(ablations[knob], knob)
+        lines += section(None, f"ablation-{knob}", ablations[knob], knob_claims)
         lines += figure(figures, results, f"2-ablation-{knob}-values")
     return "\n".join(lines)
 

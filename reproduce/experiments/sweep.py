@@ -38,9 +38,9 @@ from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_seeded_rows, experiment_parser, greedy_run, learner_params, learner_run,
-                     lr_of, lr_params, machine, parse_lr, start_of_last_run, warm_up_learner,
-                     write_outputs)
+from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
+                     learner_params, learner_run, lr_of, lr_params, machine, parse_lr,
+                     start_of_last_run, warm_up_learner)
 from .records import GreedyLevel, Outcome, SweepResult, SweepRun, SweepSummary, best_of, of_metric
 
 KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` sweeps it
@@ -185,11 +185,7 @@ def markdown(results: SweepResult) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> SweepResult:
-    args = parse(argv)
-    results = run(args)
-    write_outputs(args.output, results, markdown(results))
-    return results
+main = experiment_main(parse, run, markdown)
 
 
 if __name__ == "__main__":

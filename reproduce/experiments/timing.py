@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from datamask.synthetic import synthetic_dataset
 
-from .common import (experiment_parser, fastest, greedy_run, greedy_runs_killable, learner_params,
-                     learner_run, lr_of, machine, metric_scorer, power_law, start_of_last_run,
-                     warm_up_learner, write_outputs)
+from .common import (experiment_main, experiment_parser, fastest, greedy_run, greedy_runs_killable,
+                     learner_params, learner_run, lr_of, machine, metric_scorer, power_law,
+                     start_of_last_run, warm_up_learner)
 from .records import Comparison, Fit, PaperTiming, TimingResult, TimingRun
 
 # metric -> greedies optimising it: (label, selector, params, role)
@@ -225,11 +225,7 @@ def markdown(results: TimingResult) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> TimingResult:
-    args = parse(argv)
-    results = run(args)
-    write_outputs(args.output, results, markdown(results))
-    return results
+main = experiment_main(parse, run, markdown)
 
 
 if __name__ == "__main__":
