@@ -72,7 +72,7 @@ def knob_params(knob: str, value, args) -> dict:
         change = lr_params(value)
     else:  # lamb, partial, logprob, scale_on: the learner's own name
         change = {knob: value if knob in TEXT_KNOBS else float(value)}
-    return learner_params(args, args.lamb, **change)
+    return learner_params(args, **dict({"lamb": args.lamb}, **change))
 
 
 def parse(argv):
