@@ -1,4 +1,5 @@
-"""What the greedy baselines share: the ground set on a device, option checks, and the output.
+"""What the greedy baselines share: the ground set on a device, common options and checks, and
+the output.
 
 A greedy's per-row score is its pick order (the first pick scores k, the last 1, unpicked rows 0),
 so that the top-k of the score is the selection and the order in which it was built is kept.
@@ -13,8 +14,19 @@ import torch
 
 from datamask.data import Dataset
 from datamask.errors import UserError
-from datamask.learner import resolve_device
 from datamask.objectives import GroundSet
+from datamask.options import option
+from datamask.shared import resolve_device
+
+
+def device_option():
+    """The --device field of a selector's options (a fresh field per class)."""
+    return option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)")
+
+
+def seed_option():
+    """The --seed field of a greedy's options: its random first pick or partition."""
+    return option(0, "seed of the random first pick (or GreeDi's partition)")
 
 
 def ground_set(data: Dataset, device: str) -> GroundSet:

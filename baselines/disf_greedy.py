@@ -23,14 +23,17 @@ rounding noise). In float64 it is the exact argmin, which the fast variant repro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from datamask.data import Dataset
 from datamask.objectives import collapse_score
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
-from .common import check, first_picks, ground_set, picks_output
+from .common import check, device_option, first_picks, ground_set, picks_output, seed_option
 
 CHUNK_BYTES = 256 * 2**20  # temporaries of one chunk of candidates
 
@@ -57,16 +60,23 @@ def batch_plan(n: int, k: int, batch_size: int, picks_per_batch: int | None) -> 
     return [(int(a), int(b), int(p)) for a, b, p in zip(starts, stops, picks)]
 
 
+@dataclass
+class DisfOptions:
+    batch_size: int = option(1024, "rows per consecutive batch (reference: 1024)", low=2)
+    picks_per_batch: int | None = option(None, "picks per full batch (reference: 16); the last "
+                                               "partial batch takes the rest of the budget",
+                                         low=1, default_text="the batch's share of the ratio")
+    seed: int = seed_option()
+    device: str = device_option()
+
+
 class BatchedDiSF(Selector):
     """Runs a per-batch DiSF greedy over the batch plan; subclasses say how a batch is picked."""
 
-    def __init__(self, batch_size: int = 1024, picks_per_batch: int | None = None, seed: int = 0,
-                 device: str = "auto", **params):
-        super().__init__(batch_size=batch_size, picks_per_batch=picks_per_batch, seed=seed,
-                         device=device, **params)
+    Options = DisfOptions
 
     def _plan(self, n: int, k: int) -> list[tuple]:
-        return batch_plan(n, k, self.params["batch_size"], self.params["picks_per_batch"])
+        return batch_plan(n, k, self.options.batch_size, self.options.picks_per_batch)
 
     def _batch_picks(self, x: torch.Tensor, picks: int, first: int
                      ) -> tuple[list[int], list[float | None]]:
@@ -74,9 +84,9 @@ class BatchedDiSF(Selector):
         raise NotImplementedError
 
     def _select(self, data: Dataset, k: int):
-        features = ground_set(data, self.params["device"]).features.double()
+        features = ground_set(data, self.options.device).features.double()
         plan = self._plan(len(data), k)
-        firsts = first_picks([stop - start for start, stop, _ in plan], self.params["seed"])
+        firsts = first_picks([stop - start for start, stop, _ in plan], self.options.seed)
         picks, history = [], []
         for batch, ((start, stop, n_picks), first) in enumerate(zip(plan, firsts)):
             if n_picks == 0:
@@ -89,15 +99,10 @@ class BatchedDiSF(Selector):
         return (*picks_output(len(data), picks), history)
 
 
-@register
 class DisfGreedy(BatchedDiSF):
     """DiSF reference greedy: 1024-row batches, random start, min collapse, from-scratch scores."""
 
     name = "disf-greedy"
-
-    def __init__(self, batch_size: int = 1024, picks_per_batch: int | None = None, seed: int = 0,
-                 device: str = "auto"):
-        super().__init__(batch_size, picks_per_batch, seed, device)
 
     def _batch_picks(self, x, picks, first):
         size, dim = x.shape

@@ -17,13 +17,14 @@ un-batched variant that large timings need.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from datamask.objectives.disf import EPS, SCALE
-from datamask.selectors import register
+from datamask.options import option
 
-from .common import check
-from .disf_greedy import CHUNK_BYTES, BatchedDiSF
+from .disf_greedy import CHUNK_BYTES, BatchedDiSF, DisfOptions
 
 
 class ScatterState:
@@ -80,19 +81,20 @@ def greedy_collapse(x: torch.Tensor, picks: int, first: int
     return chosen, scores
 
 
-@register
+@dataclass
+class DisfFastOptions(DisfOptions):
+    mode: str = option("batched", "per batch like disf-greedy, or one greedy over all rows",
+                       choices=("batched", "global"))
+
+
 class DisfGreedyFast(BatchedDiSF):
     """DiSF greedy, same picks as disf-greedy via exact rank-1 updates; batched or global mode."""
 
     name = "disf-greedy-fast"
-
-    def __init__(self, mode: str = "batched", batch_size: int = 1024,
-                 picks_per_batch: int | None = None, seed: int = 0, device: str = "auto"):
-        check(mode in ("batched", "global"), f"--mode must be 'batched' or 'global', got {mode!r}")
-        super().__init__(batch_size, picks_per_batch, seed, device, mode=mode)
+    Options = DisfFastOptions
 
     def _plan(self, n, k):
-        return [(0, n, k)] if self.params["mode"] == "global" else super()._plan(n, k)
+        return [(0, n, k)] if self.options.mode == "global" else super()._plan(n, k)
 
     def _batch_picks(self, x, picks, first):
         return greedy_collapse(x, picks, first)

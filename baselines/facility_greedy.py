@@ -17,15 +17,17 @@ solutions by the Facility objective on all rows.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from datamask.data import Dataset
 from datamask.objectives import FacilityLocation, GroundSet, clipped_cosine
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
-from .common import check, ground_set, one_thread, picks_output
+from .common import check, device_option, ground_set, one_thread, picks_output, seed_option
 
 CHUNK_BYTES = 64 * 2**20  # similarity rows scored at once by a full pass
 LAZY_BLOCK = 32  # candidates refreshed at once by the lazy greedy
@@ -131,26 +133,37 @@ def greedi(ground: GroundSet, k: int, optimizer: str, memory_bytes: int,
         "chosen": "merged" if best == 0 else f"local solution {best - 1}"}]
 
 
-@register
+def optimizer_option():
+    return option("lazy", "lazy (Minoux) or naive greedy, same picks", choices=OPTIMIZERS)
+
+
+def memory_option(past: str):
+    return option(8.0, f"largest N x N float32 kernel to hold (GB), else {past}", low=0.0,
+                  open_low=True)
+
+
+@dataclass
+class FacilityGreedyOptions:
+    optimizer: str = optimizer_option()
+    memory_gb: float = memory_option("GreeDi partitions")
+    seed: int = seed_option()
+    device: str = device_option()
+
+
 class FacilityGreedy(Selector):
     """Greedy facility location (clipped cosine), naive or lazy; GreeDi past --memory_gb."""
 
     name = "facility-greedy"
-
-    def __init__(self, optimizer: str = "lazy", memory_gb: float = 8.0, seed: int = 0,
-                 device: str = "auto"):
-        check(optimizer in OPTIMIZERS,
-              f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-        check(memory_gb > 0, f"--memory_gb must be positive, got {memory_gb}")
-        super().__init__(optimizer=optimizer, memory_gb=memory_gb, seed=seed, device=device)
+    Options = FacilityGreedyOptions
 
     def _select(self, data: Dataset, k: int):
-        ground = ground_set(data, self.params["device"])
-        memory_bytes = int(self.params["memory_gb"] * 2**30)
+        p = self.options
+        ground = ground_set(data, p.device)
+        memory_bytes = int(p.memory_gb * 2**30)
         if 4 * len(ground) ** 2 <= memory_bytes:
-            picks, history = kernel_greedy(ground.unit, ground.unit, k, self.params["optimizer"])
+            picks, history = kernel_greedy(ground.unit, ground.unit, k, p.optimizer)
         else:
             generator = torch.Generator(device=ground.device)
-            generator.manual_seed(self.params["seed"])
-            picks, history = greedi(ground, k, self.params["optimizer"], memory_bytes, generator)
+            generator.manual_seed(p.seed)
+            picks, history = greedi(ground, k, p.optimizer, memory_bytes, generator)
         return (*picks_output(len(data), picks), history)

@@ -18,17 +18,22 @@ Ties go to the lowest row, so lamb = 1 picks exactly the quality top-k.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 
 from datamask.data import Dataset
-from datamask.learner import resolve_device
-from datamask.objectives import DIVERSITY, GroundSet, clipped_cosine, pair_cosine_sum
+from datamask.learner import LearnerConfig
+from datamask.objectives import GroundSet, clipped_cosine, pair_cosine_sum
+from datamask.options import option
 from datamask.report import Report
-from datamask.selectors import Selector, register
+from datamask.selectors import Selector
+from datamask.shared import resolve_device
 
-from .common import check, picks_output
+from .common import check, device_option, picks_output
 from .disf_greedy_fast import ScatterState
-from .facility_greedy import OPTIMIZERS, facility_greedy, kernel_rows
+from .facility_greedy import facility_greedy, kernel_rows, memory_option, optimizer_option
 
 
 class PairTerm:
@@ -71,40 +76,43 @@ class DisfTerm:
 TERMS = {"Pair_simi": PairTerm, "DiSF": DisfTerm}
 
 
-@register
+_LEARNER = {f.name: f for f in dataclasses.fields(LearnerConfig)}
+
+
+@dataclass
+class JointGreedyOptions:
+    # the learner's own --algorithm and --lamb, so the two optimise the same objective
+    algorithm: str = dataclasses.field(default="Pair_simi", metadata=_LEARNER["algorithm"].metadata)
+    lamb: float = dataclasses.field(default=0.5, metadata=_LEARNER["lamb"].metadata)
+    optimizer: str = optimizer_option()
+    memory_gb: float = memory_option("kernel rows on demand (Facility)")
+    seed: int = option(0, "seed of the random masks that scale quality against diversity")
+    device: str = device_option()
+
+
 class JointGreedy(Selector):
     """Greedy on the learner's objective, lamb * quality + (1 - lamb) * --algorithm."""
 
     name = "joint-greedy"
-
-    def __init__(self, algorithm: str = "Pair_simi", lamb: float = 0.5, optimizer: str = "lazy",
-                 memory_gb: float = 8.0, seed: int = 0, device: str = "auto"):
-        check(algorithm in DIVERSITY,
-              f"--algorithm must be one of {', '.join(DIVERSITY)}, got {algorithm!r}")
-        check(0.0 <= lamb <= 1.0, f"--lamb must lie in [0, 1], got {lamb}")
-        check(optimizer in OPTIMIZERS,
-              f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-        check(memory_gb > 0, f"--memory_gb must be positive, got {memory_gb}")
-        super().__init__(algorithm=algorithm, lamb=lamb, optimizer=optimizer,
-                         memory_gb=memory_gb, seed=seed, device=device)
+    Options = JointGreedyOptions
 
     def _select(self, data: Dataset, k: int):
-        p = self.params
-        check(p["algorithm"] != "DiSF" or k >= 2, "--algorithm DiSF needs at least 2 selected rows")
-        report = Report(data, k / len(data), p["lamb"], resolve_device(p["device"]), p["seed"],
-                        metrics=(p["algorithm"],))
-        joint, ground = report.joint(p["algorithm"]), report.ground
+        p = self.options
+        check(p.algorithm != "DiSF" or k >= 2, "--algorithm DiSF needs at least 2 selected rows")
+        report = Report(data, k / len(data), p.lamb, resolve_device(p.device), p.seed,
+                        metrics=(p.algorithm,))
+        joint, ground = report.joint(p.algorithm), report.ground
         quality = ground.quality.double()
 
         def quality_with(picks: list[int]) -> torch.Tensor:
             """Mean quality of S + {x} for every row x."""
             return ((quality[picks].sum() + quality) / (len(picks) + 1)).float()
 
-        if p["algorithm"] == "Facility" and p["lamb"] < 1:
+        if p.algorithm == "Facility" and p.lamb < 1:
             picks, history = self._facility(ground, k, joint, quality_with)
         else:
             picks, history = [], []
-            term = TERMS[p["algorithm"]](ground) if p["lamb"] < 1 else None
+            term = TERMS[p.algorithm](ground) if p.lamb < 1 else None
             taken = torch.zeros(len(ground), dtype=torch.bool, device=ground.device)
             for step in range(k):
                 div = term.values() if term else torch.zeros_like(ground.quality)
@@ -119,7 +127,7 @@ class JointGreedy(Selector):
 
     def _facility(self, ground: GroundSet, k: int, joint, quality_with):
         n, unit = len(ground), ground.unit
-        if 4 * n * n <= self.params["memory_gb"] * 2**30:
+        if 4 * n * n <= self.options.memory_gb * 2**30:
             rows = kernel_rows(clipped_cosine(unit, unit))
         else:
             def rows(idx):
@@ -128,4 +136,4 @@ class JointGreedy(Selector):
         def value(cover, picks):
             return joint.combine(quality_with(picks), (cover / n).float())
 
-        return facility_greedy(rows, n, n, k, self.params["optimizer"], value, ground.device)
+        return facility_greedy(rows, n, n, k, self.options.optimizer, value, ground.device)

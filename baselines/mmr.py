@@ -15,29 +15,34 @@ first pick scores k, the last 1, unpicked rows 0), as for the greedy baselines.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
-from .common import check, ground_set, one_thread, picks_output
+from .common import device_option, ground_set, one_thread, picks_output
 
 
-@register
+@dataclass
+class MMROptions:
+    trade_off: float = option(0.5, "weight of quality against the max cosine to picked rows",
+                              low=0.0, high=1.0)
+    device: str = device_option()
+
+
 class MMR(Selector):
     """Maximal marginal relevance: greedy z(quality) minus max cosine to the picked rows."""
 
     name = "mmr"
-
-    def __init__(self, trade_off: float = 0.5, device: str = "auto"):
-        check(np.isfinite(trade_off) and 0.0 <= trade_off <= 1.0,
-              f"--trade_off must lie in [0, 1], got {trade_off}")
-        super().__init__(trade_off=float(trade_off), device=device)
+    Options = MMROptions
 
     def _select(self, data: Dataset, k: int):
-        trade_off = self.params["trade_off"]
-        unit = ground_set(data, self.params["device"]).unit
+        trade_off = self.options.trade_off
+        unit = ground_set(data, self.options.device).unit
         quality = np.asarray(data.quality, dtype=np.float64)
         std = quality.std()
         z = (quality - quality.mean()) / std if std > 0 else np.zeros_like(quality)

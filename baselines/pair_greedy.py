@@ -9,30 +9,35 @@ random row (as DiSF's reference greedy starts).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from datamask.data import Dataset
 from datamask.objectives import pair_cosine_sum
-from datamask.selectors import Selector, register
+from datamask.selectors import Selector
 
-from .common import first_picks, ground_set, one_thread, picks_output
+from .common import device_option, first_picks, ground_set, one_thread, picks_output, seed_option
 
 
-@register
+@dataclass
+class PairGreedyOptions:
+    seed: int = seed_option()
+    device: str = device_option()
+
+
 class PairGreedy(Selector):
     """Greedy pair-wise diversity: each step adds the row least similar to the running sum."""
 
     name = "pair-greedy"
-
-    def __init__(self, seed: int = 0, device: str = "auto"):
-        super().__init__(seed=seed, device=device)
+    Options = PairGreedyOptions
 
     def _select(self, data: Dataset, k: int):
-        unit = ground_set(data, self.params["device"]).unit
+        unit = ground_set(data, self.options.device).unit
         taken = torch.zeros(len(unit), dtype=torch.bool, device=unit.device)
         running = torch.zeros(unit.shape[1], device=unit.device)
         sum_sq = torch.zeros((), device=unit.device)
-        best = int(first_picks([len(unit)], self.params["seed"])[0])
+        best = int(first_picks([len(unit)], self.options.seed)[0])
         picks, history = [], []
         with one_thread(unit.device):  # one matrix-vector product per step
             for step in range(k):

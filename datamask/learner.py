@@ -23,75 +23,66 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
-from .objectives import GroundSet, Joint, TermScale, diversity
+from .objectives import DIVERSITY, GroundSet, Joint, TermScale, diversity
+from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
+from .shared import resolve_device, top_rows
 
-
-def resolve_device(device: str) -> torch.device:
-    """'auto' is CUDA when there is a GPU, else CPU; an explicit 'cuda' without one is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
-    return torch.device(device)
+LR_SCHEDULES = ("linear", "cosine", "constant")
+DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
 @dataclass
 class LearnerConfig:
-    """Hyper-parameters, named as the flags of the original train_mask.py where it had them."""
+    """Hyper-parameters, named as the flags of the original train_mask.py where it had them
+    (`original=True`); `datamask select`'s flags, help and checks are generated from here."""
 
-    algorithm: str = "Pair_simi"  # diversity metric: Pair_simi, Facility or DiSF
-    select_ratio: float = 0.1  # fraction of ALL input rows to select
-    lamb: float = 0.5  # weight of quality in the joint objective; 1 - lamb goes to diversity
-    n_rollout: int = 128  # G, masks sampled per step
-    n_epochs: int = 2000  # optimisation steps
-    partial: float = 0.1  # fraction of the candidate rows each step works on
-    max_lr: float = 10.0  # learning rate at the first step ...
-    min_lr: float = 1.0  # ... decayed to this at the last step ('linear' and 'cosine' only)
-    # 'constant' at max_lr: the best setting of `make ablation-lr` on every metric (README);
-    # 'linear' is the original train_mask.py's decay from max_lr to min_lr, 'cosine' the other
-    lr_schedule: str = "constant"
-    init: str = "same"  # 'same': equal logits; 'quality': P(select) proportional to quality
-    prune_ratio: float = 0.0  # drop this fraction of rows, lowest quality first, before learning
-    logprob: str = "simple"  # 'simple': sum of log-softmax; 'exact': Plackett-Luce of the order
-    # where the two terms' spreads are fitted: 'step', random masks of a partial step's shape
-    # (cheap); 'input', random masks of the full budget on all candidates, the shape the whole
-    # selection is scored at (costs a Facility kernel of N x k per mask)
-    scale_on: str = "step"
-    readoff: str = "topk"  # 'topk' of the final logits, or one 'sample' from the final policy
-    seed: int = 0
-    device: str = "auto"
+    algorithm: str = option("Pair_simi", "diversity metric joined with quality",
+                            choices=DIVERSITY_METRICS, original=True)
+    select_ratio: float = option(0.1, "fraction of ALL input rows to select", low=0.0, high=1.0,
+                                 open_low=True, open_high=True, flag=False)
+    lamb: float = option(0.5, "weight of quality; 1 - lamb weighs diversity; both terms "
+                              "standardised by their spread over random masks",
+                         low=0.0, high=1.0, original=True)
+    n_rollout: int = option(128, "G, masks sampled per step (paper: 128 or 256); at least 2, "
+                                 "since advantages need a group", low=2, original=True)
+    n_epochs: int = option(2000, "optimisation steps", low=1, original=True)
+    partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
+                                 "updates (paper: 0.05-0.1; 1 = all rows every step)",
+                            low=0.0, high=1.0, open_low=True, original=True)
+    max_lr: float = option(10.0, "learning rate at the first step", original=True)
+    min_lr: float = option(1.0, "learning rate at the last step, for --lr_schedule linear or "
+                                "cosine", original=True)
+    lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
+                                          "or from --max_lr to --min_lr: linear (the original "
+                                          "train_mask.py's) or cosine", choices=LR_SCHEDULES)
+    init: str = option("same", "initial logits: all equal, or log quality so that selection "
+                               "probability is proportional to quality",
+                       choices=("same", "quality"), original=True)
+    prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
+                                     "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
+                                open_high=True)
+    logprob: str = option("simple", "log P(mask): sum of log-softmax over the selected rows "
+                                    "(paper), or the exact Plackett-Luce probability of the draw "
+                                    "order", choices=("simple", "exact"))
+    scale_on: str = option("step", "fit the spreads that put quality and diversity on one scale "
+                                   "on random masks of a partial step's shape, or of the full "
+                                   "budget on all rows (the shape --report scores; slower for "
+                                   "Facility)", choices=("step", "input"))
+    readoff: str = option("topk", "final subset: top-k of the final logits, or one draw from the "
+                                  "final policy", choices=("topk", "sample"))
+    seed: int = option(0, "same seed, same device: same selection", original=True)
+    device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)",
+                         original=True)
 
     def validate(self) -> None:
-        from .objectives import DIVERSITY
+        validate(self)
 
-        checks = [
-            (self.algorithm in DIVERSITY,
-             f"--algorithm must be one of {', '.join(DIVERSITY)}, got {self.algorithm!r}"),
-            (0.0 < self.select_ratio < 1.0,
-             f"--select_ratio must lie strictly between 0 and 1, got {self.select_ratio}"),
-            (0.0 <= self.lamb <= 1.0, f"--lamb must lie in [0, 1], got {self.lamb}"),
-            (self.n_rollout >= 2,
-             f"--n_rollout must be at least 2 (advantages need a group), got {self.n_rollout}"),
-            (self.n_epochs >= 1, f"--n_epochs must be at least 1, got {self.n_epochs}"),
-            (0.0 < self.partial <= 1.0, f"--partial must lie in (0, 1], got {self.partial}"),
-            (math.isfinite(self.max_lr) and math.isfinite(self.min_lr),
-             f"--max_lr and --min_lr must be finite, got {self.max_lr} and {self.min_lr}"),
-            (self.lr_schedule in LR_SCHEDULES,
-             f"--lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"),
-            (self.init in ("same", "quality"), f"--init must be 'same' or 'quality', got {self.init!r}"),
-            (0.0 <= self.prune_ratio < 1.0, f"--prune_ratio must lie in [0, 1), got {self.prune_ratio}"),
-            (self.logprob in ("simple", "exact"),
-             f"--logprob must be 'simple' or 'exact', got {self.logprob!r}"),
-            (self.readoff in ("topk", "sample"),
-             f"--readoff must be 'topk' or 'sample', got {self.readoff!r}"),
-            (self.scale_on in ("step", "input"),
-             f"--scale_on must be 'step' or 'input', got {self.scale_on!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
+    def check_together(self) -> None:
+        if not (math.isfinite(self.max_lr) and math.isfinite(self.min_lr)):
+            raise UserError(f"--max_lr and --min_lr must be finite, got {self.max_lr} and "
+                            f"{self.min_lr}")
 
 
 @dataclass
@@ -112,8 +103,6 @@ def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr:
         return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
     return max_lr + (min_lr - max_lr) * progress
 
-
-LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
 def candidate_rows(quality: np.ndarray, prune_ratio: float, k: int) -> np.ndarray:
@@ -138,14 +127,6 @@ def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
         spread = float(q.max() - q.min()) or 1.0
         q = q - q.min() + 0.01 * spread
     return q.log().to(quality.dtype)
-
-
-def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest logits; ties go to higher quality, then to the lower index, so
-    the read-off is deterministic even where logits never moved."""
-    order = np.lexsort((np.arange(len(logits)), -quality.astype(np.float64),
-                        -logits.astype(np.float64)))
-    return order[:k]
 
 
 def fingerprint(data: Dataset) -> dict:

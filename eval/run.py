@@ -13,7 +13,7 @@ from pathlib import Path
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from reproduce.common import require
+from datamask.shared import require
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 

@@ -1,5 +1,6 @@
-"""`python -m reproduce STAGE ...`: one subcommand per pipeline stage, each reading the files the
-stage before wrote. `add_pipeline_commands` hangs the same stages under `datamask pipeline`."""
+"""`datamask-pipeline STAGE ...` (or `python -m reproduce STAGE`): one subcommand per pipeline
+stage, each reading the files the stage before wrote. `add_pipeline_commands` hangs the same
+stages under `datamask pipeline` (registered under the `datamask.commands` entry points)."""
 
 from __future__ import annotations
 
@@ -223,13 +224,14 @@ def add_pipeline_commands(subparsers) -> None:
     add_stage_parsers(p.add_subparsers(dest="stage", required=True))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__)
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     add_stage_parsers(parser.add_subparsers(dest="stage", required=True))
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The `datamask-pipeline` console script (prog None: its own name)."""
     from datamask.cli import run_command
 
-    return run_command(build_parser(), argv, "reproduce")
+    return run_command(build_parser(prog), argv, "reproduce")
