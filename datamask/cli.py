@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -22,6 +23,8 @@ from .data import read_dataset
 from .errors import UserError
 from .learner import LearnerConfig
 from .options import add_flags, build, check_field, fields_of, flag_arguments, given, shown_default
+from .paths import check_paths, leave_as_found, remove_temporaries
+from .shared import check_device
 
 DEFAULTS = LearnerConfig()
 COMMAND_GROUP = "datamask.commands"
@@ -135,13 +138,6 @@ def _run_and_write(selector, data, args, lamb: float, seed: int) -> dict:
     return summary
 
 
-def _check_output(path: str) -> None:
-    """Refuse before any work is done, not after hours of it."""
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise UserError(f"--output {path}: the folder {parent} does not exist")
-
-
 def cmd_select(args: argparse.Namespace) -> None:
     from .selectors import DataMask
 
@@ -156,15 +152,27 @@ def cmd_select(args: argparse.Namespace) -> None:
         raise UserError(f"--eval_every must be 0 or more, got {args.eval_every}")
     if args.eval_every and not args.log_jsonl:
         raise UserError("--eval_every needs --log_jsonl (the values go to that log)")
-    _check_output(args.output)
-    data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-    run = {"log_path": args.log_jsonl, "progress": not args.no_progress, "resume": args.resume,
-           "checkpoint_path": args.checkpoint or f"{args.output}.ckpt",
-           "checkpoint_every": args.checkpoint_every}
-    if args.eval_every:
-        run.update(eval_every=args.eval_every, evaluate=_report(data, args, config.lamb, config.seed))
-    selector = DataMask(**params, **run)
-    print(json.dumps(_run_and_write(selector, data, args, config.lamb, config.seed), indent=2))
+    checkpoint = args.checkpoint or f"{args.output}.ckpt"
+    check_paths({"--input": args.input}, files={"--output": args.output,
+                                               "--log_jsonl": args.log_jsonl,
+                                               "--checkpoint": checkpoint})
+    if args.resume:  # what a run killed while writing its output left beside it
+        remove_temporaries(args.output)
+    args.on_interrupt = lambda: (
+        f"the checkpoint {checkpoint} is kept: rerun the same command with --resume to continue"
+        if os.path.exists(checkpoint) else "no checkpoint was saved yet")
+    with leave_as_found([args.output, args.log_jsonl, checkpoint],
+                        keep_on_interrupt=[checkpoint, args.log_jsonl]):
+        data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
+        run = {"log_path": args.log_jsonl, "progress": not args.no_progress,
+               "resume": args.resume, "checkpoint_path": checkpoint,
+               "checkpoint_every": args.checkpoint_every}
+        if args.eval_every:
+            run.update(eval_every=args.eval_every,
+                       evaluate=_report(data, args, config.lamb, config.seed))
+        selector = DataMask(**params, **run)
+        summary = _run_and_write(selector, data, args, config.lamb, config.seed)
+    print(json.dumps(summary, indent=2))
 
 
 def _baseline_options(cls: type, args: argparse.Namespace) -> dict:
@@ -204,15 +212,17 @@ def cmd_baseline(args: argparse.Namespace) -> None:
     selector = cls(**_baseline_options(cls, args))
     lamb = check_field(LearnerConfig, "lamb", args.lamb)
     check_field(LearnerConfig, "select_ratio", args.select_ratio)
-    _check_output(args.output)
-    data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-    print(json.dumps(_run_and_write(selector, data, args, lamb, args.seed), indent=2))
+    check_paths({"--input": args.input}, files={"--output": args.output})
+    with leave_as_found([args.output]):
+        data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
+        summary = _run_and_write(selector, data, args, lamb, args.seed)
+    print(json.dumps(summary, indent=2))
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
     from .synthetic import synthetic_dataset
 
-    _check_output(args.output)
+    check_paths({}, files={"--output": args.output})
     data = synthetic_dataset(args.rows, args.dim, args.clusters, seed=args.seed)
     contract.write_dataset(args.output, data.ids, data.quality, data.features)
     print(f"wrote {len(data)} rows x {data.dim}-d to {args.output}")
@@ -221,7 +231,8 @@ def cmd_synth(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
-    run_demo(Path(args.workdir), device=args.device)
+    check_paths({}, folders={"--workdir": args.workdir})
+    run_demo(Path(args.workdir), device=check_device(args.device))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,6 +310,10 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: s
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # one line: what is kept and how to go on (the command says)
+        note = getattr(args, "on_interrupt", None)
+        print(f"{prog}: interrupted" + (f"; {note()}" if note else ""), file=sys.stderr)
+        return 130
     return 0
 
 

@@ -51,9 +51,10 @@ class LearnerConfig:
     partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
                                  "updates (paper: 0.05-0.1; 1 = all rows every step)",
                             low=0.0, high=1.0, open_low=True, original=True)
-    max_lr: float = option(10.0, "learning rate at the first step", original=True)
+    max_lr: float = option(10.0, "learning rate at the first step", low=0.0, open_low=True,
+                           original=True)
     min_lr: float = option(1.0, "learning rate at the last step, for --lr_schedule linear or "
-                                "cosine", original=True)
+                                "cosine", low=0.0, original=True)
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)

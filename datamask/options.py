@@ -75,8 +75,24 @@ def _in_range(value, meta) -> bool:
             and (high is None or (value < high if meta["open_high"] else value <= high)))
 
 
+# The largest seed numpy's and torch's generators both take (they refuse negatives, or wrap).
+SEED_MAX = 2**63 - 1
+
+
+def _check_named(name: str, value) -> None:
+    """Rules that follow from a field's name, wherever it is declared (the learner, each
+    baseline, a user's plugin): a `seed` seeds numpy and torch, a `device` is one torch has."""
+    if name == "seed" and not 0 <= value <= SEED_MAX:
+        raise UserError(f"--seed must be a whole number from 0 to 2^63 - 1, got {value}")
+    if name == "device":
+        from .shared import check_device  # torch, only where a device is declared
+
+        check_device(value)
+
+
 def check_value(field: dataclasses.Field, kind, value):
-    """The value converted to the field's type, once its type, choices and range are checked."""
+    """The value converted to the field's type, once its type, choices, range and the rules of
+    its name (`_check_named`) are checked."""
     scalar, many, optional = kind
     flag, meta = f"--{field.name}", field.metadata
     if value is None and optional:
@@ -96,6 +112,7 @@ def check_value(field: dataclasses.Field, kind, value):
             verb = "be" if _range_text(meta).startswith(("at", "greater", "less")) else "lie"
             raise UserError(f"{what} must {verb} {_range_text(meta)}, got "
                             f"{list(value) if many else v}")
+        _check_named(field.name, v)
     return values if many else values[0]
 
 

@@ -4,6 +4,7 @@ package reaches up or sideways for them: the device, the deterministic top-k, op
 from __future__ import annotations
 
 import importlib
+import re
 
 import numpy as np
 import torch
@@ -36,12 +37,26 @@ def require(module: str, stage: str):
                         f"(or pip install -r requirements.txt)") from None
 
 
+def check_device(device: str, flag: str = "--device") -> str:
+    """'auto', 'cpu', 'cuda' or 'cuda:N' for a GPU torch sees; anything else (mps, meta, a typo)
+    is refused before any work: the learner and the baselines run on CPU or CUDA only."""
+    if device in ("auto", "cpu"):
+        return device
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise UserError(f"{flag} must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if not torch.cuda.is_available():
+        raise UserError(f"{flag} {device}: torch sees no CUDA device here; use {flag} cpu")
+    index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
+    if index >= count:
+        raise UserError(f"{flag} {device}: torch sees {count} CUDA device(s), cuda:0 to "
+                        f"cuda:{count - 1}")
+    return device
+
+
 def resolve_device(device: str) -> torch.device:
-    """'auto' is CUDA when there is a GPU, else CPU; an explicit 'cuda' without one is an error."""
-    if device == "auto":
+    """'auto' is CUDA when there is a GPU, else CPU; any other name is checked first."""
+    if check_device(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
     return torch.device(device)
 
 

@@ -28,10 +28,13 @@ def cmd_data(args) -> None:
 
 
 def cmd_prepare(args) -> None:
-    from .common import parquet_files
-    from .prepare import Embedder, make_scorer, prepare
+    from datamask.shared import check_device
 
-    files = parquet_files(args.input)
+    from .prepare import Embedder, check_inputs, make_scorer, prepare
+
+    # everything that needs no model first: loading one takes longer than most mistakes
+    files = check_inputs(args.input, Path(args.output), args.quality)
+    check_device(args.device)
     scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
     embedder = Embedder(args.embedding_model, args.device, args.batch_size, args.prefix,
                         args.max_seq_length)

@@ -378,7 +378,7 @@ def fineweb(path: Path, **changes) -> Path:
     (lambda d: fineweb(d / "a.parquet", score=[float("nan")] + [3.0] * 11), ["score", "row 0"]),
     (lambda d: fineweb(d / "a.parquet", score=["3"] * 12), ["score", "string"]),
     (lambda d: fineweb(d / "a.parquet", text=list(range(12))), ["text", "int64"]),
-    (lambda d: (d / "a.parquet").write_bytes(b"PAR1 not really") and d / "a.parquet",
+    (lambda d: fineweb(d / "a.parquet").write_bytes(b"PAR1 not really") and d / "a.parquet",
      ["not a readable Parquet"]),
 ])
 def test_prepare_refuses_bad_shards_before_loading_a_model(tmp_path, capsys, make, named):
