@@ -51,10 +51,9 @@ class LearnerConfig:
     partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
                                  "updates (paper: 0.05-0.1; 1 = all rows every step)",
                             low=0.0, high=1.0, open_low=True, original=True)
-    max_lr: float = option(10.0, "learning rate at the first step", low=0.0, open_low=True,
-                           original=True)
+    max_lr: float = option(10.0, "learning rate at the first step (positive)", original=True)
     min_lr: float = option(1.0, "learning rate at the last step, for --lr_schedule linear or "
-                                "cosine", low=0.0, original=True)
+                                "cosine (0 or more)", original=True)
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)
@@ -84,6 +83,9 @@ class LearnerConfig:
         if not (math.isfinite(self.max_lr) and math.isfinite(self.min_lr)):
             raise UserError(f"--max_lr and --min_lr must be finite, got {self.max_lr} and "
                             f"{self.min_lr}")
+        if not (self.max_lr > 0 and self.min_lr >= 0):  # a negative rate descends the objective
+            raise UserError(f"--max_lr must be positive and --min_lr 0 or more, got "
+                            f"{self.max_lr} and {self.min_lr}")
 
 
 @dataclass
