@@ -216,6 +216,9 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--workdir", help="pipeline folder whose stage summaries give a cost table")
     p.set_defaults(func=cmd_tables)
 
+    from .pool.cli import add_pool_parsers  # pool, control, planted (reproduce/pool)
+    add_pool_parsers(sub)
+
 
 def add_pipeline_commands(subparsers) -> None:
     """Hang the stages under one `pipeline` subcommand of another CLI (e.g. `datamask`)."""
