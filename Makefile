@@ -98,8 +98,7 @@ pipeline-evaluate: pipeline-train
 		--checkpoints $(foreach m,$(PIPE_METHODS),$(PIPE_DIR)/train/$(call method_name,$(m)))
 
 pipeline-tables: pipeline-evaluate
-	$(RP) tables --workdir $(PIPE_DIR) --output $(PIPE_DIR)/tables \
-		--results $(foreach m,$(PIPE_METHODS),$(PIPE_DIR)/eval/$(call method_name,$(m)).json)
+	$(RP) tables --output $(PIPE_DIR)/tables --results $(PIPE_DIR)/eval
 
 # Every stage, timed end to end; the tables land in $(PIPE_DIR)/tables.
 pipeline-demo: install
