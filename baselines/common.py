@@ -7,8 +7,6 @@ so that the top-k of the score is the selection and the order in which it was bu
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 
@@ -53,19 +51,3 @@ def first_picks(sizes, seed: int) -> np.ndarray:
     """One uniformly random row per block of the given sizes, seeded: the start of greedies whose
     objective ties on every single row (DiSF's reference greedy starts each batch this way)."""
     return np.random.default_rng(seed).integers(0, np.asarray(sizes, dtype=np.int64))
-
-
-@contextmanager
-def one_thread(device: torch.device):
-    """Run a greedy's step loop on one CPU thread: its ops are small (a few rows of a kernel, one
-    vector), so splitting each over threads costs a barrier per op, and on a busy machine a
-    thread that waits for a core stalls every op (measured: 1 s on one thread, 4-40 s on two)."""
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

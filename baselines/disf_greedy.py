@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from datamask.data import Dataset
+from datamask.greedy import greedy
 from datamask.objectives import collapse_score
 from datamask.options import option
 from datamask.selectors import Selector
@@ -78,9 +79,16 @@ class BatchedDiSF(Selector):
     def _plan(self, n: int, k: int) -> list[tuple]:
         return batch_plan(n, k, self.options.batch_size, self.options.picks_per_batch)
 
+    def _gains(self, x: torch.Tensor):
+        """The incremental term of the collapse score on the batch `x` (b, d) float64."""
+        raise NotImplementedError
+
     def _batch_picks(self, x: torch.Tensor, picks: int, first: int
                      ) -> tuple[list[int], list[float | None]]:
-        """Rows picked in the batch `x` (b, d) float64, in order, and the score after each."""
+        """Rows picked in the batch `x` (b, d) float64, in order, and the score after each
+        (DiSF is undefined on one row): min collapse is max gain, ties to the lowest row."""
+        return greedy(self._gains(x), picks, first=first,
+                      record=lambda s: -s.values[s.row].item() if s.step else None)
         raise NotImplementedError
 
     def _select(self, data: Dataset, k: int):
@@ -104,23 +112,33 @@ class DisfGreedy(BatchedDiSF):
 
     name = "disf-greedy"
 
-    def _batch_picks(self, x, picks, first):
-        size, dim = x.shape
-        chosen = torch.tensor([first], device=x.device)
-        scores = [None]  # DiSF is undefined on one row
-        for m in range(1, picks):
-            free = torch.ones(size, dtype=torch.bool, device=x.device)
-            free[chosen] = False
-            candidates = free.nonzero().squeeze(1)
-            score = torch.full((size,), torch.inf, dtype=x.dtype, device=x.device)
-            step = max(1, CHUNK_BYTES // (x.element_size() * ((m + 1) * dim + 4 * dim * dim)))
-            for part in candidates.split(step):
-                sets = torch.cat([chosen.expand(len(part), m), part.unsqueeze(1)], dim=1)
-                rows = x[sets]  # (c, m + 1, d): every candidate's set, from scratch
-                rows = rows - rows.mean(dim=1, keepdim=True)
-                covariance = torch.bmm(rows.transpose(1, 2), rows).div_(m)
-                score[part] = collapse_score(covariance)
-            best = int(score.argmin())
-            chosen = torch.cat([chosen, chosen.new_tensor([best])])
-            scores.append(score[best].item())
-        return chosen.tolist(), scores
+    def _gains(self, x):
+        return ScratchCollapseGains(x)
+
+
+class ScratchCollapseGains:
+    """Minus the collapse score of S + {x} for every candidate x, recomputed from scratch as the
+    reference does: each candidate's (m + 1)-row covariance, in chunks of one batched GEMM."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.chosen = torch.empty(0, dtype=torch.long, device=x.device)
+
+    def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        candidates = torch.arange(len(self.x), device=self.x.device) if idx is None else idx
+        m, dim = len(self.chosen), self.x.shape[1]
+        if m == 0:  # DiSF is undefined on one row
+            return torch.zeros(len(candidates), dtype=self.x.dtype, device=self.x.device)
+        score = torch.empty(len(candidates), dtype=self.x.dtype, device=self.x.device)
+        step = max(1, CHUNK_BYTES // (self.x.element_size() * ((m + 1) * dim + 4 * dim * dim)))
+        for start in range(0, len(candidates), step):
+            part = candidates[start:start + step]
+            sets = torch.cat([self.chosen.expand(len(part), m), part.unsqueeze(1)], dim=1)
+            rows = self.x[sets]  # (c, m + 1, d): every candidate's set, from scratch
+            rows = rows - rows.mean(dim=1, keepdim=True)
+            covariance = torch.bmm(rows.transpose(1, 2), rows).div_(m)
+            score[start:start + step] = collapse_score(covariance)
+        return -score
+
+    def add(self, row: int, gain: torch.Tensor | None = None) -> None:
+        self.chosen = torch.cat([self.chosen, self.chosen.new_tensor([row])])

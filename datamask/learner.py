@@ -3,7 +3,8 @@
 One logit per candidate row. Each step draws G masks of exactly k rows from softmax(logits) by
 Gumbel-top-k, scores all G with the joint objective in one batch, standardises the scores within the
 group into advantages, and moves the logits up the policy gradient. At the end the k rows with the
-largest logits are the selection. Read this file top to bottom: `MaskLearner.fit` is the whole loop.
+largest logits are the selection. `policy_step` is the method, one step in one sitting;
+`MaskLearner.fit` is the loop around it (device, checkpoints, logging, read-off).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import os
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -23,7 +25,7 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
-from .objectives import DIVERSITY, GroundSet, Joint, TermScale, diversity
+from .objectives import DIVERSITY, GroundSet, Joint, SetFunction, TermScale, diversity
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -196,6 +198,93 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
     return state
 
 
+def policy_gradient(logits: torch.Tensor, idx: torch.Tensor, advantages: torch.Tensor,
+                    logprob: str = "simple") -> torch.Tensor:
+    """(1/G) sum_j A_j grad log P(M_j | L).
+
+    'simple': log P = sum of log-softmax over the selected rows, whose gradient is
+    M_j - k softmax(L); the second part is multiplied by sum_j A_j = 0, so the gradient is
+    (1/G) sum_j A_j M_j, a scatter-add. 'exact': autograd through the Plackett-Luce
+    log-probability of the order in which Gumbel-top-k drew the rows.
+    """
+    n_masks, k = idx.shape
+    if logprob == "exact":
+        leaf = logits.detach().requires_grad_(True)
+        log_prob = plackett_luce_log_prob(leaf, idx)
+        return torch.autograd.grad((advantages * log_prob).sum() / n_masks, leaf)[0]
+    weights = advantages.unsqueeze(1).expand(n_masks, k).reshape(-1)
+    return torch.zeros_like(logits).index_add_(0, idx.reshape(-1), weights) / n_masks
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How many rows: all input rows and the budget over them, the candidates kept by quality
+    pruning, and one step's rows and budget (`partial`: n_step random candidates, of which
+    k_step are drawn, keeping the selected fraction k_total / len(pool))."""
+
+    n_total: int
+    k_total: int
+    pool: np.ndarray
+    n_step: int
+    k_step: int
+
+    @classmethod
+    def of(cls, config: LearnerConfig, quality: np.ndarray) -> "Shape":
+        n_total = len(quality)
+        k_total = budget(config.select_ratio, n_total)
+        if config.algorithm == "DiSF" and k_total < 2:
+            raise UserError("--algorithm DiSF needs at least 2 selected rows")
+        pool = candidate_rows(quality, config.prune_ratio, k_total)
+        n_pool = len(pool)
+        n_step = n_pool if config.partial >= 1.0 else max(2, round(config.partial * n_pool))
+        k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
+        if config.algorithm == "DiSF" and k_step < 2:
+            raise UserError(
+                f"--partial {config.partial} leaves {k_step} row per DiSF mask; raise it")
+        return cls(n_total, k_total, pool, n_step, k_step)
+
+
+def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape: Shape,
+                n_rollout: int, lr: float, gen: torch.Generator, logprob: str) -> torch.Tensor:
+    """One step of DATAMASK, in place on `logits`; returns the objective of its G masks."""
+    rows, step_ground, step_logits = None, ground, logits
+    if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
+        rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
+        step_ground, step_logits = ground.subset(rows), logits[rows]
+    idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen)  # (G, k_step): G masks
+    scores = objective.batch(step_ground, idx)  # (G,)
+    advantages = (scores - scores.mean()) / (scores.std(unbiased=False) + 1e-8)
+    grad = policy_gradient(step_logits, idx, advantages, logprob)
+    if rows is None:  # logit ascent
+        logits.add_(grad, alpha=lr)
+    else:
+        logits.index_add_(0, rows, grad, alpha=lr)
+    return scores
+
+
+def read_off(logits: torch.Tensor, quality: torch.Tensor, shape: Shape, gen: torch.Generator,
+             how: str) -> np.ndarray:
+    """The selection (N,) bool: the top-k logits, or one Gumbel-top-k draw from the policy."""
+    if how == "sample":
+        chosen = gumbel_topk(logits, shape.k_total, 1, gen)[0].cpu().numpy()
+    else:
+        chosen = top_rows(logits.cpu().numpy(), quality.cpu().numpy(), shape.k_total)
+    selected = np.zeros(shape.n_total, dtype=bool)
+    selected[shape.pool[chosen]] = True
+    return selected
+
+
+@dataclass
+class Progress:
+    """What a run has reached: the state a checkpoint holds besides settings and generator."""
+
+    logits: torch.Tensor
+    scale: TermScale
+    step: int = 0
+    elapsed_s: float = 0.0
+    history: list[dict] = field(default_factory=list)
+
+
 class MaskLearner:
     """Learns a selection mask for one block of rows (the paper runs blocks independently)."""
 
@@ -207,7 +296,7 @@ class MaskLearner:
             eval_every: int = 0, log_path: str | None = None, progress: bool = True,
             checkpoint_path: str | None = None, checkpoint_every: int = 0,
             resume: bool = False) -> LearnResult:
-        """Run the optimisation.
+        """Run `policy_step` n_epochs times, then read the selection off the logits.
 
         `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
         read-off (for curves); its time is excluded from the reported time. With
@@ -219,125 +308,72 @@ class MaskLearner:
         device = resolve_device(cfg.device)
         gen = torch.Generator(device=device)
         gen.manual_seed(cfg.seed)
-        n_total = len(data)
-        k_total = budget(cfg.select_ratio, n_total)
-        if cfg.algorithm == "DiSF" and k_total < 2:
-            raise UserError("--algorithm DiSF needs at least 2 selected rows")
-
-        pool = candidate_rows(data.quality, cfg.prune_ratio, k_total)
-        if len(pool) == n_total:  # no pruning: share the input's memory instead of copying it
+        shape = Shape.of(cfg, data.quality)
+        if len(shape.pool) == shape.n_total:  # no pruning: share the input's memory, no copy
             ground = GroundSet.from_arrays(data.features, data.quality, device)
         else:
-            ground = GroundSet.from_arrays(data.features[pool], data.quality[pool], device)
-        n_pool = len(pool)
-        # Each step works on n_step random candidates and draws masks of k_step rows inside them,
-        # keeping the selected fraction of the candidates (k_total / n_pool) the same.
-        n_step = n_pool if cfg.partial >= 1.0 else max(2, round(cfg.partial * n_pool))
-        k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
-        if cfg.algorithm == "DiSF" and k_step < 2:
-            raise UserError(f"--partial {cfg.partial} leaves {k_step} row per DiSF mask; raise it")
+            ground = GroundSet.from_arrays(data.features[shape.pool], data.quality[shape.pool],
+                                           device)
         metric = diversity(cfg.algorithm)
-
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
-        if state is None:
-            if cfg.scale_on == "input":
-                scale = TermScale.fit(ground, k_total, metric, gen)
-            else:
-                scale = TermScale.fit(ground, k_step, metric, gen,
-                                      subset_size=None if n_step == n_pool else n_step)
-            logits = initial_logits(ground.quality, cfg.init)
-            first_step, elapsed, history = 0, 0.0, []
-        else:
-            scale = TermScale(**state["scale"])
-            logits = state["logits"].to(device)
-            gen.set_state(state["generator"])
-            first_step, elapsed, history = state["step"], state["elapsed_s"], state["history"]
-        objective = Joint(metric, cfg.lamb, scale)
+        run = self._start(state, ground, shape, metric, gen)
+        objective = Joint(metric, cfg.lamb, run.scale)
 
-        def save(next_step: int) -> None:
+        def save() -> None:
             save_checkpoint(checkpoint_path, {
-                "config": asdict(cfg), "fingerprint": fingerprint(data), "step": next_step,
-                "logits": logits.cpu(), "generator": gen.get_state(), "scale": asdict(scale),
-                "elapsed_s": elapsed, "history": history})
+                "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
+                "logits": run.logits.cpu(), "generator": gen.get_state(),
+                "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history})
 
-        log_file = open(log_path, "w") if log_path else None
-        if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
-            log_file.writelines(json.dumps(record) + "\n" for record in history)
-        bar = tqdm(range(first_step, cfg.n_epochs), desc=f"datamask {cfg.algorithm}",
-                   disable=not progress, mininterval=0.5, initial=first_step, total=cfg.n_epochs)
-        try:
+        with ExitStack() as stack:
+            log_file = stack.enter_context(open(log_path, "w")) if log_path else None
+            if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
+                log_file.writelines(json.dumps(record) + "\n" for record in run.history)
+            bar = stack.enter_context(tqdm(
+                range(run.step, cfg.n_epochs), desc=f"datamask {cfg.algorithm}",
+                disable=not progress, mininterval=0.5, initial=run.step, total=cfg.n_epochs))
             for step in bar:
                 start = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
-                if n_step < n_pool:
-                    rows = torch.randperm(n_pool, generator=gen, device=device)[:n_step]
-                    step_ground, step_logits = ground.subset(rows), logits[rows]
-                else:
-                    rows, step_ground, step_logits = None, ground, logits
-
-                idx = gumbel_topk(step_logits, k_step, cfg.n_rollout, gen)  # (G, k_step)
-                scores = objective.batch(step_ground, idx)  # (G,)
-                advantages = (scores - scores.mean()) / (scores.std(unbiased=False) + 1e-8)
-                grad = self._policy_gradient(step_logits, idx, advantages)
-
-                if rows is None:
-                    logits.add_(grad, alpha=lr)
-                else:
-                    logits.index_add_(0, rows, grad, alpha=lr)
+                scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
+                                     cfg.logprob)
                 stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
-                elapsed += time.perf_counter() - start
-
+                run.elapsed_s += time.perf_counter() - start
+                run.step = step + 1
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],
-                          "objective_max": stats[1], "elapsed_s": elapsed}
+                          "objective_max": stats[1], "elapsed_s": run.elapsed_s}
                 if evaluate is not None and eval_every and (
                         step % eval_every == 0 or step == cfg.n_epochs - 1):
-                    record.update(evaluate(self._read_off(logits, ground, pool, n_total,
-                                                          k_total, gen, "topk")))
-                history.append(record)
+                    record.update(evaluate(read_off(run.logits, ground.quality, shape, gen,
+                                                    "topk")))
+                run.history.append(record)
                 if log_file:
                     log_file.write(json.dumps(record) + "\n")
                 bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
-                if checkpoint_path and checkpoint_every and (step + 1) % checkpoint_every == 0:
-                    save(step + 1)
-        finally:
-            bar.close()
-            if log_file:
-                log_file.close()
+                if checkpoint_path and checkpoint_every and run.step % checkpoint_every == 0:
+                    save()
         if checkpoint_path:
-            save(cfg.n_epochs)
+            run.step = cfg.n_epochs
+            save()
 
         start = time.perf_counter()
-        selected = self._read_off(logits, ground, pool, n_total, k_total, gen, cfg.readoff)
-        elapsed += time.perf_counter() - start
-        full_logits = np.full(n_total, -np.inf, dtype=np.float32)
-        full_logits[pool] = logits.cpu().numpy()
-        return LearnResult(selected, full_logits, history, elapsed)
+        selected = read_off(run.logits, ground.quality, shape, gen, cfg.readoff)
+        run.elapsed_s += time.perf_counter() - start
+        full_logits = np.full(shape.n_total, -np.inf, dtype=np.float32)
+        full_logits[shape.pool] = run.logits.cpu().numpy()
+        return LearnResult(selected, full_logits, run.history, run.elapsed_s)
 
-    def _policy_gradient(self, logits: torch.Tensor, idx: torch.Tensor,
-                         advantages: torch.Tensor) -> torch.Tensor:
-        """(1/G) sum_j A_j grad log P(M_j | L).
-
-        'simple': log P = sum of log-softmax over the selected rows, whose gradient is
-        M_j - k softmax(L); the second part is multiplied by sum_j A_j = 0, so the gradient is
-        (1/G) sum_j A_j M_j, a scatter-add. 'exact': autograd through the Plackett-Luce
-        log-probability of the order in which Gumbel-top-k drew the rows.
-        """
-        n_masks, k = idx.shape
-        if self.config.logprob == "exact":
-            leaf = logits.detach().requires_grad_(True)
-            log_prob = plackett_luce_log_prob(leaf, idx)
-            return torch.autograd.grad((advantages * log_prob).sum() / n_masks, leaf)[0]
-        weights = advantages.unsqueeze(1).expand(n_masks, k).reshape(-1)
-        return torch.zeros_like(logits).index_add_(0, idx.reshape(-1), weights) / n_masks
-
-    def _read_off(self, logits: torch.Tensor, ground: GroundSet, pool: np.ndarray,
-                  n_total: int, k: int, gen: torch.Generator, how: str) -> np.ndarray:
-        """The final subset: top-k logits, or one Gumbel-top-k draw from the final policy."""
-        if how == "sample":
-            chosen = gumbel_topk(logits, k, 1, gen)[0].cpu().numpy()
+    def _start(self, state: dict | None, ground: GroundSet, shape: Shape, metric: SetFunction,
+               gen: torch.Generator) -> Progress:
+        """A fresh run (term scale fitted, initial logits), or the checkpoint's, generator too."""
+        cfg = self.config
+        if state is not None:
+            gen.set_state(state["generator"])
+            return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
+                            state["step"], state["elapsed_s"], state["history"])
+        if cfg.scale_on == "input":
+            scale = TermScale.fit(ground, shape.k_total, metric, gen)
         else:
-            chosen = top_rows(logits.cpu().numpy(), ground.quality.cpu().numpy(), k)
-        selected = np.zeros(n_total, dtype=bool)
-        selected[pool[chosen]] = True
-        return selected
-
+            scale = TermScale.fit(ground, shape.k_step, metric, gen,
+                                  subset_size=None if shape.n_step == len(ground) else shape.n_step)
+        return Progress(initial_logits(ground.quality, cfg.init), scale)

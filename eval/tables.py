@@ -1,6 +1,13 @@
-"""Stage 6, tables: the paper's Table 2 layout (one row per selection method, one column per task,
-then the average) from lm-eval result files, and the paper's own Table 2 with its averages
-recomputed from its per-task numbers and disagreements with the reported averages flagged."""
+"""Stage 6, tables: Table 2 with confidence intervals from evaluate's per-(method, seed) result
+files, the paired difference of every method with random, the run's seed-to-seed spread and the
+smallest difference it can resolve, the planted rows each selection kept, and the verdict
+(eval/verdict.py); beside them, the paper's own Table 2 with its averages recomputed from its
+per-task numbers and disagreements with the reported averages flagged.
+
+Metrics (one column each): every task's Table 2 score (eval/task_metrics.csv), Avg (the mean of
+the accuracy columns, per seed), every multiple-choice task's correct_prob_norm in % (eval/run.py),
+the macro bits per byte and each held-out domain's (eval/bpb.py). Statistics: eval/stats.py.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,13 @@ import csv
 import json
 from pathlib import Path
 
-from datamask.data import atomic_output
+import numpy as np
+
+from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
+
+from .stats import CONFIDENCE, paired_difference, pooled_sd, resolvable_difference, t_interval
+from .verdict import verdict, verdict_markdown
 
 HERE = Path(__file__).parent
 PAPER_PER_TASK = HERE / "paper_table2_per_task.csv"
@@ -25,51 +37,106 @@ def _read_csv(path: Path) -> list[dict]:
 
 def task_metrics() -> dict[str, dict]:
     """lm-eval task -> {column, metric (key in lm-eval's results), scale (100: accuracy in %),
-    in_average (accuracies enter Table 2's average; bits per byte does not)}."""
+    in_average (accuracies enter Table 2's average; bits per byte does not), higher_is_better}."""
     return {r["task"]: {"column": r["column"], "metric": r["metric"], "scale": float(r["scale"]),
-                        "in_average": r["in_average"] == "1"} for r in _read_csv(TASK_METRICS)}
+                        "in_average": r["in_average"] == "1",
+                        "higher_is_better": r["higher_is_better"] == "1"}
+            for r in _read_csv(TASK_METRICS)}
 
 
-def results_table(result_files: list[Path]) -> tuple[list[str], list[dict]]:
-    """Rows {method, <column>: score (accuracy in %), <column>_stderr, Avg (of the accuracy
-    columns)} from `evaluate`'s JSON files."""
+def record_metrics(record: dict, path: Path) -> dict[str, tuple[float, bool]]:
+    """{column: (value, higher_is_better)} of one result file, in the table's column order."""
+    metrics = task_metrics()
+    tasks = record.get("tasks") or []
+    missing = [t for t in tasks if t not in metrics]
+    if missing:
+        raise UserError(f"{path}: task(s) {', '.join(missing)} have no column in "
+                        f"{TASK_METRICS}; add a row for each")
+    out, averaged = {}, []
+    for task in tasks:
+        spec = metrics[task]
+        scores = record["results"].get(task, {})
+        if spec["metric"] not in scores:
+            raise UserError(f"{path}: task {task} has no metric '{spec['metric']}' "
+                            f"(it has {sorted(scores)})")
+        out[spec["column"]] = (spec["scale"] * float(scores[spec["metric"]]),
+                               spec["higher_is_better"])
+        if spec["in_average"]:
+            averaged.append(out[spec["column"]][0])
+    if averaged:
+        out["Avg"] = (float(np.mean(averaged)), True)
+    for task, scores in record.get("continuous", {}).items():
+        column = metrics[task]["column"] if task in metrics else task
+        out[f"{column} P(correct)"] = (100 * scores["correct_prob_norm"], True)
+    if "bpb" in record:
+        out["bpb macro"] = (record["bpb"]["macro"], False)
+        for domain, scores in record["bpb"]["domains"].items():
+            out[f"bpb {domain}"] = (scores["bits_per_byte"], False)
+    return out
+
+
+def load_results(result_files: list[Path]) -> tuple[dict, dict, dict]:
+    """(columns {name: higher_is_better} in order, values {method: {seed: {column: value}}},
+    records {method: {seed: record}}) from evaluate's files; every file must have the same
+    columns and no (method, seed) may repeat."""
     if not result_files:
         raise UserError("--results: no result file given")
-    metrics = task_metrics()
-    columns, rows = None, []
+    columns, values, records, origin = None, {}, {}, {}
     for path in result_files:
         try:
             record = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise UserError(f"--results {path}: not a readable result file ({err})") from None
-        tasks = record.get("tasks")
-        if not tasks or "results" not in record:
-            raise UserError(f"--results {path}: no 'tasks'/'results' (not written by evaluate)")
-        missing = [t for t in tasks if t not in metrics]
-        if missing:
-            raise UserError(f"{path}: task(s) {', '.join(missing)} have no column in "
-                            f"{TASK_METRICS}; add a row for each")
-        names = [metrics[t]["column"] for t in tasks]
+        if "method" not in record or "seed" not in record or \
+                not ("results" in record or "bpb" in record):
+            raise UserError(f"--results {path}: no method/seed/results (not written by evaluate)")
+        found = record_metrics(record, Path(path))
+        names = {c: higher for c, (_, higher) in found.items()}
         if columns is None:
             columns = names
-        elif names != columns:
-            raise UserError(f"{path}: evaluated on {names}, other files on {columns}; "
-                            f"one table needs the same tasks for every method")
-        row = {"method": record["method"]}
-        for task, column in zip(tasks, names):
-            metric, scale = metrics[task]["metric"], metrics[task]["scale"]
-            scores = record["results"].get(task, {})
-            if metric not in scores:
-                raise UserError(f"{path}: task {task} has no metric '{metric}' "
-                                f"(it has {sorted(scores)})")
-            name, _, flt = metric.partition(",")
-            row[column] = scale * float(scores[metric])
-            stderr = scores.get(f"{name}_stderr,{flt}")
-            row[f"{column}_stderr"] = None if stderr in (None, "N/A") else scale * float(stderr)
-        averaged = [c for t, c in zip(tasks, names) if metrics[t]["in_average"]]
-        row["Avg"] = sum(row[c] for c in averaged) / len(averaged) if averaged else None
-        rows.append(row)
-    return columns, rows
+        elif list(names) != list(columns):
+            raise UserError(f"{path}: has the columns {list(names)}, other files "
+                            f"{list(columns)}; one table needs the same metrics for every run")
+        key = (record["method"], int(record["seed"]))
+        if key in origin:
+            raise UserError(f"--results {path} and {origin[key]}: both method {key[0]}, "
+                            f"seed {key[1]}")
+        origin[key] = path
+        values.setdefault(key[0], {})[key[1]] = {c: v for c, (v, _) in found.items()}
+        records.setdefault(key[0], {})[key[1]] = record
+    return columns, values, records
+
+
+def summarize(columns: dict, values: dict, reference: str = "random") -> dict:
+    """The table's JSON: per method and column the seeds' values and their t interval; per
+    method the paired difference with `reference`; per column the run's power."""
+    methods = {}
+    for method, by_seed in values.items():
+        seeds = sorted(by_seed)
+        methods[method] = {"seeds": seeds, "cells": {
+            c: {**t_interval([by_seed[s][c] for s in seeds]),
+                "values": [by_seed[s][c] for s in seeds]} for c in columns}}
+    vs_reference = {}
+    if reference in values:
+        for method, by_seed in values.items():
+            if method != reference:
+                vs_reference[method] = {
+                    c: paired_difference({s: v[c] for s, v in by_seed.items()},
+                                         {s: v[c] for s, v in values[reference].items()})
+                    for c in columns}
+    power = {}
+    for c in columns:
+        seed_sd = pooled_sd([m["cells"][c]["sd"] for m in methods.values()])
+        paired_sd = pooled_sd([d[c]["sd"] for d in vs_reference.values()])
+        n = min((d[c]["n"] for d in vs_reference.values()), default=0)
+        power[c] = {"seed_sd": seed_sd, "paired_sd": paired_sd, "n_seeds": n,
+                    "smallest_resolvable": (resolvable_difference(paired_sd, n)
+                                            if paired_sd is not None and n >= 2 else None)}
+    return {"confidence": CONFIDENCE,
+            "interval": "two-sided Student t, n - 1 degrees of freedom, n = seeds",
+            "columns": [{"name": c, "higher_is_better": h} for c, h in columns.items()],
+            "reference": reference, "methods": methods, "vs_reference": vs_reference,
+            "power": power}
 
 
 def paper_table() -> tuple[list[str], list[dict]]:
@@ -100,43 +167,141 @@ def markdown(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cost_rows(workdir: Path, methods: list[str]) -> list[list]:
-    """Per method: selector seconds, selected documents and tokens, training and eval seconds,
-    read from the summaries the stages wrote under `workdir`."""
-    def load(path: Path) -> dict:
-        return json.loads(path.read_text()) if path.is_file() else {}
+def stage_summaries(record: dict) -> dict:
+    """The train, tokens and select stages' summary.json behind one result file, followed from
+    the checkpoint (train -> its tokens folder -> its selection); {} for a stage not found."""
+    def load(path) -> dict:
+        path = Path(path) / "summary.json" if path else None
+        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    train = load(record.get("checkpoint"))
+    tokens = load(train.get("tokens"))
+    selection = tokens.get("selection")
+    return {"train": train, "tokens": tokens,
+            "select": load(Path(selection).parent) if selection else {}, "selection": selection}
+
+
+def cost_rows(records: dict) -> list[list]:
+    """Per method, medians over its seeds: selector and select-stage seconds, documents and
+    tokens in the selection, tokens the model saw (the equal budget), training seconds, final
+    training loss, evaluation seconds."""
+    def median(values):
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        middle = float(np.median(known))
+        return int(middle) if middle.is_integer() else middle
     rows = []
-    for m in methods:
-        sel = load(workdir / "select" / m / "summary.json")
-        tok = load(workdir / "tokens" / m / "summary.json")
-        trn = load(workdir / "train" / m / "summary.json")
-        ev = load(workdir / "eval" / f"{m}.json")
-        rows.append([m, sel.get("selector_time_s"), sel.get("stage_wall_s"),
-                     tok.get("documents"), tok.get("tokens"), trn.get("train_wall_s"),
-                     trn.get("final_loss"), ev.get("eval_wall_s")])
+    for method, by_seed in records.items():
+        chain = [stage_summaries(r) for r in by_seed.values()]
+        rows.append([method, len(by_seed)] + [
+            median([c[stage].get(key) for c in chain])
+            for stage, key in (("select", "selector_time_s"), ("select", "stage_wall_s"),
+                               ("tokens", "documents"), ("tokens", "tokens"),
+                               ("train", "tokens_seen"), ("train", "train_wall_s"),
+                               ("train", "final_loss"))]
+            + [median([r.get("eval_wall_s") for r in by_seed.values()])])
     return rows
 
 
-def write_tables(result_files: list[Path], output: Path, workdir: Path | None = None) -> str:
-    """Write table2.md/.csv (our methods), paper_table2.md/.csv, and return the markdown."""
-    output.mkdir(parents=True, exist_ok=True)
-    columns, rows = results_table(result_files)
-    metrics = {m["column"]: m for m in task_metrics().values()}
+def planted_kept(records: dict, pool_dir: Path) -> dict:
+    """{method: {kind: fraction kept}}, averaged over the method's distinct selections (one per
+    seed, or one shared by all seeds), from the pool's labels (reproduce.pool.control)."""
+    from reproduce.pool.control import kept_fractions
 
-    def shown(column, value):  # accuracies with one decimal, as the paper; bits/byte with three
-        return value if metrics[column]["in_average"] else f"{value:.3f}"
-    ours = markdown(["method"] + columns + ["Avg"],
-                    [[r["method"]] + [shown(c, r[c]) for c in columns] + [r["Avg"]] for r in rows])
-    stderr = [r[f"{c}_stderr"] for r in rows for c in columns
-              if r[f"{c}_stderr"] is not None and metrics[c]["in_average"]]
-    if stderr:
-        ours += (f"\nAccuracies in % (Avg is their mean; bits per byte, lower is better, is not "
-                 f"averaged). lm-eval standard errors of single accuracies: "
-                 f"{min(stderr):.1f}-{max(stderr):.1f} points.\n")
-    if workdir is not None:
-        ours += "\nCost per method (seconds unless stated):\n\n" + markdown(
-            ["method", "selector s", "select stage s", "documents", "tokens", "train s",
-             "final loss", "eval s"], cost_rows(workdir, [r["method"] for r in rows]))
+    out = {}
+    for method, by_seed in records.items():
+        selections = sorted({stage_summaries(r)["selection"] for r in by_seed.values()} - {None})
+        if not selections:
+            raise UserError(f"method {method}: no selection found behind its checkpoints (train "
+                            f"summary -> tokens summary -> selection), so no planted counts")
+        kept = [kept_fractions(pool_dir, Path(s))["all"] for s in selections]
+        out[method] = {kind: float(np.mean([k[kind]["kept"] / k[kind]["rows"] for k in kept]))
+                       for kind in kept[0]}
+    return out
+
+
+def shown(value, column: str) -> str:
+    """Bits per byte with four decimals, percentages with two."""
+    return "" if value is None else f"{value:.4f}" if column.startswith("bpb") else f"{value:.2f}"
+
+
+def interval_cell(cell: dict, column: str) -> str:
+    if cell["half_width"] is None:
+        return shown(cell["mean"], column)
+    return f"{shown(cell['mean'], column)} ± {shown(cell['half_width'], column)}"
+
+
+def difference_cell(diff: dict, column: str, higher_is_better: bool) -> str:
+    if diff["mean"] is None:
+        return "no shared seed"
+    text = f"{'+' if diff['mean'] >= 0 else ''}{interval_cell(diff, column)}"
+    if not diff["resolved"]:
+        return text
+    better = (diff["mean"] > 0) == higher_is_better
+    return f"{text} **{'better' if better else 'worse'}**"
+
+
+def report_markdown(table: dict, costs: list[list]) -> str:
+    """Table 2 with CIs, the paired differences with the reference, the power, the planted rows
+    kept, the costs and the verdict, as one Markdown report."""
+    columns = [c["name"] for c in table["columns"]]
+    higher = {c["name"]: c["higher_is_better"] for c in table["columns"]}
+    reference, methods = table["reference"], table["methods"]
+    groups = [("Bits per byte on the held-out domains (lower is better)",
+               [c for c in columns if c.startswith("bpb")]),
+              ("Multiple-choice tasks (accuracy in %; P(correct): correct_prob_norm in %, higher "
+               "is better)", [c for c in columns if not c.startswith("bpb")])]
+    n = sorted({len(m["seeds"]) for m in methods.values()})
+    text = (f"# Table 2 at this scale\n\nEvery cell: mean ± 95% CI half-width over training "
+            f"seeds (Student t, n - 1 degrees of freedom; n = {'/'.join(map(str, n))} seeds per "
+            f"method; no interval with one seed).\n")
+    for title, group in groups:
+        if group:
+            text += f"\n{title}:\n\n" + markdown(
+                ["method", "seeds"] + group,
+                [[m, len(e["seeds"])] + [interval_cell(e["cells"][c], c) for c in group]
+                 for m, e in methods.items()])
+    if table["vs_reference"]:
+        text += (f"\nPaired difference with {reference} (method - {reference} on the seeds both "
+                 f"trained with, mean ± 95% CI half-width); **better**/**worse**: resolved (the "
+                 f"interval excludes 0):\n\n")
+        text += markdown(["method", "seeds"] + columns,
+                         [[m, d[columns[0]]["n"]] + [difference_cell(d[c], c, higher[c])
+                                                     for c in columns]
+                          for m, d in table["vs_reference"].items()])
+        text += ("\nSeed-to-seed spread and the smallest difference this run resolves: seed sd "
+                 "is the pooled (root mean square) standard deviation over seeds within a method; "
+                 f"paired sd the pooled standard deviation of the paired differences with "
+                 f"{reference}; smallest resolvable = t(0.975, n - 1) × paired sd / √n, the CI "
+                 f"half-width of a paired difference with that spread (a true difference smaller "
+                 f"than it is not resolved):\n\n")
+        text += markdown(["metric", "seed sd", "paired sd", "seeds", "smallest resolvable"],
+                         [[c, shown(p["seed_sd"], c), shown(p["paired_sd"], c), p["n_seeds"],
+                           shown(p["smallest_resolvable"], c)]
+                          for c, p in table["power"].items()])
+    if table.get("planted_kept"):
+        kinds = sorted({k for kept in table["planted_kept"].values() for k in kept})
+        text += "\nFraction of each planted kind of pool row the selection kept:\n\n" + markdown(
+            ["method"] + kinds, [[m] + [f"{kept[k]:.3f}" if k in kept else "" for k in kinds]
+                                 for m, kept in table["planted_kept"].items()])
+    if any(any(v is not None for v in row[2:]) for row in costs):
+        text += ("\nCost per method, medians over its seeds (seconds unless stated; tokens seen: "
+                 "the training budget):\n\n") + markdown(
+            ["method", "seeds", "selector s", "select stage s", "documents", "tokens",
+             "tokens seen", "train s", "final loss", "eval s"], costs)
+    return text + "\n" + verdict_markdown(table["verdict"])
+
+
+def write_tables(result_files: list[Path], output: Path, pool_dir: Path | None = None,
+                 reference: str = "random", control: str = "control") -> str:
+    """Write table2.md/.csv/.json (our runs) and paper_table2.md/.csv; return the Markdown."""
+    columns, values, records = load_results(result_files)
+    table = summarize(columns, values, reference)
+    if pool_dir is not None:
+        table["planted_kept"] = planted_kept(records, pool_dir)
+    table["verdict"] = verdict(table, reference, control)
+    costs = cost_rows(records)
+    ours = report_markdown(table, costs)
     paper_columns, paper_rows = paper_table()
     paper = markdown(["model", "corpus"] + paper_columns + ["Avg (recomputed)", "Avg (reported)",
                                                            "flag"],
@@ -145,13 +310,17 @@ def write_tables(result_files: list[Path], output: Path, workdir: Path | None = 
                       for r in paper_rows])
     paper = ("Paper Table 2 (Fan et al., ICLR 2026, arXiv 2512.24265), per-task numbers as "
              "published; averages recomputed here.\n\n" + paper)
+    output.mkdir(parents=True, exist_ok=True)
     for name, text in (("table2.md", ours), ("paper_table2.md", paper)):
         with atomic_output(output / name) as tmp:
             Path(tmp).write_text(text)
+    write_json_atomic(table, output / "table2.json")
+    names = list(columns)
     for name, header, body in (
-            ("table2.csv", ["method"] + columns + ["Avg"] + [f"{c}_stderr" for c in columns],
-             [[r["method"]] + [r[c] for c in columns] + [r["Avg"]]
-              + [r[f"{c}_stderr"] for c in columns] for r in rows]),
+            ("table2.csv", ["method"] + names + [f"{c} ci95" for c in names] + ["seeds"],
+             [[m] + [e["cells"][c]["mean"] for c in names]
+              + [e["cells"][c]["half_width"] for c in names] + [len(e["seeds"])]
+              for m, e in table["methods"].items()]),
             ("paper_table2.csv", ["model", "corpus"] + paper_columns
              + ["avg_recomputed", "avg_reported", "flag"],
              [[r["model"], r["corpus"]] + [r[c] for c in paper_columns]

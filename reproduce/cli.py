@@ -98,8 +98,10 @@ def cmd_evaluate(args) -> None:
     from eval.run import evaluate
 
     records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
-                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot)
-    _print({r["method"]: r["results"] for r in records})
+                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot,
+                       Path(args.heldout) if args.heldout else None, args.heldout_docs)
+    _print({f"{r['method']}.seed{r['seed']}": {k: r[k] for k in ("results", "continuous", "bpb")
+                                                if k in r} for r in records})
 
 
 def cmd_tables(args) -> None:
@@ -108,8 +110,9 @@ def cmd_tables(args) -> None:
     files = []
     for item in args.results:
         path = Path(item)
-        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
-    print(write_tables(files, Path(args.output), Path(args.workdir) if args.workdir else None))
+        files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
+    print(write_tables(files, Path(args.output), Path(args.pool) if args.pool else None,
+                       args.reference, args.control))
 
 
 def add_stage_parsers(sub) -> None:
@@ -203,9 +206,15 @@ def add_stage_parsers(sub) -> None:
 
     p = sub.add_parser("evaluate", help="lm-eval simple_evaluate on checkpoints")
     p.add_argument("--checkpoints", nargs="+", required=True, help="save_pretrained folders")
-    p.add_argument("--tasks", nargs="+", required=True,
+    p.add_argument("--tasks", nargs="*", default=[],
                    help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
-    p.add_argument("--output", required=True, help="folder; one <checkpoint name>.json each")
+    p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
+                                     "per domain and their macro average (eval/bpb.py)")
+    p.add_argument("--heldout_docs", type=int,
+                   help="score only each domain's first N held-out documents (quick runs)")
+    p.add_argument("--output", required=True,
+                   help="folder; one <method>.seed<S>.json per checkpoint (a checkpoint "
+                        "<method>/seed<S>, else <folder name> and summary.json's train.seed)")
     p.add_argument("--data_dir", help="folder of bbc_*.jsonl for the local demo tasks")
     p.add_argument("--batch_size", type=int, default=32, help="(default: %(default)s)")
     p.add_argument("--device", default="cpu", help="(default: %(default)s)")
@@ -213,11 +222,22 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--num_fewshot", type=int)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("tables", help="Table 2 layout from evaluate's results + the paper's")
-    p.add_argument("--results", nargs="+", required=True, help="result JSON files or folders")
-    p.add_argument("--output", required=True, help="folder for table2.* and paper_table2.*")
-    p.add_argument("--workdir", help="pipeline folder whose stage summaries give a cost table")
+    p = sub.add_parser("tables", help="Table 2 with 95%% CIs over seeds, paired differences with "
+                                      "random, power, verdict; and the paper's Table 2")
+    p.add_argument("--results", nargs="+", required=True,
+                   help="evaluate's <method>.seed<S>.json files or folders of them")
+    p.add_argument("--output", required=True,
+                   help="folder for table2.md/.csv/.json and paper_table2.*")
+    p.add_argument("--pool", help="pool folder (python -m reproduce pool): report the fraction of "
+                                  "each planted kind every selection kept")
+    p.add_argument("--reference", default="random",
+                   help="the method every other is compared with (default: %(default)s)")
+    p.add_argument("--control", default="control",
+                   help="the positive control's method name (default: %(default)s)")
     p.set_defaults(func=cmd_tables)
+
+    from .pool.cli import add_pool_parsers  # pool, control, planted (reproduce/pool)
+    add_pool_parsers(sub)
 
 
 def add_pipeline_commands(subparsers) -> None:

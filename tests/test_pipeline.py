@@ -199,7 +199,7 @@ def test_tables_have_one_row_per_method_and_flag_the_paper(work, results):
     from eval.tables import paper_table, write_tables
 
     root, _ = work
-    text = write_tables(sorted((root / "eval").glob("*.json")), root / "tables", root)
+    text = write_tables(sorted((root / "eval").glob("*.json")), root / "tables")
     rows = (root / "tables" / "table2.csv").read_text().splitlines()
     assert rows[0].startswith("method,BBC-Cloze,BBC-Headline,BBC bits/byte,Avg")
     assert sorted(r.split(",")[0] for r in rows[1:]) == ["quality-topk", "random"]

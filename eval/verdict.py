@@ -1,0 +1,109 @@
+"""The downstream verdict: a rule fixed before any downstream result existed (written with the
+evaluation code, commit "eval/verdict.py"), applied mechanically to the tables' JSON.
+
+`verdict(table)` takes the dict eval/tables.py writes as table2.json and returns the rule, each
+part's outcome and the sentences the report prints; `verdict_markdown` formats them.
+"""
+
+from __future__ import annotations
+
+from .stats import paired_difference
+
+PRIMARY = "bpb macro"
+RULE = """\
+Primary metric: macro bits per byte over the held-out domains (lower is better). Every comparison
+is a paired difference over the training seeds both methods share (A - B on each seed), with its
+two-sided 95% Student t interval (n - 1 degrees of freedom, n = shared seeds); a difference is
+resolved when that interval excludes 0. Fewer than 2 shared seeds: nothing is resolved.
+1. Power. The positive control (planted junk and duplicates kept first) is separated from random
+   when the interval of control - random excludes 0. If it is not, the report states that the
+   model or token budget is too small to resolve anything at this scale, and an unresolved
+   difference below says nothing either way.
+2. Versus random. A method beats random downstream when the interval of method - random lies
+   entirely below 0; it is worse than random when the interval lies entirely above 0; otherwise
+   unresolved. The multiple-choice metrics (accuracy, correct_prob_norm) are reported beside it
+   with the same paired intervals and do not change this verdict.
+3. The paper's ordering (Table 2: the DATAMASK selection trains a better model than every other
+   selection). For each datamask variant V (a method whose name starts with "datamask"), against
+   every other method M except the control and the other datamask variants (random included):
+   the ordering holds for V when every interval of V - M lies entirely below 0; it is
+   contradicted when some interval of V - M lies entirely above 0; otherwise unresolved.
+"""
+
+
+def classify(diff: dict) -> str:
+    """'below 0', 'above 0' or 'unresolved' for a paired difference (lower is better)."""
+    if not diff["resolved"]:
+        return "unresolved"
+    return "below 0" if diff["high"] < 0 else "above 0"
+
+
+def verdict(table: dict, reference: str = "random", control: str = "control",
+            paper_prefix: str = "datamask") -> dict:
+    """Apply RULE to the tables' JSON: {rule, control, vs_random, ordering, lines}."""
+    per_seed = {m: dict(zip(map(int, entry["seeds"]), entry["cells"][PRIMARY]["values"]))
+                for m, entry in table["methods"].items() if PRIMARY in entry["cells"]}
+    lines = []
+    if reference not in per_seed:
+        return {"rule": RULE, "control": None, "vs_random": {}, "ordering": {},
+                "lines": [f"No '{reference}' run with {PRIMARY}: the rule cannot be applied."]}
+
+    def diff(a: str, b: str) -> dict:
+        return paired_difference(per_seed[a], per_seed[b])
+
+    if control in per_seed:
+        d = diff(control, reference)
+        separated = d["resolved"]
+        status = {"separated": separated, "difference": d}
+        if separated:
+            direction = "worse" if d["mean"] > 0 else "better"
+            lines.append(f"Power: the positive control is separated from random ({control} - "
+                         f"{reference} = {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] "
+                         f"bits/byte over {d['n']} seeds; the control is {direction}).")
+        else:
+            interval = (f"[{d['low']:+.4f}, {d['high']:+.4f}]" if d["low"] is not None
+                        else f"no interval with {d['n']} shared seed(s)")
+            lines.append(f"Power: the positive control is NOT separated from random ({interval}):"
+                         f" the model or token budget is too small to resolve anything at this "
+                         f"scale; unresolved differences below say nothing either way.")
+    else:
+        status = None
+        lines.append(f"Power: no '{control}' run, so this run's power is untested; unresolved "
+                     f"differences below say nothing either way.")
+
+    wording = {"below 0": "beats random", "above 0": "worse than random",
+               "unresolved": "unresolved"}
+    vs_random = {}
+    for m in per_seed:
+        if m in (reference, control):
+            continue
+        vs_random[m] = wording[classify(diff(m, reference))]
+        lines.append(f"{m}: {vs_random[m]} (macro bits/byte, paired 95% CI).")
+
+    ordering = {}
+    variants = [m for m in per_seed if m.startswith(paper_prefix)]
+    others = [m for m in per_seed if m != control and not m.startswith(paper_prefix)]
+    for v in variants:
+        outcomes = {m: classify(diff(v, m)) for m in others}
+        if not outcomes:
+            ordering[v] = {"outcome": "unresolved", "against": {}}
+        elif any(o == "above 0" for o in outcomes.values()):
+            ordering[v] = {"outcome": "contradicted", "against": outcomes}
+        elif all(o == "below 0" for o in outcomes.values()):
+            ordering[v] = {"outcome": "holds", "against": outcomes}
+        else:
+            ordering[v] = {"outcome": "unresolved", "against": outcomes}
+        better = sorted(m for m, o in outcomes.items() if o == "above 0")
+        lines.append(f"Paper's ordering for {v}: {ordering[v]['outcome']}"
+                     + (f" ({', '.join(better)} resolved better)" if better else "")
+                     + f" against {', '.join(others) or 'no other method'}.")
+    if not variants:
+        lines.append(f"Paper's ordering: no method named {paper_prefix}*; not tested.")
+    return {"rule": RULE, "control": status, "vs_random": vs_random, "ordering": ordering,
+            "lines": lines}
+
+
+def verdict_markdown(result: dict) -> str:
+    """The verdict section of the report: the fixed rule, then its outcome line by line."""
+    return ("## Verdict (rule fixed before the results)\n\n```\n" + result["rule"] + "```\n\n"
+            + "\n".join(f"- {line}" for line in result["lines"]) + "\n")

@@ -1,0 +1,114 @@
+"""The positive control selection and the planted-kept report.
+
+The control keeps the planted rows first (all of them when the budget allows, else a seeded subset)
+and fills the rest of the budget with a seeded random draw of clean rows: a selection that should
+train a worse model than random. `kept_fractions` says, for any selection written like
+`reproduce select`'s, which fraction of each planted kind (and of clean rows) it kept, overall and
+per domain.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datamask.data import ID_COLUMN, budget, write_json_atomic, write_table_atomic
+from datamask.errors import UserError
+
+from ..common import parquet_files
+from .build import PLANTED_KINDS
+
+
+def pool_labels(pool_dir: Path) -> pa.Table:
+    """id, domain, planted of every pool row."""
+    folder = Path(pool_dir) / "fineweb"
+    if not folder.is_dir():
+        raise UserError(f"--pool {pool_dir}: no fineweb/ folder; build it with "
+                        "`python -m reproduce pool --output DIR`")
+    files = parquet_files([str(folder)], "--pool")
+    for path in files:
+        missing = {"id", "domain", "planted"} - set(pq.read_schema(path).names)
+        if missing:
+            raise UserError(f"{path}: no column {sorted(missing)}; not a pool shard")
+    return pa.concat_tables([pq.read_table(p, columns=["id", "domain", "planted"]) for p in files])
+
+
+def control_selection(pool_dir: Path, prepared: list[str], select_ratio: float, output: Path,
+                      seed: int = 0) -> dict:
+    """Write output/selection.parquet (chunk_id, id, selected, score, block: select's columns,
+    one block) and summary.json; returns the summary."""
+    started = time.time()
+    labels = pool_labels(pool_dir)
+    files = parquet_files(prepared, "--prepared")
+    rows = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"]) for p in files])
+    ids = np.array(rows.column("id").to_pylist(), dtype=object)
+    kind_of = dict(zip(labels.column("id").to_pylist(), labels.column("planted").to_pylist()))
+    unknown = [i for i in ids if i not in kind_of]
+    if unknown:
+        raise UserError(f"--prepared: {len(unknown)} rows are not in the pool {pool_dir} "
+                        f"(first id: {unknown[0]}); prepare the pool's own shards")
+    k = budget(select_ratio, len(ids))
+    planted = np.array([kind_of[i] != "none" for i in ids])
+    rng = np.random.default_rng(seed)
+    score = np.where(planted, 1.0 + rng.random(len(ids)), rng.random(len(ids)))
+    chosen = np.argsort(-score, kind="stable")[:k]
+    selected = np.zeros(len(ids), bool)
+    selected[chosen] = True
+    output.mkdir(parents=True, exist_ok=True)
+    table = pa.table({ID_COLUMN: rows.column(ID_COLUMN), "id": rows.column("id"),
+                      "selected": pa.array(selected), "score": pa.array(score.astype(np.float32)),
+                      "block": pa.array(np.zeros(len(ids), np.int32))})
+    write_table_atomic(table, output / "selection.parquet")
+    summary = {"method": "control", "selector": "control", "select_ratio": select_ratio,
+               "seed": seed, "rows": len(ids), "selected": int(k),
+               "planted_rows": int(planted.sum()),
+               "planted_selected": int((planted & selected).sum()),
+               "stage_wall_s": round(time.time() - started, 3),
+               "output": str(output / "selection.parquet")}
+    write_json_atomic(summary, output / "summary.json")
+    return summary
+
+
+def selection_file(path: Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "selection.parquet"
+    if not path.is_file():
+        raise UserError(f"--selection {path}: no such file")
+    if not {"id", "selected"} <= set(pq.read_schema(path).names):
+        raise UserError(f"--selection {path}: needs the columns id and selected")
+    return path
+
+
+def kept_fractions(pool_dir: Path, selection: Path) -> dict:
+    """{'all': {kind: {rows, kept, fraction}}, 'by_domain': {domain: {...}}, 'selected': n} for
+    the pool rows the selection covers; kinds with no row are left out."""
+    labels = pool_labels(pool_dir)
+    path = selection_file(selection)
+    chosen = pq.read_table(path, columns=["id", "selected"])
+    picked = dict(zip(chosen.column("id").to_pylist(), chosen.column("selected").to_pylist()))
+    ids = labels.column("id").to_pylist()
+    covered = np.array([i in picked for i in ids])
+    extra = len(picked) - int(covered.sum())
+    if extra:
+        raise UserError(f"--selection {path}: {extra} ids are not in the pool {pool_dir}")
+    kept = np.array([bool(picked.get(i, False)) for i in ids])
+    domain = np.array(labels.column("domain").to_pylist(), dtype=object)
+    kind = np.array(labels.column("planted").to_pylist(), dtype=object)
+
+    def table(mask: np.ndarray) -> dict:
+        out = {}
+        for name in PLANTED_KINDS:
+            rows = mask & covered & (kind == name)
+            if rows.any():
+                out[name] = {"rows": int(rows.sum()), "kept": int((rows & kept).sum()),
+                             "fraction": round(float((rows & kept).sum() / rows.sum()), 4)}
+        return out
+
+    return {"selection": str(path), "rows": int(covered.sum()), "selected": int(kept.sum()),
+            "all": table(np.ones(len(ids), bool)),
+            "by_domain": {d: table(domain == d) for d in sorted(set(domain))}}
