@@ -105,14 +105,18 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_tables(args) -> None:
+    from functools import partial
+
     from eval.tables import write_tables
+
+    from .pool.control import kept_fractions
 
     files = []
     for item in args.results:
         path = Path(item)
         files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
-    print(write_tables(files, Path(args.output), Path(args.pool) if args.pool else None,
-                       args.reference, args.control))
+    kept_of = partial(kept_fractions, Path(args.pool)) if args.pool else None
+    print(write_tables(files, Path(args.output), kept_of, args.reference, args.control))
 
 
 def add_stage_parsers(sub) -> None:
