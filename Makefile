@@ -148,49 +148,30 @@ PARTIAL_N ?= 2000
 EXP_LR ?=
 EXP := $(BIN)/python -m reproduce.experiments
 LR_FLAG = $(if $(EXP_LR),--lr $(EXP_LR))
-ablation = $(EXP).sweep --knob $(1) --seeds $(ABLATION_SEEDS) --n $(2) --steps $(ABLATION_STEPS) \
-	$(LR_FLAG) --output $(EXP_DIR)
+# One name per knob, as the learner's flag and reproduce/experiments/sweep.py's KNOBS name it:
+# `make ablation-<knob>` writes ablation-<knob>.json/.md and figures 2-ablation-<knob>*.png.
+# Beyond the paper (#7): lr (rate and schedule), steps, logprob (the exact log-probability),
+# scale_on (the shape at which the learner fits the two terms' spreads: a partial step's or the
+# whole input's), and ablation-direct (one-shot selectors); `make findings` states what holds.
+ABLATION_KNOBS := G lamb partial init lr steps logprob scale_on
+ABLATION_TARGETS := $(addprefix ablation-,$(ABLATION_KNOBS))
 
-.PHONY: reproduce-timing ablation-G ablation-lambda ablation-partial ablation-init ablations figures \
-	ablation-lr ablation-steps ablation-logprob ablation-scale ablation-direct findings
+.PHONY: reproduce-timing $(ABLATION_TARGETS) ablation-direct ablations figures findings
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
 		--max_n $(TIMING_MAX_N) $(LR_FLAG) --output $(EXP_DIR)
 
-ablation-G: install
-	$(call ablation,G,$(ABLATION_N))
-
-ablation-lambda: install
-	$(call ablation,lamb,$(ABLATION_N))
-
-ablation-partial: install
-	$(call ablation,partial,$(PARTIAL_N))
-
-ablation-init: install
-	$(call ablation,init,$(ABLATION_N))
-
-# Beyond the paper (#7): the learning rate and its schedule, the number of steps, the exact
-# log-probability, one-shot selectors; `make findings` states what holds, from the results files.
-ablation-lr: install
-	$(call ablation,lr,$(ABLATION_N))
-
-ablation-steps: install
-	$(call ablation,steps,$(ABLATION_N))
-
-ablation-logprob: install
-	$(call ablation,logprob,$(ABLATION_N))
-
-# the shape at which the learner scales quality against diversity: partial steps or the whole input
-ablation-scale: install
-	$(call ablation,scale_on,$(ABLATION_N))
+$(ABLATION_TARGETS): ablation-%: install
+	$(EXP).sweep --knob $* --seeds $(ABLATION_SEEDS) \
+		--n $(if $(filter partial,$*),$(PARTIAL_N),$(ABLATION_N)) --steps $(ABLATION_STEPS) \
+		$(LR_FLAG) --output $(EXP_DIR)
 
 ablation-direct: install
 	$(EXP).direct --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --steps $(ABLATION_STEPS) \
 		$(LR_FLAG) --output $(EXP_DIR)
 
-ablations: ablation-G ablation-lambda ablation-partial ablation-init ablation-lr ablation-steps \
-	ablation-logprob ablation-scale ablation-direct
+ablations: $(ABLATION_TARGETS) ablation-direct
 
 findings: install
 	$(EXP).findings --results $(EXP_DIR)

@@ -17,13 +17,15 @@ about as balanced (the j-th row of each cluster comes in at the same fraction of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
-from .common import check
 from .semdedup import spherical_kmeans
 
 BALANCE = ("proportional", "equal")
@@ -59,29 +61,31 @@ def quotas(sizes, k: int, balance: str = "proportional") -> np.ndarray:
     return quota
 
 
-@register
+@dataclass
+class ClusterQuotaOptions:
+    n_clusters: int = option(64, "spherical k-means clusters", low=1)
+    balance: str = option("proportional", "quota per cluster by its size, or equal",
+                          choices=BALANCE)
+    seed: int = option(0, "seed of the k-means initialisation")
+
+
 class ClusterQuota(Selector):
     """Cluster-balanced quality top-k: spherical k-means, each cluster's quota of best rows."""
 
     name = "cluster-quota"
-
-    def __init__(self, n_clusters: int = 64, balance: str = "proportional", seed: int = 0):
-        check(isinstance(n_clusters, (int, np.integer)) and n_clusters >= 1,
-              f"--n_clusters must be a whole number of at least 1, got {n_clusters!r}")
-        check(balance in BALANCE, f"--balance must be one of {', '.join(BALANCE)}, got {balance!r}")
-        super().__init__(n_clusters=int(n_clusters), balance=balance, seed=seed)
+    Options = ClusterQuotaOptions
 
     def _select(self, data: Dataset, k: int):
-        n, p = len(data), self.params
-        n_clusters = min(p["n_clusters"], n)
+        n, p = len(data), self.options
+        n_clusters = min(p.n_clusters, n)
         if n_clusters == 1:
             labels, backend = np.zeros(n, dtype=np.int64), "none"
         else:
             unit = torch.nn.functional.normalize(torch.as_tensor(data.features), dim=1)
-            labels, backend = spherical_kmeans(unit, n_clusters, p["seed"])
+            labels, backend = spherical_kmeans(unit, n_clusters, p.seed)
             labels = labels.numpy().astype(np.int64)
         sizes = np.bincount(labels, minlength=n_clusters)
-        quota = quotas(sizes, k, p["balance"])
+        quota = quotas(sizes, k, p.balance)
         # cluster-major order, inside a cluster by quality (best first), ties to the lower row
         order = np.lexsort((np.arange(n), -data.quality.astype(np.float64), labels))
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -90,5 +94,5 @@ class ClusterQuota(Selector):
         selected = rank < quota[labels]
         score = np.where(selected, 1 - rank / np.maximum(quota[labels], 1), 0.0)
         history = [{"clusters": n_clusters, "nonempty": int((sizes > 0).sum()), "kmeans": backend,
-                    "balance": p["balance"], "sizes": sizes.tolist(), "quotas": quota.tolist()}]
+                    "balance": p.balance, "sizes": sizes.tolist(), "quotas": quota.tolist()}]
         return selected, score.astype(np.float32), history

@@ -1,4 +1,5 @@
-"""What the greedy baselines share: the ground set on a device, option checks, and the output.
+"""What the greedy baselines share: the ground set on a device, common options and checks, and
+the output.
 
 A greedy's per-row score is its pick order (the first pick scores k, the last 1, unpicked rows 0),
 so that the top-k of the score is the selection and the order in which it was built is kept.
@@ -6,15 +7,24 @@ so that the top-k of the score is the selection and the order in which it was bu
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 
 from datamask.data import Dataset
 from datamask.errors import UserError
-from datamask.learner import resolve_device
 from datamask.objectives import GroundSet
+from datamask.options import option
+from datamask.shared import resolve_device
+
+
+def device_option():
+    """The --device field of a selector's options (a fresh field per class)."""
+    return option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)")
+
+
+def seed_option():
+    """The --seed field of a greedy's options: its random first pick or partition."""
+    return option(0, "seed of the random first pick (or GreeDi's partition)")
 
 
 def ground_set(data: Dataset, device: str) -> GroundSet:
@@ -41,19 +51,3 @@ def first_picks(sizes, seed: int) -> np.ndarray:
     """One uniformly random row per block of the given sizes, seeded: the start of greedies whose
     objective ties on every single row (DiSF's reference greedy starts each batch this way)."""
     return np.random.default_rng(seed).integers(0, np.asarray(sizes, dtype=np.int64))
-
-
-@contextmanager
-def one_thread(device: torch.device):
-    """Run a greedy's step loop on one CPU thread: its ops are small (a few rows of a kernel, one
-    vector), so splitting each over threads costs a barrier per op, and on a busy machine a
-    thread that waits for a core stalls every op (measured: 1 s on one thread, 4-40 s on two)."""
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

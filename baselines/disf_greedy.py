@@ -23,14 +23,18 @@ rounding noise). In float64 it is the exact argmin, which the fast variant repro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from datamask.data import Dataset
+from datamask.greedy import greedy
 from datamask.objectives import collapse_score
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
-from .common import check, first_picks, ground_set, picks_output
+from .common import check, device_option, first_picks, ground_set, picks_output, seed_option
 
 CHUNK_BYTES = 256 * 2**20  # temporaries of one chunk of candidates
 
@@ -57,26 +61,40 @@ def batch_plan(n: int, k: int, batch_size: int, picks_per_batch: int | None) -> 
     return [(int(a), int(b), int(p)) for a, b, p in zip(starts, stops, picks)]
 
 
+@dataclass
+class DisfOptions:
+    batch_size: int = option(1024, "rows per consecutive batch (reference: 1024)", low=2)
+    picks_per_batch: int | None = option(None, "picks per full batch (reference: 16); the last "
+                                               "partial batch takes the rest of the budget",
+                                         low=1, default_text="the batch's share of the ratio")
+    seed: int = seed_option()
+    device: str = device_option()
+
+
 class BatchedDiSF(Selector):
     """Runs a per-batch DiSF greedy over the batch plan; subclasses say how a batch is picked."""
 
-    def __init__(self, batch_size: int = 1024, picks_per_batch: int | None = None, seed: int = 0,
-                 device: str = "auto", **params):
-        super().__init__(batch_size=batch_size, picks_per_batch=picks_per_batch, seed=seed,
-                         device=device, **params)
+    Options = DisfOptions
 
     def _plan(self, n: int, k: int) -> list[tuple]:
-        return batch_plan(n, k, self.params["batch_size"], self.params["picks_per_batch"])
+        return batch_plan(n, k, self.options.batch_size, self.options.picks_per_batch)
+
+    def _gains(self, x: torch.Tensor):
+        """The incremental term of the collapse score on the batch `x` (b, d) float64."""
+        raise NotImplementedError
 
     def _batch_picks(self, x: torch.Tensor, picks: int, first: int
                      ) -> tuple[list[int], list[float | None]]:
-        """Rows picked in the batch `x` (b, d) float64, in order, and the score after each."""
+        """Rows picked in the batch `x` (b, d) float64, in order, and the score after each
+        (DiSF is undefined on one row): min collapse is max gain, ties to the lowest row."""
+        return greedy(self._gains(x), picks, first=first,
+                      record=lambda s: -s.values[s.row].item() if s.step else None)
         raise NotImplementedError
 
     def _select(self, data: Dataset, k: int):
-        features = ground_set(data, self.params["device"]).features.double()
+        features = ground_set(data, self.options.device).features.double()
         plan = self._plan(len(data), k)
-        firsts = first_picks([stop - start for start, stop, _ in plan], self.params["seed"])
+        firsts = first_picks([stop - start for start, stop, _ in plan], self.options.seed)
         picks, history = [], []
         for batch, ((start, stop, n_picks), first) in enumerate(zip(plan, firsts)):
             if n_picks == 0:
@@ -89,33 +107,38 @@ class BatchedDiSF(Selector):
         return (*picks_output(len(data), picks), history)
 
 
-@register
 class DisfGreedy(BatchedDiSF):
     """DiSF reference greedy: 1024-row batches, random start, min collapse, from-scratch scores."""
 
     name = "disf-greedy"
 
-    def __init__(self, batch_size: int = 1024, picks_per_batch: int | None = None, seed: int = 0,
-                 device: str = "auto"):
-        super().__init__(batch_size, picks_per_batch, seed, device)
+    def _gains(self, x):
+        return ScratchCollapseGains(x)
 
-    def _batch_picks(self, x, picks, first):
-        size, dim = x.shape
-        chosen = torch.tensor([first], device=x.device)
-        scores = [None]  # DiSF is undefined on one row
-        for m in range(1, picks):
-            free = torch.ones(size, dtype=torch.bool, device=x.device)
-            free[chosen] = False
-            candidates = free.nonzero().squeeze(1)
-            score = torch.full((size,), torch.inf, dtype=x.dtype, device=x.device)
-            step = max(1, CHUNK_BYTES // (x.element_size() * ((m + 1) * dim + 4 * dim * dim)))
-            for part in candidates.split(step):
-                sets = torch.cat([chosen.expand(len(part), m), part.unsqueeze(1)], dim=1)
-                rows = x[sets]  # (c, m + 1, d): every candidate's set, from scratch
-                rows = rows - rows.mean(dim=1, keepdim=True)
-                covariance = torch.bmm(rows.transpose(1, 2), rows).div_(m)
-                score[part] = collapse_score(covariance)
-            best = int(score.argmin())
-            chosen = torch.cat([chosen, chosen.new_tensor([best])])
-            scores.append(score[best].item())
-        return chosen.tolist(), scores
+
+class ScratchCollapseGains:
+    """Minus the collapse score of S + {x} for every candidate x, recomputed from scratch as the
+    reference does: each candidate's (m + 1)-row covariance, in chunks of one batched GEMM."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.chosen = torch.empty(0, dtype=torch.long, device=x.device)
+
+    def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        candidates = torch.arange(len(self.x), device=self.x.device) if idx is None else idx
+        m, dim = len(self.chosen), self.x.shape[1]
+        if m == 0:  # DiSF is undefined on one row
+            return torch.zeros(len(candidates), dtype=self.x.dtype, device=self.x.device)
+        score = torch.empty(len(candidates), dtype=self.x.dtype, device=self.x.device)
+        step = max(1, CHUNK_BYTES // (self.x.element_size() * ((m + 1) * dim + 4 * dim * dim)))
+        for start in range(0, len(candidates), step):
+            part = candidates[start:start + step]
+            sets = torch.cat([self.chosen.expand(len(part), m), part.unsqueeze(1)], dim=1)
+            rows = self.x[sets]  # (c, m + 1, d): every candidate's set, from scratch
+            rows = rows - rows.mean(dim=1, keepdim=True)
+            covariance = torch.bmm(rows.transpose(1, 2), rows).div_(m)
+            score[start:start + step] = collapse_score(covariance)
+        return -score
+
+    def add(self, row: int, gain: torch.Tensor | None = None) -> None:
+        self.chosen = torch.cat([self.chosen, self.chosen.new_tensor([row])])

@@ -1,13 +1,9 @@
 """`disf-greedy-fast`: the DiSF reference greedy's exact picks at O(b * d^2) per step.
 
-Adding a row x to a set S of m rows with mean mu and scatter M changes both by rank one:
-delta = x - mu, mean' = mu + delta / (m + 1), scatter' = M + m / (m + 1) delta delta^T, so the
-covariance of S + {x} is A + c delta delta^T with A = M / m, c = 1 / (m + 1). Its collapse score
-(sum of squared off-diagonal correlations / 1e4, w_i = 1 / (var_i + 1e-8)) expands to
-    w^T (A o A) w + 2c (w o delta)^T A (w o delta) + c^2 (sum_i w_i delta_i^2)^2
-    - sum_i (var_i w_i)^2
-which needs two (candidates x d) @ (d x d) GEMMs per step for all candidates at once, instead of
-one (m + 1)-row covariance per candidate. The numbers are those of `collapse_score` on the
+Adding a row to the selected set changes its mean and scatter by rank one, so the collapse score
+of S + {x} for every candidate x needs two (candidates x d) @ (d x d) GEMMs per step
+(`datamask.objectives.ScatterState`, whose docstring has the expansion), instead of one
+(m + 1)-row covariance per candidate. The numbers are those of `collapse_score` on the
 from-scratch covariance up to float64 rounding, so the picks equal `disf-greedy`'s (tested).
 
 `mode='batched'` follows disf-greedy's batches and budget rule exactly; `mode='global'` runs one
@@ -17,82 +13,28 @@ un-batched variant that large timings need.
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from datamask.objectives.disf import EPS, SCALE
-from datamask.selectors import register
+from datamask.objectives import CollapseGains
+from datamask.options import option
 
-from .common import check
-from .disf_greedy import CHUNK_BYTES, BatchedDiSF
-
-
-class ScatterState:
-    """Mean and scatter of the selected rows under exact rank-1 updates (Welford's)."""
-
-    def __init__(self, dim: int, dtype: torch.dtype, device: torch.device):
-        self.count = 0
-        self.mean = torch.zeros(dim, dtype=dtype, device=device)
-        self.scatter = torch.zeros(dim, dim, dtype=dtype, device=device)
-
-    def add(self, x: torch.Tensor) -> None:
-        delta = x - self.mean
-        self.scatter.add_(torch.outer(delta, delta), alpha=self.count / (self.count + 1))
-        self.count += 1
-        self.mean.add_(delta / self.count)
-
-    def collapse_with(self, x: torch.Tensor) -> torch.Tensor:
-        """Collapse score of S + {x} for every row of x (c, d); needs at least one row in S."""
-        m = self.count
-        cov = self.scatter / m
-        cov_sq = cov.square()
-        var = torch.diagonal(cov)
-        c = 1.0 / (m + 1)
-        out = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
-        step = max(1, CHUNK_BYTES // (x.element_size() * 6 * x.shape[1]))
-        for start in range(0, x.shape[0], step):
-            delta = x[start:start + step] - self.mean
-            new_var = var + c * delta.square()
-            w = 1.0 / (new_var + EPS)
-            wd = w * delta
-            total = ((w @ cov_sq) * w).sum(dim=1)
-            total += 2 * c * ((wd @ cov) * wd).sum(dim=1)
-            total += (c * (wd * delta).sum(dim=1)).square()
-            total -= (new_var * w).square().sum(dim=1)
-            out[start:start + step] = total / SCALE
-        return out
+from .disf_greedy import BatchedDiSF, DisfOptions
 
 
-def greedy_collapse(x: torch.Tensor, picks: int, first: int
-                    ) -> tuple[list[int], list[float | None]]:
-    """Greedy min-collapse picks in x (b, d) from `first`, and the score after each pick."""
-    state = ScatterState(x.shape[1], x.dtype, x.device)
-    state.add(x[first])
-    taken = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
-    taken[first] = True
-    chosen, scores = [first], [None]  # DiSF is undefined on one row
-    for _ in range(1, picks):
-        score = state.collapse_with(x).masked_fill_(taken, torch.inf)
-        best = int(score.argmin())
-        state.add(x[best])
-        taken[best] = True
-        chosen.append(best)
-        scores.append(score[best].item())
-    return chosen, scores
+@dataclass
+class DisfFastOptions(DisfOptions):
+    mode: str = option("batched", "per batch like disf-greedy, or one greedy over all rows",
+                       choices=("batched", "global"))
 
 
-@register
 class DisfGreedyFast(BatchedDiSF):
     """DiSF greedy, same picks as disf-greedy via exact rank-1 updates; batched or global mode."""
 
     name = "disf-greedy-fast"
-
-    def __init__(self, mode: str = "batched", batch_size: int = 1024,
-                 picks_per_batch: int | None = None, seed: int = 0, device: str = "auto"):
-        check(mode in ("batched", "global"), f"--mode must be 'batched' or 'global', got {mode!r}")
-        super().__init__(batch_size, picks_per_batch, seed, device, mode=mode)
+    Options = DisfFastOptions
 
     def _plan(self, n, k):
-        return [(0, n, k)] if self.params["mode"] == "global" else super()._plan(n, k)
+        return [(0, n, k)] if self.options.mode == "global" else super()._plan(n, k)
 
-    def _batch_picks(self, x, picks, first):
-        return greedy_collapse(x, picks, first)
+    def _gains(self, x):
+        return CollapseGains(x)

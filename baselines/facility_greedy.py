@@ -2,7 +2,7 @@
 
 f(S) = sum_v max_{u in S} sim(v, u) with sim = `datamask.objectives.clipped_cosine` (the Facility
 metric times |V|) is monotone submodular, so greedy is within 1 - 1/e of the optimum. Two exact
-optimisers give the same picks (ties to the lowest row):
+optimisers of `datamask.greedy` give the same picks (ties to the lowest row):
 - naive: every step scores the gain of every candidate, O(N^2) per step on the N x N kernel;
 - lazy (Minoux 1978): gains only shrink as S grows, so a stale gain bounds the fresh one; each step
   refreshes the candidates with the largest bounds, a block at a time as one vectorised op, until
@@ -17,85 +17,30 @@ solutions by the Facility objective on all rows.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from dataclasses import dataclass
 
 import torch
 
 from datamask.data import Dataset
-from datamask.objectives import FacilityLocation, GroundSet, clipped_cosine
-from datamask.selectors import Selector, register
+from datamask.greedy import OPTIMIZERS, greedy
+from datamask.objectives import (CoverageGains, FacilityLocation, GroundSet, clipped_cosine,
+                                 kernel_rows)
+from datamask.objectives.facility import Rows
+from datamask.options import option
+from datamask.selectors import Selector
 
-from .common import check, ground_set, one_thread, picks_output
-
-CHUNK_BYTES = 64 * 2**20  # similarity rows scored at once by a full pass
-LAZY_BLOCK = 32  # candidates refreshed at once by the lazy greedy
-OPTIMIZERS = ("lazy", "naive")
-
-# value(cover, picks): the objective of S + {x} for every candidate x, from its coverage
-# sum_v max(cur_v, sim(v, x)) and S (the picks so far, in order); it must not decrease in `cover`
-# (that keeps lazy bounds valid).
-Value = Callable[[torch.Tensor, list], torch.Tensor]
+from .common import check, device_option, ground_set, picks_output, seed_option
 
 
-def facility_greedy(rows: Callable[[torch.Tensor], torch.Tensor], n_cand: int, n_cover: int,
-                    k: int, optimizer: str = "lazy", value: Value | None = None,
+def facility_greedy(rows: Rows, n_cand: int, n_cover: int, k: int, optimizer: str = "lazy",
                     device: torch.device | str = "cpu") -> tuple[list[int], list[dict]]:
-    """Greedy picks of k of n_cand candidates maximising `value` (default: the coverage itself).
-
-    `rows(idx)` gives the (len(idx), n_cover) non-negative similarities of candidates idx to the
-    rows being covered (a precomputed kernel's rows, or computed on demand), as a tensor that the
-    caller may overwrite.
-    """
-    cur = torch.zeros(n_cover, device=device)  # max similarity of each covered row to S
-    everyone = torch.arange(n_cand, device=device)
-    taken = torch.zeros(n_cand, dtype=torch.bool, device=device)
-    fresh = torch.ones(n_cand, dtype=torch.bool, device=device)
-    value = value or (lambda cover, picks: cover)
-
-    def gains(idx):
-        return rows(idx).sub_(cur).clamp_min_(0).sum(dim=1)
-
-    def all_gains():
-        step = max(1, CHUNK_BYTES // (4 * n_cover))
-        return torch.cat([gains(part) for part in everyone.split(step)])
-
-    bound, covered = all_gains(), 0.0  # exact gains at S = {}; covered = sum_v cur_v
-    picks, history, refreshed = [], [], n_cand
-    with one_thread(torch.device(device)):  # small ops: see common.one_thread
-        for step in range(k):
-            if optimizer == "naive" and step:
-                bound, refreshed = all_gains(), refreshed + n_cand
-                fresh.fill_(True)
-            while True:
-                values = value(covered + bound.double(), picks).masked_fill_(taken, -torch.inf)
-                best = int(values.argmax())
-                if fresh[best]:
-                    break
-                top = values.masked_fill_(fresh, -torch.inf).topk(min(LAZY_BLOCK, n_cand)).indices
-                bound[top] = gains(top)
-                fresh[top] = True
-                refreshed += len(top)
-            picks.append(best)
-            taken[best] = True
-            covered += bound[best].item()
-            torch.maximum(cur, rows(everyone[best:best + 1])[0], out=cur)
-            fresh.fill_(False)
-            history.append({"step": step, "row": best, "facility": covered / n_cover,
-                            "gains_evaluated": refreshed})
-    return picks, history
-
-
-def kernel_rows(kernel: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`rows` of a precomputed kernel, gathered into reused buffers (one per block size): the
-    lazy greedy's hot path is this gather, and allocating it anew doubles its cost."""
-    buffers: dict[int, torch.Tensor] = {}
-
-    def rows(idx: torch.Tensor) -> torch.Tensor:
-        if len(idx) not in buffers:
-            buffers[len(idx)] = kernel.new_empty(len(idx), kernel.shape[1])
-        return torch.index_select(kernel, 0, idx, out=buffers[len(idx)])
-
-    return rows
+    """Greedy picks of k of n_cand candidates maximising the coverage of n_cover rows, whose
+    similarities to candidates idx are `rows(idx)` (`datamask.objectives.CoverageGains`)."""
+    term = CoverageGains(rows, n_cand, n_cover, device)
+    return greedy(term, k, optimizer=optimizer, score=term.coverage_with, single_thread=True,
+                  record=lambda s: {"step": s.step, "row": s.row,
+                                    "facility": term.covered / n_cover,
+                                    "gains_evaluated": s.gains_evaluated})
 
 
 def kernel_greedy(unit_cand: torch.Tensor, unit_cover: torch.Tensor, k: int, optimizer: str
@@ -131,26 +76,36 @@ def greedi(ground: GroundSet, k: int, optimizer: str, memory_bytes: int,
         "chosen": "merged" if best == 0 else f"local solution {best - 1}"}]
 
 
-@register
+def optimizer_option():
+    return option("lazy", "lazy (Minoux) or naive greedy, same picks", choices=OPTIMIZERS)
+
+
+def memory_option(past: str):
+    return option(8.0, f"largest N x N float32 kernel to hold (GB), else {past}", low=0.0,
+                  open_low=True)
+
+
+@dataclass
+class FacilityGreedyOptions:
+    optimizer: str = optimizer_option()
+    memory_gb: float = memory_option("GreeDi partitions")
+    seed: int = seed_option()
+    device: str = device_option()
+
+
 class FacilityGreedy(Selector):
     """Greedy facility location (clipped cosine), naive or lazy; GreeDi past --memory_gb."""
 
     name = "facility-greedy"
-
-    def __init__(self, optimizer: str = "lazy", memory_gb: float = 8.0, seed: int = 0,
-                 device: str = "auto"):
-        check(optimizer in OPTIMIZERS,
-              f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-        check(memory_gb > 0, f"--memory_gb must be positive, got {memory_gb}")
-        super().__init__(optimizer=optimizer, memory_gb=memory_gb, seed=seed, device=device)
+    Options = FacilityGreedyOptions
 
     def _select(self, data: Dataset, k: int):
-        ground = ground_set(data, self.params["device"])
-        memory_bytes = int(self.params["memory_gb"] * 2**30)
+        ground = ground_set(data, self.options.device)
+        memory_bytes = int(self.options.memory_gb * 2**30)
         if 4 * len(ground) ** 2 <= memory_bytes:
-            picks, history = kernel_greedy(ground.unit, ground.unit, k, self.params["optimizer"])
+            picks, history = kernel_greedy(ground.unit, ground.unit, k, self.options.optimizer)
         else:
             generator = torch.Generator(device=ground.device)
-            generator.manual_seed(self.params["seed"])
-            picks, history = greedi(ground, k, self.params["optimizer"], memory_bytes, generator)
+            generator.manual_seed(self.options.seed)
+            picks, history = greedi(ground, k, self.options.optimizer, memory_bytes, generator)
         return (*picks_output(len(data), picks), history)

@@ -10,17 +10,20 @@ optimisation. The density term is the "information density" weighting of active 
 
 The neighbours are exact: faiss IndexFlatIP on the unit rows, or (without faiss) a torch top-k
 over blocks of unit @ unit.T. Ties of the score go to the higher quality, then the lower row
-(`datamask.learner.top_rows`), so penalty 0 is exactly `quality-topk`.
+(`datamask.shared.top_rows`), so penalty 0 is exactly `quality-topk`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.learner import top_rows
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
+from datamask.shared import top_rows
 
 from .common import check
 
@@ -60,29 +63,28 @@ def knn_density(unit: torch.Tensor, neighbors: int) -> tuple[np.ndarray, str]:
     return density, "torch"
 
 
-@register
+@dataclass
+class KnnDensityOptions:
+    neighbors: int = option(10, "nearest neighbours whose mean cosine is the density", low=1)
+    penalty: float = option(1.0, "weight of the density z-score against quality's",
+                            low=0.0, high=float("inf"), open_high=True)
+
+
 class KnnDensity(Selector):
     """Top k of z(quality) - penalty * z(mean cosine to the nearest neighbours)."""
 
     name = "knn-density"
-
-    def __init__(self, neighbors: int = 10, penalty: float = 1.0):
-        check(isinstance(neighbors, (int, np.integer)) and neighbors >= 1,
-              f"--neighbors must be a whole number of at least 1, got {neighbors!r}")
-        check(np.isfinite(penalty) and penalty >= 0,
-              f"--penalty must be a finite number of at least 0, got {penalty}")
-        super().__init__(neighbors=int(neighbors), penalty=float(penalty))
+    Options = KnnDensityOptions
 
     def _select(self, data: Dataset, k: int):
-        n, p = len(data), self.params
-        check(p["neighbors"] < n, f"--neighbors {p['neighbors']} needs more than that many rows, "
-                                  f"got {n}")
+        n, p = len(data), self.options
+        check(p.neighbors < n, f"--neighbors {p.neighbors} needs more than that many rows, got {n}")
         score = standardise(data.quality)
         history = []
-        if p["penalty"] > 0:
+        if p.penalty > 0:
             unit = torch.nn.functional.normalize(torch.as_tensor(data.features), dim=1)
-            density, backend = knn_density(unit, p["neighbors"])
-            score = score - p["penalty"] * standardise(density)
+            density, backend = knn_density(unit, p.neighbors)
+            score = score - p.penalty * standardise(density)
             history.append({"density_mean": float(density.mean()),
                             "density_max": float(density.max()), "knn": backend})
         selected = np.zeros(n, dtype=bool)

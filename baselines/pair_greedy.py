@@ -1,48 +1,40 @@
 """`pair-greedy`: greedy on the pair-wise diversity (minus the mean cosine over selected pairs).
 
 With s the running sum of the selected unit rows, adding x adds e_x . s to the sum of pair
-cosines (`datamask.objectives.pair_cosine_sum`), and every candidate of a step shares the pair
-count, so the greedy pick is the row with the smallest e_x . s: one (N x d) matrix-vector product
-per step, no kernel matrix. The objective ties on every single row, so the first pick is a seeded
-random row (as DiSF's reference greedy starts).
+cosines (`datamask.objectives.PairGains`), and every candidate of a step shares the pair count,
+so the greedy pick is the row with the smallest e_x . s: one (N x d) matrix-vector product per
+step, no kernel matrix. The objective ties on every single row, so the first pick is a seeded
+random row (as DiSF's reference greedy starts). The loop is `datamask.greedy`'s.
 """
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
 from datamask.data import Dataset
-from datamask.objectives import pair_cosine_sum
-from datamask.selectors import Selector, register
+from datamask.greedy import greedy
+from datamask.objectives import PairGains
+from datamask.selectors import Selector
 
-from .common import first_picks, ground_set, one_thread, picks_output
+from .common import device_option, first_picks, ground_set, picks_output, seed_option
 
 
-@register
+@dataclass
+class PairGreedyOptions:
+    seed: int = seed_option()
+    device: str = device_option()
+
+
 class PairGreedy(Selector):
     """Greedy pair-wise diversity: each step adds the row least similar to the running sum."""
 
     name = "pair-greedy"
-
-    def __init__(self, seed: int = 0, device: str = "auto"):
-        super().__init__(seed=seed, device=device)
+    Options = PairGreedyOptions
 
     def _select(self, data: Dataset, k: int):
-        unit = ground_set(data, self.params["device"]).unit
-        taken = torch.zeros(len(unit), dtype=torch.bool, device=unit.device)
-        running = torch.zeros(unit.shape[1], device=unit.device)
-        sum_sq = torch.zeros((), device=unit.device)
-        best = int(first_picks([len(unit)], self.params["seed"])[0])
-        picks, history = [], []
-        with one_thread(unit.device):  # one matrix-vector product per step
-            for step in range(k):
-                if step:
-                    best = int((unit @ running).masked_fill_(taken, torch.inf).argmin())
-                picks.append(best)
-                taken[best] = True
-                running += unit[best]
-                sum_sq += unit[best].square().sum()
-                pairs = step * (step + 1) / 2
-                mean_cos = pair_cosine_sum(running, sum_sq).item() / pairs if pairs else 0.0
-                history.append({"step": step, "row": best, "Pair_simi": -mean_cos})
+        term = PairGains(ground_set(data, self.options.device))
+        picks, history = greedy(
+            term, k, first=int(first_picks([len(data)], self.options.seed)[0]),
+            record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value()},
+            single_thread=True)  # one matrix-vector product per step
         return (*picks_output(len(data), picks), history)

@@ -12,10 +12,13 @@ that order, so the top k of the score is the selection.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from datamask.data import Dataset
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
 from .common import check
 
@@ -27,23 +30,30 @@ def fineweb_int_score(score: np.ndarray) -> np.ndarray:
     return np.rint(np.clip(np.asarray(score, dtype=np.float64), 0.0, 5.0)).astype(np.int64)
 
 
-@register
+@dataclass
+class ThresholdOptions:
+    threshold: float = option(3.0, "keep rows whose rule value is at least this (DCLM: 0.018112 "
+                                   "with --rule raw)")
+    rule: str = option("int_score", "int_score: FineWeb-Edu's int(round(clamp(score, 0, 5))), "
+                                    "half to even; raw: the score itself", choices=RULES)
+    seed: int = option(0, "seed of the sample among the passing rows")
+
+    def check_together(self) -> None:
+        check(bool(np.isfinite(self.threshold)), f"--threshold must be finite, got {self.threshold}")
+
+
 class QualityThreshold(Selector):
     """Quality filter (FineWeb-Edu int_score >= 3 by default); k random rows among those passing."""
 
     name = "quality-threshold"
-
-    def __init__(self, threshold: float = 3.0, rule: str = "int_score", seed: int = 0):
-        check(rule in RULES, f"--rule must be one of {', '.join(RULES)}, got {rule!r}")
-        check(bool(np.isfinite(threshold)), f"--threshold must be finite, got {threshold}")
-        super().__init__(threshold=threshold, rule=rule, seed=seed)
+    Options = ThresholdOptions
 
     def _select(self, data: Dataset, k: int):
-        p = self.params
-        value = (fineweb_int_score(data.quality) if p["rule"] == "int_score"
+        p = self.options
+        value = (fineweb_int_score(data.quality) if p.rule == "int_score"
                  else data.quality.astype(np.float64))
-        passes = value >= p["threshold"]
-        tiebreak = np.random.default_rng(p["seed"]).random(len(data))
+        passes = value >= p.threshold
+        tiebreak = np.random.default_rng(p.seed).random(len(data))
         # passing rows first (in random order), then failing rows by value, random among equals
         order = np.lexsort((tiebreak, -np.where(passes, 0, value), ~passes))
         n = len(data)
@@ -52,6 +62,6 @@ class QualityThreshold(Selector):
         selected = np.zeros(n, dtype=bool)
         selected[order[:k]] = True
         n_pass = int(passes.sum())
-        return selected, score, [{"rule": p["rule"], "threshold": p["threshold"],
+        return selected, score, [{"rule": p.rule, "threshold": p.threshold,
                                   "passed": n_pass, "selected_passing": min(k, n_pass),
                                   "filled_below_threshold": max(0, k - n_pass)}]

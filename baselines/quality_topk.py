@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from datamask.data import Dataset
-from datamask.learner import top_rows
-from datamask.selectors import Selector, register
+from datamask.selectors import Selector
+from datamask.shared import top_rows
 
 
-@register
 class QualityTopK(Selector):
     name = "quality-topk"
 

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from datamask.data import Dataset
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
 
-@register
+@dataclass
+class RandomOptions:
+    seed: int = option(0, "seed of the random draw")
+
+
 class RandomSubset(Selector):
     name = "random"
-
-    def __init__(self, seed: int = 0):
-        super().__init__(seed=seed)
+    Options = RandomOptions
 
     def _select(self, data: Dataset, k: int):
-        score = np.random.default_rng(self.params["seed"]).random(len(data))
+        score = np.random.default_rng(self.options.seed).random(len(data))
         selected = np.zeros(len(data), dtype=bool)
         selected[np.argsort(-score, kind="stable")[:k]] = True
         return selected, score, []

@@ -20,12 +20,14 @@ index): the selection is the top k of the score.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.selectors import Selector, register
+from datamask.options import option
+from datamask.selectors import Selector
 
 from .common import check
 
@@ -87,33 +89,39 @@ def removal_eps(unit: torch.Tensor, labels: torch.Tensor, keep: str, seed: int) 
     return eps  # 1 - (-inf) = inf for each cluster's first row
 
 
-@register
+@dataclass
+class SemDeDupOptions:
+    n_clusters: int | None = option(None, "spherical k-means clusters", low=1,
+                                    default_text="round(sqrt(N))")
+    keep: str = option("hard", "order inside a cluster, whose first row of a duplicate group is "
+                               "kept: farthest from the centroid first, nearest first, or random",
+                       choices=KEEP)
+    eps: tuple[float, ...] = option((0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3),
+                                    "eps values whose removal counts the history reports; the eps "
+                                    "used is found by bisection to meet --select_ratio",
+                                    low=0.0, high=2.0)
+    seed: int = option(0, "seed of the k-means initialisation and of --keep random")
+
+
 class SemDeDup(Selector):
     """SemDeDup: spherical k-means, drop rows within 1 - eps cosine of an earlier cluster row."""
 
     name = "semdedup"
-
-    def __init__(self, n_clusters: int | None = None, keep: str = "hard",
-                 eps: tuple = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3), seed: int = 0):
-        check(n_clusters is None or n_clusters >= 1,
-              f"--n_clusters must be at least 1, got {n_clusters}")
-        check(keep in KEEP, f"--keep must be one of {', '.join(KEEP)}, got {keep!r}")
-        check(all(0 <= e <= 2 for e in eps), f"--eps values must lie in [0, 2], got {list(eps)}")
-        super().__init__(n_clusters=n_clusters, keep=keep, eps=tuple(eps), seed=seed)
+    Options = SemDeDupOptions
 
     def _select(self, data: Dataset, k: int):
-        p = self.params
+        p = self.options
         n = len(data)
-        n_clusters = p["n_clusters"] or max(1, round(math.sqrt(n)))
+        n_clusters = p.n_clusters or max(1, round(math.sqrt(n)))
         check(n_clusters <= n, f"--n_clusters {n_clusters} exceeds the {n} rows")
         unit = torch.nn.functional.normalize(torch.as_tensor(data.features), dim=1)
-        labels, backend = spherical_kmeans(unit, n_clusters, p["seed"])
-        score = removal_eps(unit, labels, p["keep"], p["seed"]).numpy()
+        labels, backend = spherical_kmeans(unit, n_clusters, p.seed)
+        score = removal_eps(unit, labels, p.keep, p.seed).numpy()
 
         def removed(eps: float) -> int:
             return int((score < eps).sum())
 
-        history = [{"eps": e, "removed": removed(e)} for e in p["eps"]]
+        history = [{"eps": e, "removed": removed(e)} for e in p.eps]
         low, high = 0.0, 2.0  # removed(low) <= n - k always; search while removed(high) > n - k
         if removed(high) > n - k:
             for _ in range(BISECTION_STEPS):

@@ -17,8 +17,9 @@ import time
 
 import torch
 
-from .learner import LearnerConfig, MaskLearner, resolve_device
+from .learner import LearnerConfig, MaskLearner
 from .objectives import DIVERSITY, GroundSet, diversity, random_masks
+from .shared import resolve_device
 from .synthetic import synthetic_dataset
 
 

@@ -2,24 +2,32 @@
 
 Subcommands: `select` (the DATAMASK learner, with the flags of the original train_mask.py),
 `baseline` (any registered baseline by name), `synth` (a synthetic shard in the data contract),
-`demo` (the learner beside quality top-k and random on a synthetic shard, in seconds) and
-`pipeline STAGE` (the reproduction pipeline of `reproduce/`, FineWeb shards to Table 2).
+`demo` (the learner beside quality top-k and random on a synthetic shard, in seconds), and those
+other packages register under the entry-point group `datamask.commands`: `pipeline STAGE` (the
+reproduction pipeline of `reproduce/`, FineWeb shards to Table 2). Flags of the learner and the
+baselines are generated from their typed options (datamask.options).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import json
+import os
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from . import data as contract
 from .data import read_dataset
 from .errors import UserError
-from .learner import LR_SCHEDULES, LearnerConfig
+from .learner import LearnerConfig
+from .options import add_flags, build, check_field, fields_of, flag_arguments, given, shown_default
+from .paths import check_paths, leave_as_found, remove_temporaries
+from .shared import check_device
 
 DEFAULTS = LearnerConfig()
+COMMAND_GROUP = "datamask.commands"
 
 
 def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -45,51 +53,13 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
 
 
 def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
-    """The learner's flags, with the names of the original train_mask.py where it had them."""
+    """The learner's flags (generated from LearnerConfig), with the names of the original
+    train_mask.py where it had them, and the run flags of MaskLearner.fit."""
     _add_io_arguments(parser)
-    g = parser.add_argument_group("learner (names of the original train_mask.py)")
-    g.add_argument("--algorithm", default=DEFAULTS.algorithm, choices=["DiSF", "Facility", "Pair_simi"],
-                   help="diversity metric joined with quality (default: %(default)s)")
-    g.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
-                   help="weight of quality; 1 - lamb weighs diversity; both terms standardised "
-                        "by their spread over random masks (default: %(default)s)")
-    g.add_argument("--n_rollout", type=int, default=DEFAULTS.n_rollout,
-                   help="G, masks sampled per step (paper: 128 or 256) (default: %(default)s)")
-    g.add_argument("--n_epochs", type=int, default=DEFAULTS.n_epochs,
-                   help="optimisation steps (default: %(default)s)")
-    g.add_argument("--partial", type=float, default=DEFAULTS.partial,
-                   help="fraction of the candidate rows each step samples from and updates "
-                        "(paper: 0.05-0.1; 1 = all rows every step) (default: %(default)s)")
-    g.add_argument("--max_lr", type=float, default=DEFAULTS.max_lr,
-                   help="learning rate at the first step (default: %(default)s)")
-    g.add_argument("--min_lr", type=float,
-                   help=f"learning rate at the last step, for --lr_schedule linear or cosine "
-                        f"(default: {DEFAULTS.min_lr:g})")
-    g.add_argument("--init", default=DEFAULTS.init, choices=["same", "quality"],
-                   help="initial logits: all equal, or log quality so that selection probability "
-                        "is proportional to quality (default: %(default)s)")
-    g.add_argument("--device", default=DEFAULTS.device,
-                   help="cpu, cuda, cuda:N or auto (CUDA when available) (default: %(default)s)")
-    g.add_argument("--seed", type=int, default=DEFAULTS.seed,
-                   help="same seed, same device: same selection (default: %(default)s)")
+    add_flags(parser.add_argument_group("learner (names of the original train_mask.py)"),
+              LearnerConfig, skip=("select_ratio",), original=True)
     x = parser.add_argument_group("learner (added by this project)")
-    x.add_argument("--prune_ratio", type=float, default=DEFAULTS.prune_ratio,
-                   help="drop this fraction of rows, lowest quality first, before learning "
-                        "(paper: 0.4-0.5) (default: %(default)s)")
-    x.add_argument("--lr_schedule", default=DEFAULTS.lr_schedule, choices=list(LR_SCHEDULES),
-                   help="constant at --max_lr (the best of make ablation-lr), or from --max_lr "
-                        "to --min_lr: linear (the original train_mask.py's) or cosine "
-                        "(default: %(default)s)")
-    x.add_argument("--logprob", default=DEFAULTS.logprob, choices=["simple", "exact"],
-                   help="log P(mask): sum of log-softmax over the selected rows (paper), or the "
-                        "exact Plackett-Luce probability of the draw order (default: %(default)s)")
-    x.add_argument("--scale_on", default=DEFAULTS.scale_on, choices=["step", "input"],
-                   help="fit the spreads that put quality and diversity on one scale on random "
-                        "masks of a partial step's shape, or of the full budget on all rows (the "
-                        "shape --report scores; slower for Facility) (default: %(default)s)")
-    x.add_argument("--readoff", default=DEFAULTS.readoff, choices=["topk", "sample"],
-                   help="final subset: top-k of the final logits, or one draw from the final "
-                        "policy (default: %(default)s)")
+    add_flags(x, LearnerConfig, original=False)
     x.add_argument("--log_jsonl", metavar="PATH",
                    help="write one JSON line per step: step, lr, mean and max rollout objective, "
                         "optimisation seconds so far")
@@ -107,158 +77,152 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("--no_progress", action="store_true", help="hide the progress bar")
 
 
-def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
-    """Method flags of the baselines; each is passed only to the baselines that take it, and a
-    flag left out keeps that baseline's default (given in brackets)."""
-    g = parser.add_argument_group("greedy baselines (disf-greedy, disf-greedy-fast, "
-                                  "facility-greedy, pair-greedy, joint-greedy)")
-    g.add_argument("--device", help="cpu, cuda, cuda:N or auto [auto]")
-    g.add_argument("--batch_size", type=int,
-                   help="disf-greedy*: rows per consecutive batch (reference: 1024) [1024]")
-    g.add_argument("--picks_per_batch", type=int,
-                   help="disf-greedy*: picks per full batch (reference: 16); the last partial "
-                        "batch takes the rest of the budget [the batch's share of the ratio]")
-    g.add_argument("--mode", choices=["batched", "global"],
-                   help="disf-greedy-fast: per batch like disf-greedy, or one greedy over all "
-                        "rows [batched]")
-    g.add_argument("--optimizer", choices=["lazy", "naive"],
-                   help="facility-greedy, joint-greedy (Facility): lazy (Minoux) or naive "
-                        "greedy, same picks [lazy]")
-    g.add_argument("--memory_gb", type=float,
-                   help="facility-greedy: largest N x N float32 kernel to hold, else GreeDi "
-                        "partitions; joint-greedy (Facility): else kernel rows on demand [8]")
-    g.add_argument("--algorithm", choices=["DiSF", "Facility", "Pair_simi"],
-                   help="joint-greedy: diversity metric joined with quality [Pair_simi]")
-    g.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
-                   help="joint-greedy: weight of quality, as in select; also the lamb of "
-                        "--report (default: %(default)s)")
-    d = parser.add_argument_group("semdedup, cluster-quota")
-    d.add_argument("--n_clusters", type=int,
-                   help="spherical k-means clusters [semdedup: round(sqrt(N)); cluster-quota: 64]")
-    d.add_argument("--keep", choices=["hard", "easy", "random"],
-                   help="order inside a cluster, whose first row of a duplicate group is kept: "
-                        "farthest from the centroid first, nearest first, or random [hard]")
-    d.add_argument("--eps", type=float, nargs="+", metavar="EPS",
-                   help="eps values whose removal counts the history reports; the eps used is "
-                        "found by bisection to meet --select_ratio [0.001 0.005 0.01 0.05 0.1 "
-                        "0.2 0.3]")
-    o = parser.add_argument_group("one-shot scores (knn-density, cluster-quota, mmr)")
-    o.add_argument("--neighbors", type=int,
-                   help="knn-density: nearest neighbours whose mean cosine is the density [10]")
-    o.add_argument("--penalty", type=float,
-                   help="knn-density: weight of the density z-score against quality's [1.0]")
-    o.add_argument("--balance", choices=["proportional", "equal"],
-                   help="cluster-quota: quota per cluster by its size, or equal [proportional]")
-    o.add_argument("--trade_off", type=float,
-                   help="mmr: weight of quality against the max cosine to picked rows [0.5]")
-    q = parser.add_argument_group("quality-threshold")
-    q.add_argument("--threshold", type=float,
-                   help="keep rows whose rule value is at least this (DCLM: 0.018112 with "
-                        "--rule raw) [3]")
-    q.add_argument("--rule", choices=["int_score", "raw"],
-                   help="int_score: FineWeb-Edu's int(round(clamp(score, 0, 5))), half to "
-                        "even; raw: the score itself [int_score]")
+# Flags of `datamask baseline` that every baseline accepts, taken or not: --report uses them too.
+COMMON_BASELINE_FLAGS = ("seed", "lamb")
 
 
-def _learner_params(args: argparse.Namespace) -> dict:
-    if args.min_lr is not None and args.lr_schedule == "constant":
-        raise UserError("--min_lr has no effect with --lr_schedule constant (the default): add "
-                        "--lr_schedule linear for the original train_mask.py's decay, or drop it")
-    names = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "lr_schedule",
-             "init", "device", "seed", "prune_ratio", "logprob", "readoff", "scale_on")
-    params = {name: getattr(args, name) for name in names}
-    params["min_lr"] = DEFAULTS.min_lr if args.min_lr is None else args.min_lr
-    return params
+def baseline_classes() -> tuple[dict[str, type], list[str]]:
+    """Every registered selector but the learner (whose flags are `select`'s), and the names of
+    those that failed to import (named again, with the error, when one is asked for)."""
+    from .selectors import selector_class, selector_names
+
+    classes, broken = {}, []
+    for name in selector_names():
+        if name == "datamask":
+            continue
+        try:
+            classes[name] = selector_class(name)
+        except UserError:
+            broken.append(name)
+    return classes, broken
 
 
-def _run_and_write(selector, data, args) -> dict:
-    """Select, write the output, and return a JSON-able summary (with metrics under --report)."""
+def add_baseline_arguments(parser: argparse.ArgumentParser, classes: dict[str, type]) -> None:
+    """One flag per option name of the baselines' Options classes; each is passed only to the
+    baselines that take it, and a flag left out keeps that baseline's default (in brackets)."""
+    declared: dict[str, list] = {}
+    for name, cls in classes.items():
+        for field, kind in fields_of(cls.Options):
+            if field.name not in COMMON_BASELINE_FLAGS and field.metadata.get("flag", True):
+                declared.setdefault(field.name, []).append((name, field, kind))
+    group = parser.add_argument_group(
+        "baseline options (each passed to the baselines that take it; [their default])")
+    for flag, owners in declared.items():
+        parts: dict[str, list[str]] = {}
+        for name, field, _ in owners:
+            parts.setdefault(f"{field.metadata['help']} [{shown_default(field)}]", []).append(name)
+        help_text = "; ".join(f"{', '.join(names)}: {text}" for text, names in parts.items())
+        _, field, kind = owners[0]
+        group.add_argument(f"--{flag}", help=help_text.replace("%", "%%"),
+                           **flag_arguments(field, kind))
+
+
+def _report(data, args, lamb: float, seed: int):
+    from .report import Report
+
+    return Report(data, args.select_ratio, lamb, seed=seed)
+
+
+def _run_and_write(selector, data, args, lamb: float, seed: int) -> dict:
+    """Select, score (under --report), then write: a failure leaves no output behind. Returns a
+    JSON-able summary, with the metrics under --report."""
     selection = selector.select(data, args.select_ratio)
+    if args.report:
+        selection.metrics = _report(data, args, lamb, seed)(selection.selected)
     selection.write(args.output, args.id_column)
     summary = {"method": selection.method, "rows": len(data),
                "selected": int(selection.selected.sum()), "output": str(args.output),
                "wall_time_s": round(selection.wall_time_s, 3)}
     if args.report:
-        from .report import Report
-
-        lamb = getattr(args, "lamb", DEFAULTS.lamb)
-        summary["metrics"] = Report(data, args.select_ratio, lamb, seed=args.seed)(selection.selected)
+        summary["metrics"] = selection.metrics
     return summary
 
 
-def _check_output(path: str) -> None:
-    """Refuse before any work is done, not after hours of it."""
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise UserError(f"--output {path}: the folder {parent} does not exist")
-
-
 def cmd_select(args: argparse.Namespace) -> None:
-    from .report import Report
-    from .selectors import make_selector
+    from .selectors import DataMask
 
-    _check_output(args.output)
-    params = _learner_params(args)
-    LearnerConfig(select_ratio=args.select_ratio, **params).validate()
+    params = given(args, LearnerConfig, skip=("select_ratio",))
+    if "min_lr" in params and params.get("lr_schedule", DEFAULTS.lr_schedule) == "constant":
+        raise UserError("--min_lr has no effect with --lr_schedule constant (the default): add "
+                        "--lr_schedule linear for the original train_mask.py's decay, or drop it")
+    config = build(LearnerConfig, dict(params, select_ratio=args.select_ratio), "datamask select")
     if args.checkpoint_every < 0:
         raise UserError(f"--checkpoint_every must be 0 or more, got {args.checkpoint_every}")
-    data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-    run = {"log_path": args.log_jsonl, "progress": not args.no_progress, "resume": args.resume,
-           "checkpoint_path": args.checkpoint or f"{args.output}.ckpt",
-           "checkpoint_every": args.checkpoint_every}
-    if args.eval_every:
-        if not args.log_jsonl:
-            raise UserError("--eval_every needs --log_jsonl (the values go to that log)")
-        run.update(eval_every=args.eval_every,
-                   evaluate=Report(data, args.select_ratio, args.lamb, seed=args.seed))
-    summary = _run_and_write(make_selector("datamask", **params, **run), data, args)
+    if args.eval_every < 0:
+        raise UserError(f"--eval_every must be 0 or more, got {args.eval_every}")
+    if args.eval_every and not args.log_jsonl:
+        raise UserError("--eval_every needs --log_jsonl (the values go to that log)")
+    checkpoint = args.checkpoint or f"{args.output}.ckpt"
+    check_paths({"--input": args.input}, files={"--output": args.output,
+                                               "--log_jsonl": args.log_jsonl,
+                                               "--checkpoint": checkpoint})
+    if args.resume:  # what a run killed while writing its output left beside it
+        remove_temporaries(args.output)
+    args.on_interrupt = lambda: (
+        f"the checkpoint {checkpoint} is kept: rerun the same command with --resume to continue"
+        if os.path.exists(checkpoint) else "no checkpoint was saved yet")
+    with leave_as_found([args.output, args.log_jsonl, checkpoint],
+                        keep_on_interrupt=[checkpoint, args.log_jsonl]):
+        data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
+        run = {"log_path": args.log_jsonl, "progress": not args.no_progress,
+               "resume": args.resume, "checkpoint_path": checkpoint,
+               "checkpoint_every": args.checkpoint_every}
+        if args.eval_every:
+            run.update(eval_every=args.eval_every,
+                       evaluate=_report(data, args, config.lamb, config.seed))
+        selector = DataMask(**params, **run)
+        summary = _run_and_write(selector, data, args, config.lamb, config.seed)
     print(json.dumps(summary, indent=2))
 
 
-# Method flags of `datamask baseline`; None means "not given", so the selector's default applies.
-BASELINE_FLAGS = ("batch_size", "picks_per_batch", "mode", "optimizer", "memory_gb", "algorithm",
-                  "n_clusters", "keep", "eps", "neighbors", "penalty", "balance", "trade_off",
-                  "threshold", "rule", "device")
-
-
-def _options_for(name: str, args: argparse.Namespace) -> dict:
-    """The options selector `name` takes: every method flag given (an error if it takes none of
+def _baseline_options(cls: type, args: argparse.Namespace) -> dict:
+    """The options baseline `cls` takes: every baseline flag given (an error if it takes none of
     that name), plus --seed and --lamb where it takes them (they always have a value)."""
-    from .selectors import selector_class
-
-    accepted = inspect.signature(selector_class(name).__init__).parameters
-    given = {key: getattr(args, key) for key in BASELINE_FLAGS if getattr(args, key) is not None}
-    unknown = sorted(set(given) - set(accepted))
+    accepted = {f.name for f in dataclasses.fields(cls.Options)}
+    flags = args.baseline_flags
+    chosen = {key: getattr(args, key) for key in flags if hasattr(args, key)}
+    unknown = sorted(set(chosen) - accepted)
     if unknown:
-        raise UserError(f"baseline {name} takes no {', '.join('--' + key for key in unknown)}")
-    given.update({key: getattr(args, key) for key in ("seed", "lamb") if key in accepted})
-    if "eps" in given:
-        given["eps"] = tuple(given["eps"])
-    return given
+        raise UserError(f"baseline {cls.name} takes no {', '.join('--' + key for key in unknown)}")
+    chosen.update({key: getattr(args, key) for key in COMMON_BASELINE_FLAGS if key in accepted})
+    return chosen
 
 
 def cmd_baseline(args: argparse.Namespace) -> None:
-    from .selectors import SELECTORS, make_selector, selector_names
+    from .selectors import selector_class, selector_names
 
     if args.list:
         for name in selector_names():
-            doc = (SELECTORS[name].__doc__ or sys.modules[SELECTORS[name].__module__].__doc__ or "")
-            print(f"{name:18s} {doc.strip().splitlines()[0] if doc.strip() else ''}")
+            try:
+                cls = selector_class(name)
+            except UserError as err:  # a broken plugin is listed, with why it cannot be used
+                print(f"{name:18s} (cannot be used: {err})")
+                continue
+            doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip()
+            print(f"{name:18s} {doc.splitlines()[0] if doc else ''}")
         return
     if not args.name:
         raise UserError("name a baseline (datamask baseline --list shows them)")
+    if args.name == "datamask":
+        raise UserError("the learner runs with `datamask select`, which takes its flags")
     if not args.input or not args.output:
         raise UserError("datamask baseline needs --input and --output")
-    _check_output(args.output)
-    selector = make_selector(args.name, **_options_for(args.name, args))
-    data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-    print(json.dumps(_run_and_write(selector, data, args), indent=2))
+    # every flag before any work: the selector's options, the report's lamb, the ratio, the output
+    cls = selector_class(args.name)
+    selector = cls(**_baseline_options(cls, args))
+    lamb = check_field(LearnerConfig, "lamb", args.lamb)
+    check_field(LearnerConfig, "select_ratio", args.select_ratio)
+    check_paths({"--input": args.input}, files={"--output": args.output})
+    with leave_as_found([args.output]):
+        data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
+        summary = _run_and_write(selector, data, args, lamb, args.seed)
+    print(json.dumps(summary, indent=2))
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
     from .synthetic import synthetic_dataset
 
-    _check_output(args.output)
+    check_paths({}, files={"--output": args.output})
     data = synthetic_dataset(args.rows, args.dim, args.clusters, seed=args.seed)
     contract.write_dataset(args.output, data.ids, data.quality, data.features)
     print(f"wrote {len(data)} rows x {data.dim}-d to {args.output}")
@@ -267,7 +231,8 @@ def cmd_synth(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
-    run_demo(Path(args.workdir), device=args.device)
+    check_paths({}, folders={"--workdir": args.workdir})
+    run_demo(Path(args.workdir), device=check_device(args.device))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,10 +252,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="baseline name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered selectors and exit")
     _add_io_arguments(p, required=False)  # not needed with --list; checked in cmd_baseline
-    p.set_defaults(func=cmd_baseline)
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of randomised baselines (default: %(default)s)")
-    add_baseline_arguments(p)
+                   help="seed of randomised baselines, and of --report's random masks "
+                        "(default: %(default)s)")
+    p.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
+                   help="weight of quality: joint-greedy's, as in select; also the lamb of "
+                        "--report (default: %(default)s)")
+    classes, _ = baseline_classes()
+    add_baseline_arguments(p, classes)
+    p.set_defaults(func=cmd_baseline, baseline_flags=sorted(
+        {f.name for cls in classes.values() for f in dataclasses.fields(cls.Options)}
+        - set(COMMON_BASELINE_FLAGS)))
 
     p = sub.add_parser("synth", help="write a synthetic clustered shard in the data contract")
     p.add_argument("--output", required=True, metavar="OUT.parquet")
@@ -305,10 +277,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: %(default)s)")
     p.set_defaults(func=cmd_demo)
 
-    from reproduce.cli import add_pipeline_commands
-
-    add_pipeline_commands(sub)
+    add_plugin_commands(sub)
     return parser
+
+
+def add_plugin_commands(subparsers) -> None:
+    """Subcommands that packages above the core register under the entry-point group
+    `datamask.commands` (e.g. the pipeline's `pipeline`): each is a function given the
+    subparsers. One that fails to import still appears, and says why when it is run."""
+    for point in entry_points(group=COMMAND_GROUP):
+        try:
+            point.load()(subparsers)
+        except Exception as err:  # the plugin's bug or missing dependency: name it, keep the rest
+            message = (f"command '{point.name}' ({point.value}) failed to import: "
+                       f"{type(err).__name__}: {err}")
+            p = subparsers.add_parser(point.name, help=f"(unavailable: {message})")
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+            p.set_defaults(func=_fail(message))
+
+
+def _fail(message: str):
+    def fail(args: argparse.Namespace) -> None:
+        raise UserError(message)
+    return fail
 
 
 def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
@@ -319,6 +310,10 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: s
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # one line: what is kept and how to go on (the command says)
+        note = getattr(args, "on_interrupt", None)
+        print(f"{prog}: interrupted" + (f"; {note()}" if note else ""), file=sys.stderr)
+        return 130
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import UserError
+from .errors import UserError, quoted
 
 # The column names of the paper's original train_mask.py.
 ID_COLUMN = "chunk_id"
@@ -31,7 +31,7 @@ BATCH_ROWS = 65536  # rows decoded at a time while reading
 
 @dataclass
 class Dataset:
-    ids: np.ndarray  # (N,) int64, unique
+    ids: np.ndarray  # (N,) int64, or uint64 when the input's id column is uint64; unique
     quality: np.ndarray  # (N,) float32, higher is better
     features: np.ndarray  # (N, d) float32, C-contiguous
 
@@ -41,6 +41,18 @@ class Dataset:
     @property
     def dim(self) -> int:
         return self.features.shape[1]
+
+
+# The output's own columns: an id column of either name would be lost in the output.
+OUTPUT_COLUMNS = ("selected", "score")
+# Quality enters float32 sums of squares (the term scale), so it must stay far below float32's
+# largest value: |quality| <= 2^50 (about 1.1e15).
+QUALITY_LIMIT = 2.0 ** 50
+# Feature rows whose largest |value| lies in [2^-40, 2^40] keep their float32 values. Outside it,
+# squares and dot products in float32 overflow or underflow, so all rows are multiplied by one
+# power of two (exact; cosines and the per-dimension standardisation of DiSF are unchanged) that
+# brings them inside; rows more than 2^80 apart in scale cannot share float32 and are refused.
+SAFE_EXPONENT = 40
 
 
 def budget(select_ratio: float, n_rows: int) -> int:
@@ -55,12 +67,31 @@ def budget(select_ratio: float, n_rows: int) -> int:
     return k
 
 
+def check_column_names(id_column: str, quality_column: str, feature_column: str) -> None:
+    """The three input columns are distinct, and the id column is not one the output adds."""
+    if id_column in OUTPUT_COLUMNS:
+        raise UserError(f"--id_column {id_column}: the output's own columns are "
+                        f"{' and '.join(OUTPUT_COLUMNS)}, so these ids would be lost; rename the "
+                        f"column in the input")
+    names = {"--id_column": id_column, "--quality_column": quality_column,
+             "--feature_column": feature_column}
+    if len(set(names.values())) < 3:
+        raise UserError("--id_column, --quality_column and --feature_column must name three "
+                        f"different columns, got {names}")
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
 def _vectors(chunk: pa.Array, path: str, name: str, first_row: int) -> np.ndarray:
-    """One chunk of a list / fixed-size-list column as an (n, d) float32 view, every row checked:
-    no nulls, one length, finite values. Row numbers in errors count from the file's first row."""
-    if not (pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type)
-            or pa.types.is_fixed_size_list(chunk.type)):
-        raise UserError(f"{path}: column '{name}' must be a list of floats, found {chunk.type}")
+    """One chunk of a list / fixed-size-list column as an (n, d) array in its own number type,
+    every row checked: numbers, no nulls, one length, finite. Row numbers in errors count from
+    the file's first row."""
+    is_list = (pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type)
+               or pa.types.is_fixed_size_list(chunk.type))
+    if not is_list or not _is_number(chunk.type.value_type):
+        raise UserError(f"{path}: column '{name}' must be a list of numbers, found {chunk.type}")
     n = len(chunk)
     if chunk.null_count:
         row = first_row + int(np.flatnonzero(chunk.is_null().to_numpy(zero_copy_only=False))[0])
@@ -82,29 +113,99 @@ def _vectors(chunk: pa.Array, path: str, name: str, first_row: int) -> np.ndarra
     if values.null_count:
         raise UserError(f"{path}: column '{name}' contains null values inside a vector")
     matrix = values.to_numpy(zero_copy_only=False).reshape(n, dim)
-    finite = np.isfinite(matrix).all(axis=1)
-    if not finite.all():
-        row = first_row + int(np.flatnonzero(~finite)[0])
-        raise UserError(f"{path}: column '{name}' has NaN or inf at row {row}")
+    if matrix.dtype.kind == "f":
+        finite = np.isfinite(matrix).all(axis=1)
+        if not finite.all():
+            row = first_row + int(np.flatnonzero(~finite)[0])
+            raise UserError(f"{path}: column '{name}' has NaN or inf at row {row}")
     return matrix
 
 
-def _check_file(path: str, columns: dict[str, str]) -> int:
+def _quality(column: pa.Array, path: str, name: str, first_row: int) -> np.ndarray:
+    """A chunk of the quality column as float64: numbers (not text, not true/false), finite and
+    within +-QUALITY_LIMIT."""
+    if not _is_number(column.type):
+        raise UserError(f"{path}: quality column '{name}' must hold numbers (int or float), "
+                        f"found {column.type}")
+    values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        raise UserError(f"{path}: quality column '{name}' is NaN, inf or null at row "
+                        f"{first_row + int(bad[0])}")
+    big = np.flatnonzero(np.abs(values) > QUALITY_LIMIT)
+    if len(big):
+        row = int(big[0])
+        raise UserError(f"{path}: quality column '{name}' is {values[row]:g} at row "
+                        f"{first_row + row}, beyond +-{QUALITY_LIMIT:.2g}; rescale the scores")
+    return values
+
+
+def _ids(column: pa.Array, path: str, name: str, first_row: int, dtype: np.dtype) -> np.ndarray:
+    """A chunk of the id column in the dataset's id type (int64, or uint64 when any input has
+    uint64 ids), refusing a value that type cannot hold exactly."""
+    if not pa.types.is_integer(column.type):
+        raise UserError(f"{path}: id column '{name}' must be integer, found {column.type}")
+    if column.null_count:
+        row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise UserError(f"{path}: id column '{name}' is null at row {row}")
+    values = column.to_numpy()
+    if dtype == np.uint64 and values.dtype.kind == "i" and (values < 0).any():
+        row = int(np.flatnonzero(values < 0)[0])
+        raise UserError(f"{path}: id column '{name}' is {values[row]} at row {first_row + row}, "
+                        f"but other inputs hold uint64 ids; one id type cannot hold both")
+    return values.astype(dtype)
+
+
+def _check_file(path: str, columns: dict[str, str]) -> tuple[int, pa.DataType]:
     """Fail early, before any large read, on a missing, unreadable or empty file or a missing
-    column; return the file's row count."""
+    column; return the file's row count and its id column's type."""
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file")
     try:
         metadata = pq.read_metadata(path)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
-    names = metadata.schema.to_arrow_schema().names
+        schema = metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
     for flag, name in columns.items():
-        if name not in names:
-            raise UserError(f"{path}: missing column '{name}' (set {flag}); the file has {names}")
+        if name not in schema.names:
+            raise UserError(f"{path}: missing column '{name}' (set {flag}); the file has "
+                            f"{schema.names}")
     if metadata.num_rows == 0:
         raise UserError(f"{path}: the file has no rows")
-    return metadata.num_rows
+    return metadata.num_rows, schema.field(columns["--id_column"]).type
+
+
+def _batches(path: str, columns: list[str]):
+    """The file's record batches; page data that cannot be decoded (a corrupt file whose footer
+    is intact) is a UserError naming the file."""
+    try:
+        # Stream without pre-buffering (which holds the whole file's column chunks until the
+        # end): memory is the output plus about one batch.
+        yield from pq.ParquetFile(path, pre_buffer=False).iter_batches(
+            batch_size=BATCH_ROWS, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{path}: the Parquet data cannot be decoded ({quoted(err)}); the file is "
+                        f"damaged") from None
+
+
+def _fit_float32(features: np.ndarray, exponents: np.ndarray, shifted: np.ndarray,
+                 paths: Sequence[str], sizes: Sequence[int], name: str) -> None:
+    """Bring the rows stored at their own scale (`shifted`) and the others to one power-of-two
+    scale inside float32's safe range, in place. `exponents` holds every row's binary exponent
+    of its largest |value|; `paths` and `sizes` locate a row for the error."""
+    low, high = int(np.argmin(exponents)), int(np.argmax(exponents))
+    if exponents[high] - exponents[low] > 2 * SAFE_EXPONENT:
+        starts = np.cumsum([0, *sizes])
+        where = []
+        for row in (low, high):
+            file = int(np.searchsorted(starts, row, side="right")) - 1
+            where.append(f"row {row - starts[file]} of {paths[file]} (largest |value| about "
+                         f"2^{exponents[row]})")
+        raise UserError(f"column '{name}': {where[0]} and {where[1]} differ in scale by more "
+                        f"than float32 arithmetic can hold (2^{2 * SAFE_EXPONENT}); rescale them")
+    common = (int(exponents[low]) + int(exponents[high])) // 2
+    factor = np.ldexp(1.0, np.where(shifted, exponents, 0) - common).astype(np.float32)
+    features *= factor[:, None]
 
 
 def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
@@ -112,38 +213,42 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                  feature_column: str = FEATURE_COLUMN) -> Dataset:
     """Read one or more Parquet files as one dataset, in file order then row order.
 
-    The arrays are allocated once and filled batch by batch, so reading peaks at the feature
-    matrix plus one record batch, not at several copies of the whole input."""
+    The ids of every file are read and checked first (the cheapest column; a duplicate across
+    files is found before any vector is decoded). The other arrays are allocated once and filled
+    batch by batch, so reading peaks at the feature matrix plus one record batch, not at several
+    copies of the whole input."""
     if not paths:
         raise UserError("no input file given (--input)")
     paths = [str(p) for p in paths]
+    check_column_names(id_column, quality_column, feature_column)
     columns = {"--id_column": id_column, "--quality_column": quality_column,
                "--feature_column": feature_column}
-    sizes = [_check_file(p, columns) for p in paths]
+    checked = [_check_file(p, columns) for p in paths]
+    sizes = [n for n, _ in checked]
     total = sum(sizes)
-    ids = np.empty(total, dtype=np.int64)
+    id_type = np.uint64 if any(pa.types.is_uint64(t) for _, t in checked) else np.int64
+    ids = np.empty(total, dtype=id_type)
+    offset = 0
+    for path in paths:
+        row = 0  # within the file, for error messages
+        for batch in _batches(path, [id_column]):
+            ids[offset:offset + batch.num_rows] = _ids(batch.column(id_column), path, id_column,
+                                                       row, id_type)
+            offset += batch.num_rows
+            row += batch.num_rows
+    check_unique_ids(ids, sizes, paths, id_column)
+
     quality = np.empty(total, dtype=np.float32)
+    exponents = np.empty(total, dtype=np.int32)  # binary exponent of each row's largest |value|
+    shifted = np.zeros(total, dtype=bool)  # rows stored divided by 2^exponent (out of range)
     features = None
     offset = 0
     for path in paths:
-        # Stream the file in record batches, without pre-buffering (which holds the whole file's
-        # column chunks until the end): memory is the output plus about one batch.
-        batches = pq.ParquetFile(path, pre_buffer=False).iter_batches(
-            batch_size=BATCH_ROWS, columns=[id_column, quality_column, feature_column])
-        row = 0  # within the file, for error messages
-        for batch in batches:
+        row = 0
+        for batch in _batches(path, [quality_column, feature_column]):
             n = batch.num_rows
-            ids_col = batch.column(id_column)
-            if not pa.types.is_integer(ids_col.type):
-                raise UserError(
-                    f"{path}: id column '{id_column}' must be integer, found {ids_col.type}")
-            if ids_col.null_count:
-                raise UserError(f"{path}: id column '{id_column}' has null ids")
-            qual = batch.column(quality_column).to_numpy(zero_copy_only=False)
-            bad = np.flatnonzero(~np.isfinite(qual.astype(np.float64)))
-            if len(bad):
-                raise UserError(f"{path}: quality column '{quality_column}' is NaN, inf or null "
-                                f"at row {row + int(bad[0])}")
+            part = slice(offset, offset + n)
+            quality[part] = _quality(batch.column(quality_column), path, quality_column, row)
             vectors = _vectors(batch.column(feature_column), path, feature_column, row)
             if features is None:
                 features = np.empty((total, vectors.shape[1]), dtype=np.float32)
@@ -152,12 +257,23 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                     f"{path}: column '{feature_column}' has {vectors.shape[1]}-d vectors at row "
                     f"{row}, but {paths[0]} starts with {features.shape[1]}-d ones"
                 )
-            ids[offset:offset + n] = ids_col.to_numpy()
-            quality[offset:offset + n] = qual
-            features[offset:offset + n] = vectors
+            largest = np.abs(vectors).max(axis=1)
+            if not largest.all():
+                raise UserError(
+                    f"{path}: column '{feature_column}' is all zeros at row "
+                    f"{row + int(np.argmin(largest != 0))}; a zero vector has no direction, so "
+                    f"its cosine to any row is undefined (drop the row)")
+            exponents[part] = np.frexp(largest.astype(np.float64))[1]
+            out = np.flatnonzero(np.abs(exponents[part]) > SAFE_EXPONENT)
+            if len(out):  # divide these rows by their own power of two before float32 holds them
+                vectors = vectors.astype(np.float64)
+                vectors[out] *= np.ldexp(1.0, -exponents[part][out])[:, None]
+                shifted[offset + out] = True
+            features[part] = vectors
             offset += n
             row += n
-    check_unique_ids(ids, sizes, paths, id_column)
+    if shifted.any():
+        _fit_float32(features, exponents, shifted, paths, sizes, feature_column)
     return Dataset(ids=ids, quality=quality, features=features)
 
 
@@ -174,21 +290,32 @@ def check_unique_ids(ids: np.ndarray, sizes: Sequence[int], paths: Sequence[str]
         raise UserError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
 
 
+def _new_file_beside(path: Path) -> Path:
+    """Create an empty, unused `.NAME.XXXXXXXX.tmp` beside `path` with the permissions the
+    umask gives (mkstemp's 0600 would survive the rename and hide the output from others)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike):
     """Yield a temporary path beside `path` to write to; rename it into place only on success,
-    so a crash never leaves a half-written output under the real name."""
+    so a crash never leaves a half-written output under the real name (and a failure, including
+    Ctrl-C, leaves no temporary file either)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise UserError(f"{path}: the output folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _new_file_beside(path)
     try:
-        yield tmp
+        yield str(tmp)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def write_table_atomic(table: pa.Table, path: str | os.PathLike) -> None:
@@ -201,13 +328,21 @@ def write_json_atomic(obj, path: str | os.PathLike) -> None:
         Path(tmp).write_text(json.dumps(obj, indent=2) + "\n")
 
 
+def id_array(ids: np.ndarray) -> pa.Array:
+    """Ids as they came in: uint64 stays uint64 (ids of 2^63 and more), any other as int64."""
+    ids = np.asarray(ids)
+    return pa.array(ids, pa.uint64() if ids.dtype == np.uint64 else pa.int64())
+
+
 def selection_table(ids: np.ndarray, selected: np.ndarray, score: np.ndarray,
                     id_column: str = ID_COLUMN) -> pa.Table:
     """The output schema: the id column, `selected` (bool) and `score` (the final logit)."""
     if len(np.unique(ids)) != len(ids) or not (len(ids) == len(selected) == len(score)):
         raise AssertionError("selection output must hold every input id exactly once")
+    if np.isnan(score).any():
+        raise AssertionError("a selector produced a NaN score; it is never written")
     return pa.table({
-        id_column: pa.array(ids, pa.int64()),
+        id_column: id_array(ids),
         "selected": pa.array(selected.astype(bool)),
         "score": pa.array(score.astype(np.float32)),
     })
@@ -221,7 +356,7 @@ def write_dataset(path: str | os.PathLike, ids: np.ndarray, quality: np.ndarray,
     n, dim = features.shape
     flat = pa.array(np.ascontiguousarray(features, dtype=np.float32).reshape(-1))
     columns = {
-        id_column: pa.array(ids, pa.int64()),
+        id_column: id_array(ids),
         quality_column: pa.array(quality.astype(np.float32)),
         feature_column: pa.FixedSizeListArray.from_arrays(flat, dim),
     }

@@ -3,7 +3,8 @@
 One logit per candidate row. Each step draws G masks of exactly k rows from softmax(logits) by
 Gumbel-top-k, scores all G with the joint objective in one batch, standardises the scores within the
 group into advantages, and moves the logits up the policy gradient. At the end the k rows with the
-largest logits are the selection. Read this file top to bottom: `MaskLearner.fit` is the whole loop.
+largest logits are the selection. `policy_step` is the method, one step in one sitting;
+`MaskLearner.fit` is the loop around it (device, checkpoints, logging, read-off).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import os
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -22,75 +24,70 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
-from .errors import UserError
-from .objectives import GroundSet, Joint, TermScale, diversity
+from .errors import UserError, quoted
+from .objectives import DIVERSITY, GroundSet, Joint, SetFunction, TermScale, diversity
+from .options import option, validate
+from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
+from .shared import resolve_device, top_rows
 
-
-def resolve_device(device: str) -> torch.device:
-    """'auto' is CUDA when there is a GPU, else CPU; an explicit 'cuda' without one is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: torch sees no CUDA device here; use --device cpu")
-    return torch.device(device)
+LR_SCHEDULES = ("linear", "cosine", "constant")
+DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
 @dataclass
 class LearnerConfig:
-    """Hyper-parameters, named as the flags of the original train_mask.py where it had them."""
+    """Hyper-parameters, named as the flags of the original train_mask.py where it had them
+    (`original=True`); `datamask select`'s flags, help and checks are generated from here."""
 
-    algorithm: str = "Pair_simi"  # diversity metric: Pair_simi, Facility or DiSF
-    select_ratio: float = 0.1  # fraction of ALL input rows to select
-    lamb: float = 0.5  # weight of quality in the joint objective; 1 - lamb goes to diversity
-    n_rollout: int = 128  # G, masks sampled per step
-    n_epochs: int = 2000  # optimisation steps
-    partial: float = 0.1  # fraction of the candidate rows each step works on
-    max_lr: float = 10.0  # learning rate at the first step ...
-    min_lr: float = 1.0  # ... decayed to this at the last step ('linear' and 'cosine' only)
-    # 'constant' at max_lr: the best setting of `make ablation-lr` on every metric (README);
-    # 'linear' is the original train_mask.py's decay from max_lr to min_lr, 'cosine' the other
-    lr_schedule: str = "constant"
-    init: str = "same"  # 'same': equal logits; 'quality': P(select) proportional to quality
-    prune_ratio: float = 0.0  # drop this fraction of rows, lowest quality first, before learning
-    logprob: str = "simple"  # 'simple': sum of log-softmax; 'exact': Plackett-Luce of the order
-    # where the two terms' spreads are fitted: 'step', random masks of a partial step's shape
-    # (cheap); 'input', random masks of the full budget on all candidates, the shape the whole
-    # selection is scored at (costs a Facility kernel of N x k per mask)
-    scale_on: str = "step"
-    readoff: str = "topk"  # 'topk' of the final logits, or one 'sample' from the final policy
-    seed: int = 0
-    device: str = "auto"
+    algorithm: str = option("Pair_simi", "diversity metric joined with quality",
+                            choices=DIVERSITY_METRICS, original=True)
+    select_ratio: float = option(0.1, "fraction of ALL input rows to select", low=0.0, high=1.0,
+                                 open_low=True, open_high=True, flag=False)
+    lamb: float = option(0.5, "weight of quality; 1 - lamb weighs diversity; both terms "
+                              "standardised by their spread over random masks",
+                         low=0.0, high=1.0, original=True)
+    n_rollout: int = option(128, "G, masks sampled per step (paper: 128 or 256); at least 2, "
+                                 "since advantages need a group", low=2, original=True)
+    n_epochs: int = option(2000, "optimisation steps", low=1, original=True)
+    partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
+                                 "updates (paper: 0.05-0.1; 1 = all rows every step)",
+                            low=0.0, high=1.0, open_low=True, original=True)
+    max_lr: float = option(10.0, "learning rate at the first step (positive)", original=True)
+    min_lr: float = option(1.0, "learning rate at the last step, for --lr_schedule linear or "
+                                "cosine (0 or more)", original=True)
+    lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
+                                          "or from --max_lr to --min_lr: linear (the original "
+                                          "train_mask.py's) or cosine", choices=LR_SCHEDULES)
+    init: str = option("same", "initial logits: all equal, or log quality so that selection "
+                               "probability is proportional to quality",
+                       choices=("same", "quality"), original=True)
+    prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
+                                     "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
+                                open_high=True)
+    logprob: str = option("simple", "log P(mask): sum of log-softmax over the selected rows "
+                                    "(paper), or the exact Plackett-Luce probability of the draw "
+                                    "order", choices=("simple", "exact"))
+    scale_on: str = option("step", "fit the spreads that put quality and diversity on one scale "
+                                   "on random masks of a partial step's shape, or of the full "
+                                   "budget on all rows (the shape --report scores; slower for "
+                                   "Facility)", choices=("step", "input"))
+    readoff: str = option("topk", "final subset: top-k of the final logits, or one draw from the "
+                                  "final policy", choices=("topk", "sample"))
+    seed: int = option(0, "same seed, same device: same selection", original=True)
+    device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)",
+                         original=True)
 
     def validate(self) -> None:
-        from .objectives import DIVERSITY
+        validate(self)
 
-        checks = [
-            (self.algorithm in DIVERSITY,
-             f"--algorithm must be one of {', '.join(DIVERSITY)}, got {self.algorithm!r}"),
-            (0.0 < self.select_ratio < 1.0,
-             f"--select_ratio must lie strictly between 0 and 1, got {self.select_ratio}"),
-            (0.0 <= self.lamb <= 1.0, f"--lamb must lie in [0, 1], got {self.lamb}"),
-            (self.n_rollout >= 2,
-             f"--n_rollout must be at least 2 (advantages need a group), got {self.n_rollout}"),
-            (self.n_epochs >= 1, f"--n_epochs must be at least 1, got {self.n_epochs}"),
-            (0.0 < self.partial <= 1.0, f"--partial must lie in (0, 1], got {self.partial}"),
-            (math.isfinite(self.max_lr) and math.isfinite(self.min_lr),
-             f"--max_lr and --min_lr must be finite, got {self.max_lr} and {self.min_lr}"),
-            (self.lr_schedule in LR_SCHEDULES,
-             f"--lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"),
-            (self.init in ("same", "quality"), f"--init must be 'same' or 'quality', got {self.init!r}"),
-            (0.0 <= self.prune_ratio < 1.0, f"--prune_ratio must lie in [0, 1), got {self.prune_ratio}"),
-            (self.logprob in ("simple", "exact"),
-             f"--logprob must be 'simple' or 'exact', got {self.logprob!r}"),
-            (self.readoff in ("topk", "sample"),
-             f"--readoff must be 'topk' or 'sample', got {self.readoff!r}"),
-            (self.scale_on in ("step", "input"),
-             f"--scale_on must be 'step' or 'input', got {self.scale_on!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
+    def check_together(self) -> None:
+        if not (math.isfinite(self.max_lr) and math.isfinite(self.min_lr)):
+            raise UserError(f"--max_lr and --min_lr must be finite, got {self.max_lr} and "
+                            f"{self.min_lr}")
+        if not (self.max_lr > 0 and self.min_lr >= 0):  # a negative rate descends the objective
+            raise UserError(f"--max_lr must be positive and --min_lr 0 or more, got "
+                            f"{self.max_lr} and {self.min_lr}")
 
 
 @dataclass
@@ -111,8 +108,6 @@ def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr:
         return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
     return max_lr + (min_lr - max_lr) * progress
 
-
-LR_SCHEDULES = ("linear", "cosine", "constant")
 
 
 def candidate_rows(quality: np.ndarray, prune_ratio: float, k: int) -> np.ndarray:
@@ -139,22 +134,30 @@ def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
     return q.log().to(quality.dtype)
 
 
-def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest logits; ties go to higher quality, then to the lower index, so
-    the read-off is deterministic even where logits never moved."""
-    order = np.lexsort((np.arange(len(logits)), -quality.astype(np.float64),
-                        -logits.astype(np.float64)))
-    return order[:k]
+def fingerprint(data: Dataset) -> dict:
+    """What a checkpoint must match to be resumed on: row count, feature length, a hash of the
+    ids and quality, and a hash of every feature byte (about 0.7 GB/s, so it is computed once per
+    dataset and kept on it: a changed embedding with the same ids is caught)."""
+    cached = getattr(data, "_fingerprint", None)
+    if cached is None:
+        features = hashlib.sha256(memoryview(np.ascontiguousarray(data.features)).cast("B"))
+        cached = {"rows": len(data), "dim": data.dim,
+                  "ids_quality": hashlib.sha256(data.ids.tobytes()
+                                                + data.quality.tobytes()).hexdigest(),
+                  "features": features.hexdigest()}
+        data._fingerprint = cached
+    return cached
 
 
-def fingerprint(data: Dataset) -> list:
-    """What a checkpoint must match to be resumed on: row count, feature length, and a hash of
-    the ids and quality (cheap; features are not hashed, so a changed embedding is not caught)."""
-    digest = hashlib.sha256(data.ids.tobytes() + data.quality.tobytes()).hexdigest()
-    return [len(data), data.dim, digest]
+CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
+                   "history")
+FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
+                     "features": "features"}
 
 
 def save_checkpoint(path: str, state: dict) -> None:
+    """Write the state under a temporary name and rename it: a crash leaves the previous
+    checkpoint whole, and a failed save removes its temporary file."""
     with atomic_output(path) as tmp:
         torch.save(state, tmp)
 
@@ -162,26 +165,124 @@ def save_checkpoint(path: str, state: dict) -> None:
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
                     device: torch.device) -> dict | None:
     """The saved state, or None (with a note) when there is none yet; a checkpoint of another
-    configuration or other data is refused rather than silently continued."""
+    configuration or other data is refused rather than silently continued. Temporary files a
+    killed save left beside it are removed first."""
     if not path:
         raise UserError("--resume needs a checkpoint path (--checkpoint)")
+    remove_temporaries(path)
     if not os.path.exists(path):
         print(f"datamask: no checkpoint at {path} yet; starting from step 0", file=sys.stderr)
         return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+    try:  # weights_only: tensors and plain containers, never arbitrary code from a pickle
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file: say which, do not guess
-        raise UserError(f"{path}: not a datamask checkpoint ({err})") from None
-    saved, now = state.get("config", {}), asdict(config)
+        raise UserError(f"{path}: not a datamask checkpoint ({quoted(err)})") from None
+    if not isinstance(state, dict) or not set(CHECKPOINT_KEYS) <= set(state):
+        raise UserError(f"{path}: not a datamask checkpoint (it holds a {type(state).__name__} "
+                        f"without the learner's state)")
+    saved, now = state["config"], asdict(config)
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
         raise UserError(f"{path}: checkpoint was made with other settings ({detail})")
-    if state["fingerprint"] != fingerprint(data):
-        raise UserError(f"{path}: checkpoint was made on other input data (ids or quality differ)")
+    old, new = state["fingerprint"], fingerprint(data)
+    if not isinstance(old, dict):
+        raise UserError(f"{path}: checkpoint was made by an older datamask that did not "
+                        f"fingerprint the features; delete it to start again")
+    differ = [FINGERPRINT_WORDS[key] for key in new if old.get(key) != new[key]]
+    if differ:
+        raise UserError(f"{path}: checkpoint was made on other input data ({', '.join(differ)} "
+                        f"differ)")
     if state["generator"].numel() != torch.Generator(device=device).get_state().numel():
         raise UserError(f"{path}: checkpoint was made on another device type than {device}")
     return state
+
+
+def policy_gradient(logits: torch.Tensor, idx: torch.Tensor, advantages: torch.Tensor,
+                    logprob: str = "simple") -> torch.Tensor:
+    """(1/G) sum_j A_j grad log P(M_j | L).
+
+    'simple': log P = sum of log-softmax over the selected rows, whose gradient is
+    M_j - k softmax(L); the second part is multiplied by sum_j A_j = 0, so the gradient is
+    (1/G) sum_j A_j M_j, a scatter-add. 'exact': autograd through the Plackett-Luce
+    log-probability of the order in which Gumbel-top-k drew the rows.
+    """
+    n_masks, k = idx.shape
+    if logprob == "exact":
+        leaf = logits.detach().requires_grad_(True)
+        log_prob = plackett_luce_log_prob(leaf, idx)
+        return torch.autograd.grad((advantages * log_prob).sum() / n_masks, leaf)[0]
+    weights = advantages.unsqueeze(1).expand(n_masks, k).reshape(-1)
+    return torch.zeros_like(logits).index_add_(0, idx.reshape(-1), weights) / n_masks
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How many rows: all input rows and the budget over them, the candidates kept by quality
+    pruning, and one step's rows and budget (`partial`: n_step random candidates, of which
+    k_step are drawn, keeping the selected fraction k_total / len(pool))."""
+
+    n_total: int
+    k_total: int
+    pool: np.ndarray
+    n_step: int
+    k_step: int
+
+    @classmethod
+    def of(cls, config: LearnerConfig, quality: np.ndarray) -> "Shape":
+        n_total = len(quality)
+        k_total = budget(config.select_ratio, n_total)
+        if config.algorithm == "DiSF" and k_total < 2:
+            raise UserError("--algorithm DiSF needs at least 2 selected rows")
+        pool = candidate_rows(quality, config.prune_ratio, k_total)
+        n_pool = len(pool)
+        n_step = n_pool if config.partial >= 1.0 else max(2, round(config.partial * n_pool))
+        k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
+        if config.algorithm == "DiSF" and k_step < 2:
+            raise UserError(
+                f"--partial {config.partial} leaves {k_step} row per DiSF mask; raise it")
+        return cls(n_total, k_total, pool, n_step, k_step)
+
+
+def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape: Shape,
+                n_rollout: int, lr: float, gen: torch.Generator, logprob: str) -> torch.Tensor:
+    """One step of DATAMASK, in place on `logits`; returns the objective of its G masks."""
+    rows, step_ground, step_logits = None, ground, logits
+    if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
+        rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
+        step_ground, step_logits = ground.subset(rows), logits[rows]
+    idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen)  # (G, k_step): G masks
+    scores = objective.batch(step_ground, idx)  # (G,)
+    advantages = (scores - scores.mean()) / (scores.std(unbiased=False) + 1e-8)
+    grad = policy_gradient(step_logits, idx, advantages, logprob)
+    if rows is None:  # logit ascent
+        logits.add_(grad, alpha=lr)
+    else:
+        logits.index_add_(0, rows, grad, alpha=lr)
+    return scores
+
+
+def read_off(logits: torch.Tensor, quality: torch.Tensor, shape: Shape, gen: torch.Generator,
+             how: str) -> np.ndarray:
+    """The selection (N,) bool: the top-k logits, or one Gumbel-top-k draw from the policy."""
+    if how == "sample":
+        chosen = gumbel_topk(logits, shape.k_total, 1, gen)[0].cpu().numpy()
+    else:
+        chosen = top_rows(logits.cpu().numpy(), quality.cpu().numpy(), shape.k_total)
+    selected = np.zeros(shape.n_total, dtype=bool)
+    selected[shape.pool[chosen]] = True
+    return selected
+
+
+@dataclass
+class Progress:
+    """What a run has reached: the state a checkpoint holds besides settings and generator."""
+
+    logits: torch.Tensor
+    scale: TermScale
+    step: int = 0
+    elapsed_s: float = 0.0
+    history: list[dict] = field(default_factory=list)
 
 
 class MaskLearner:
@@ -195,7 +296,7 @@ class MaskLearner:
             eval_every: int = 0, log_path: str | None = None, progress: bool = True,
             checkpoint_path: str | None = None, checkpoint_every: int = 0,
             resume: bool = False) -> LearnResult:
-        """Run the optimisation.
+        """Run `policy_step` n_epochs times, then read the selection off the logits.
 
         `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
         read-off (for curves); its time is excluded from the reported time. With
@@ -207,125 +308,72 @@ class MaskLearner:
         device = resolve_device(cfg.device)
         gen = torch.Generator(device=device)
         gen.manual_seed(cfg.seed)
-        n_total = len(data)
-        k_total = budget(cfg.select_ratio, n_total)
-        if cfg.algorithm == "DiSF" and k_total < 2:
-            raise UserError("--algorithm DiSF needs at least 2 selected rows")
-
-        pool = candidate_rows(data.quality, cfg.prune_ratio, k_total)
-        if len(pool) == n_total:  # no pruning: share the input's memory instead of copying it
+        shape = Shape.of(cfg, data.quality)
+        if len(shape.pool) == shape.n_total:  # no pruning: share the input's memory, no copy
             ground = GroundSet.from_arrays(data.features, data.quality, device)
         else:
-            ground = GroundSet.from_arrays(data.features[pool], data.quality[pool], device)
-        n_pool = len(pool)
-        # Each step works on n_step random candidates and draws masks of k_step rows inside them,
-        # keeping the selected fraction of the candidates (k_total / n_pool) the same.
-        n_step = n_pool if cfg.partial >= 1.0 else max(2, round(cfg.partial * n_pool))
-        k_step = max(1, min(n_step - 1, round(k_total * n_step / n_pool)))
-        if cfg.algorithm == "DiSF" and k_step < 2:
-            raise UserError(f"--partial {cfg.partial} leaves {k_step} row per DiSF mask; raise it")
+            ground = GroundSet.from_arrays(data.features[shape.pool], data.quality[shape.pool],
+                                           device)
         metric = diversity(cfg.algorithm)
-
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
-        if state is None:
-            if cfg.scale_on == "input":
-                scale = TermScale.fit(ground, k_total, metric, gen)
-            else:
-                scale = TermScale.fit(ground, k_step, metric, gen,
-                                      subset_size=None if n_step == n_pool else n_step)
-            logits = initial_logits(ground.quality, cfg.init)
-            first_step, elapsed, history = 0, 0.0, []
-        else:
-            scale = TermScale(**state["scale"])
-            logits = state["logits"].to(device)
-            gen.set_state(state["generator"])
-            first_step, elapsed, history = state["step"], state["elapsed_s"], state["history"]
-        objective = Joint(metric, cfg.lamb, scale)
+        run = self._start(state, ground, shape, metric, gen)
+        objective = Joint(metric, cfg.lamb, run.scale)
 
-        def save(next_step: int) -> None:
+        def save() -> None:
             save_checkpoint(checkpoint_path, {
-                "config": asdict(cfg), "fingerprint": fingerprint(data), "step": next_step,
-                "logits": logits.cpu(), "generator": gen.get_state(), "scale": asdict(scale),
-                "elapsed_s": elapsed, "history": history})
+                "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
+                "logits": run.logits.cpu(), "generator": gen.get_state(),
+                "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history})
 
-        log_file = open(log_path, "w") if log_path else None
-        if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
-            log_file.writelines(json.dumps(record) + "\n" for record in history)
-        bar = tqdm(range(first_step, cfg.n_epochs), desc=f"datamask {cfg.algorithm}",
-                   disable=not progress, mininterval=0.5, initial=first_step, total=cfg.n_epochs)
-        try:
+        with ExitStack() as stack:
+            log_file = stack.enter_context(open(log_path, "w")) if log_path else None
+            if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
+                log_file.writelines(json.dumps(record) + "\n" for record in run.history)
+            bar = stack.enter_context(tqdm(
+                range(run.step, cfg.n_epochs), desc=f"datamask {cfg.algorithm}",
+                disable=not progress, mininterval=0.5, initial=run.step, total=cfg.n_epochs))
             for step in bar:
                 start = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
-                if n_step < n_pool:
-                    rows = torch.randperm(n_pool, generator=gen, device=device)[:n_step]
-                    step_ground, step_logits = ground.subset(rows), logits[rows]
-                else:
-                    rows, step_ground, step_logits = None, ground, logits
-
-                idx = gumbel_topk(step_logits, k_step, cfg.n_rollout, gen)  # (G, k_step)
-                scores = objective.batch(step_ground, idx)  # (G,)
-                advantages = (scores - scores.mean()) / (scores.std(unbiased=False) + 1e-8)
-                grad = self._policy_gradient(step_logits, idx, advantages)
-
-                if rows is None:
-                    logits.add_(grad, alpha=lr)
-                else:
-                    logits.index_add_(0, rows, grad, alpha=lr)
+                scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
+                                     cfg.logprob)
                 stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
-                elapsed += time.perf_counter() - start
-
+                run.elapsed_s += time.perf_counter() - start
+                run.step = step + 1
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],
-                          "objective_max": stats[1], "elapsed_s": elapsed}
+                          "objective_max": stats[1], "elapsed_s": run.elapsed_s}
                 if evaluate is not None and eval_every and (
                         step % eval_every == 0 or step == cfg.n_epochs - 1):
-                    record.update(evaluate(self._read_off(logits, ground, pool, n_total,
-                                                          k_total, gen, "topk")))
-                history.append(record)
+                    record.update(evaluate(read_off(run.logits, ground.quality, shape, gen,
+                                                    "topk")))
+                run.history.append(record)
                 if log_file:
                     log_file.write(json.dumps(record) + "\n")
                 bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
-                if checkpoint_path and checkpoint_every and (step + 1) % checkpoint_every == 0:
-                    save(step + 1)
-        finally:
-            bar.close()
-            if log_file:
-                log_file.close()
+                if checkpoint_path and checkpoint_every and run.step % checkpoint_every == 0:
+                    save()
         if checkpoint_path:
-            save(cfg.n_epochs)
+            run.step = cfg.n_epochs
+            save()
 
         start = time.perf_counter()
-        selected = self._read_off(logits, ground, pool, n_total, k_total, gen, cfg.readoff)
-        elapsed += time.perf_counter() - start
-        full_logits = np.full(n_total, -np.inf, dtype=np.float32)
-        full_logits[pool] = logits.cpu().numpy()
-        return LearnResult(selected, full_logits, history, elapsed)
+        selected = read_off(run.logits, ground.quality, shape, gen, cfg.readoff)
+        run.elapsed_s += time.perf_counter() - start
+        full_logits = np.full(shape.n_total, -np.inf, dtype=np.float32)
+        full_logits[shape.pool] = run.logits.cpu().numpy()
+        return LearnResult(selected, full_logits, run.history, run.elapsed_s)
 
-    def _policy_gradient(self, logits: torch.Tensor, idx: torch.Tensor,
-                         advantages: torch.Tensor) -> torch.Tensor:
-        """(1/G) sum_j A_j grad log P(M_j | L).
-
-        'simple': log P = sum of log-softmax over the selected rows, whose gradient is
-        M_j - k softmax(L); the second part is multiplied by sum_j A_j = 0, so the gradient is
-        (1/G) sum_j A_j M_j, a scatter-add. 'exact': autograd through the Plackett-Luce
-        log-probability of the order in which Gumbel-top-k drew the rows.
-        """
-        n_masks, k = idx.shape
-        if self.config.logprob == "exact":
-            leaf = logits.detach().requires_grad_(True)
-            log_prob = plackett_luce_log_prob(leaf, idx)
-            return torch.autograd.grad((advantages * log_prob).sum() / n_masks, leaf)[0]
-        weights = advantages.unsqueeze(1).expand(n_masks, k).reshape(-1)
-        return torch.zeros_like(logits).index_add_(0, idx.reshape(-1), weights) / n_masks
-
-    def _read_off(self, logits: torch.Tensor, ground: GroundSet, pool: np.ndarray,
-                  n_total: int, k: int, gen: torch.Generator, how: str) -> np.ndarray:
-        """The final subset: top-k logits, or one Gumbel-top-k draw from the final policy."""
-        if how == "sample":
-            chosen = gumbel_topk(logits, k, 1, gen)[0].cpu().numpy()
+    def _start(self, state: dict | None, ground: GroundSet, shape: Shape, metric: SetFunction,
+               gen: torch.Generator) -> Progress:
+        """A fresh run (term scale fitted, initial logits), or the checkpoint's, generator too."""
+        cfg = self.config
+        if state is not None:
+            gen.set_state(state["generator"])
+            return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
+                            state["step"], state["elapsed_s"], state["history"])
+        if cfg.scale_on == "input":
+            scale = TermScale.fit(ground, shape.k_total, metric, gen)
         else:
-            chosen = top_rows(logits.cpu().numpy(), ground.quality.cpu().numpy(), k)
-        selected = np.zeros(n_total, dtype=bool)
-        selected[pool[chosen]] = True
-        return selected
-
+            scale = TermScale.fit(ground, shape.k_step, metric, gen,
+                                  subset_size=None if shape.n_step == len(ground) else shape.n_step)
+        return Progress(initial_logits(ground.quality, cfg.init), scale)

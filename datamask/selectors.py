@@ -1,7 +1,9 @@
 """One small interface for every selector: `select(data, select_ratio) -> Selection`.
 
-The DATAMASK learner is registered here; the baselines in the top-level `baselines` package
-register themselves when it is imported. The CLI and Make targets only look selectors up by name.
+Selectors are found by name through the packaging entry-point group `datamask.selectors`: this
+package registers the learner and the `baselines` package its baselines in pyproject.toml, and a
+user's own package plugs in the same way (README, "Your own selector"). The core imports no
+selector package itself; the CLI and Make targets only look selectors up by name.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from typing import ClassVar
 
 import numpy as np
@@ -16,6 +19,9 @@ import numpy as np
 from .data import Dataset, budget, selection_table, write_table_atomic
 from .errors import UserError
 from .learner import LearnerConfig, MaskLearner
+from .options import build
+
+ENTRY_POINT_GROUP = "datamask.selectors"
 
 
 @dataclass
@@ -27,83 +33,103 @@ class Selection:
     params: dict
     wall_time_s: float  # selector time only: no reading, writing or reporting
     history: list[dict] = field(default_factory=list)
-    metrics: dict = field(default_factory=dict)  # filled by datamask.report.Report
+    metrics: dict = field(default_factory=dict)  # the CLI's --report, on the whole input
 
     def write(self, path, id_column: str) -> None:
         write_table_atomic(selection_table(self.ids, self.selected, self.score, id_column), path)
 
 
+@dataclass
+class NoOptions:
+    """The options of a selector that takes none."""
+
+
 class Selector:
-    """A selection method. Subclasses set `name` and implement `_select`; `select` times it and
-    checks the budget, so no selector can return the wrong count unnoticed."""
+    """A selection method. Subclasses set `name`, their typed `Options` (a dataclass of
+    `datamask.options.option` fields) and implement `_select`; `select` times it and checks the
+    budget, and no subclass overrides it, so none can return the wrong count unnoticed."""
 
     name: ClassVar[str]
+    Options: ClassVar[type] = NoOptions
 
     def __init__(self, **params):
-        self.params = params
+        self.options = build(self.Options, params, f"selector {self.name}")
+        self.params = dataclasses.asdict(self.options)  # what Selection.params records
 
     def _select(self, data: Dataset, k: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:
         """Return (selected bool mask, per-row score, history) for a budget of k rows."""
         raise NotImplementedError
 
-    def select(self, data: Dataset, select_ratio: float) -> Selection:
-        k = budget(select_ratio, len(data))
+    def _selection(self, data: Dataset, select_ratio: float, k: int) -> Selection:
+        """Run the method and time it; a selector that times or records itself overrides this."""
         start = time.perf_counter()
         selected, score, history = self._select(data, k)
         wall = time.perf_counter() - start
-        if selected.dtype != bool or selected.shape != (len(data),) or selected.sum() != k:
-            raise AssertionError(f"selector {self.name} returned {selected.sum()} rows, not {k}")
         return Selection(self.name, data.ids, selected, np.asarray(score, np.float32),
                          {"select_ratio": select_ratio, **self.params}, wall, history)
 
+    def select(self, data: Dataset, select_ratio: float) -> Selection:
+        k = budget(select_ratio, len(data))
+        selection = self._selection(data, select_ratio, k)
+        selected = selection.selected
+        if selected.dtype != bool or selected.shape != (len(data),) or selected.sum() != k:
+            raise AssertionError(f"selector {self.name} returned {selected.sum()} rows, not {k}")
+        return selection
 
-SELECTORS: dict[str, type[Selector]] = {}
 
-
-def register(cls: type[Selector]) -> type[Selector]:
-    SELECTORS[cls.name] = cls
-    return cls
-
-
-def _load_baselines() -> None:
-    import baselines  # noqa: F401  (registers on import; lazy, since baselines imports us)
+def _entry_points() -> dict[str, EntryPoint]:
+    """The registered selectors by name (the first installed wins a repeated name)."""
+    found: dict[str, EntryPoint] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(point.name, point)
+    return found
 
 
 def selector_names() -> list[str]:
-    _load_baselines()
-    return sorted(SELECTORS)
+    return sorted(_entry_points())
 
 
 def selector_class(name: str) -> type[Selector]:
-    _load_baselines()
-    if name not in SELECTORS:
-        raise UserError(f"unknown selector '{name}'; known: {', '.join(sorted(SELECTORS))}")
-    return SELECTORS[name]
+    """The class registered under `name`; an unknown name or a plugin that fails to import is
+    a UserError naming it."""
+    points = _entry_points()
+    if name not in points:
+        raise UserError(f"unknown selector '{name}'; known: {', '.join(sorted(points))}")
+    try:
+        cls = points[name].load()
+    except Exception as err:  # the plugin's own bug or missing dependency: say which plugin
+        raise UserError(f"selector '{name}' ({points[name].value}) failed to import: "
+                        f"{type(err).__name__}: {err}") from err
+    if not (isinstance(cls, type) and issubclass(cls, Selector)):
+        raise UserError(f"selector '{name}' ({points[name].value}) is not a Selector subclass")
+    if cls.name != name:
+        raise UserError(f"selector '{name}' ({points[name].value}) names itself '{cls.name}'")
+    return cls
 
 
 def make_selector(name: str, **params) -> Selector:
     return selector_class(name)(**params)
 
 
-@register
 class DataMask(Selector):
-    """The policy-gradient mask learner. Params: the fields of LearnerConfig (but select_ratio),
-    plus the run options of MaskLearner.fit (RUN_OPTIONS: logging, progress, checkpoints)."""
+    """The policy-gradient mask learner. Options: the fields of LearnerConfig (but select_ratio,
+    which `select` gives), plus the run options of MaskLearner.fit (RUN_OPTIONS: logging,
+    progress, checkpoints)."""
 
     name = "datamask"
+    Options = LearnerConfig
     RUN_OPTIONS = ("evaluate", "eval_every", "log_path", "progress", "checkpoint_path",
                    "checkpoint_every", "resume")
 
     def __init__(self, **params):
-        run = {key: params.pop(key) for key in self.RUN_OPTIONS if key in params}
-        unknown = set(params) - {f.name for f in dataclasses.fields(LearnerConfig)}
-        if unknown:
-            raise UserError(f"datamask has no option {', '.join(sorted(unknown))}")
+        if "select_ratio" in params:
+            raise UserError("datamask takes the select ratio from select(), not as an option")
+        self.run_options = {key: params.pop(key) for key in self.RUN_OPTIONS if key in params}
         super().__init__(**params)
-        self.run_options = run
+        del self.params["select_ratio"]
 
-    def select(self, data: Dataset, select_ratio: float) -> Selection:
-        config = LearnerConfig(select_ratio=select_ratio, **self.params)
+    def _selection(self, data: Dataset, select_ratio: float, k: int) -> Selection:
+        config = dataclasses.replace(self.options, select_ratio=select_ratio)
         result = MaskLearner(config).fit(data, **self.run_options)
         return Selection(self.name, data.ids, result.selected, result.logits,
                          dataclasses.asdict(config), result.wall_time_s, result.history)

@@ -10,10 +10,17 @@ from __future__ import annotations
 import numpy as np
 
 from .data import Dataset
+from .errors import UserError
 
 
 def synthetic_dataset(n_rows: int = 3000, dim: int = 64, n_clusters: int = 24,
                       cluster_spread: float = 0.35, seed: int = 0) -> Dataset:
+    """`n_rows` rows of `dim` floats in `n_clusters` clusters (flags of `datamask synth`)."""
+    for flag, value in (("--rows", n_rows), ("--dim", dim), ("--clusters", n_clusters)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise UserError(f"{flag} must be a whole number of at least 1, got {value!r}")
+    if not cluster_spread >= 0:
+        raise UserError(f"cluster_spread must be 0 or more, got {cluster_spread}")
     rng = np.random.default_rng(seed)
     sizes = rng.pareto(1.2, n_clusters) + 0.05  # heavy-tailed cluster weights
     cluster = rng.choice(n_clusters, size=n_rows, p=sizes / sizes.sum())

@@ -27,7 +27,7 @@ import torch
 
 from datamask.errors import UserError
 from datamask.learner import resolve_device
-from reproduce.common import require
+from datamask.shared import require
 
 
 def read_heldout(heldout: Path, max_docs: int | None = None) -> dict[str, list[str]]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from reproduce.common import require
+from datamask.shared import require
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 SEED_FOLDER = re.compile(r"seed(\d+)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -203,18 +204,17 @@ def cost_rows(records: dict) -> list[list]:
     return rows
 
 
-def planted_kept(records: dict, pool_dir: Path) -> dict:
+def planted_kept(records: dict, kept_of: Callable[[Path], dict]) -> dict:
     """{method: {kind: fraction kept}}, averaged over the method's distinct selections (one per
-    seed, or one shared by all seeds), from the pool's labels (reproduce.pool.control)."""
-    from reproduce.pool.control import kept_fractions
-
+    seed, or one shared by all seeds); `kept_of(selection)` reads the pool's labels (the pipeline
+    passes reproduce.pool.control.kept_fractions, which sits above eval)."""
     out = {}
     for method, by_seed in records.items():
         selections = sorted({stage_summaries(r)["selection"] for r in by_seed.values()} - {None})
         if not selections:
             raise UserError(f"method {method}: no selection found behind its checkpoints (train "
                             f"summary -> tokens summary -> selection), so no planted counts")
-        kept = [kept_fractions(pool_dir, Path(s))["all"] for s in selections]
+        kept = [kept_of(Path(s))["all"] for s in selections]
         out[method] = {kind: float(np.mean([k[kind]["kept"] / k[kind]["rows"] for k in kept]))
                        for kind in kept[0]}
     return out
@@ -292,13 +292,15 @@ def report_markdown(table: dict, costs: list[list]) -> str:
     return text + "\n" + verdict_markdown(table["verdict"])
 
 
-def write_tables(result_files: list[Path], output: Path, pool_dir: Path | None = None,
-                 reference: str = "random", control: str = "control") -> str:
-    """Write table2.md/.csv/.json (our runs) and paper_table2.md/.csv; return the Markdown."""
+def write_tables(result_files: list[Path], output: Path,
+                 kept_of: Callable[[Path], dict] | None = None, reference: str = "random",
+                 control: str = "control") -> str:
+    """Write table2.md/.csv/.json (our runs) and paper_table2.md/.csv; return the Markdown. With
+    `kept_of` (selection -> the pool's kept fractions), the table says what each method kept."""
     columns, values, records = load_results(result_files)
     table = summarize(columns, values, reference)
-    if pool_dir is not None:
-        table["planted_kept"] = planted_kept(records, pool_dir)
+    if kept_of is not None:
+        table["planted_kept"] = planted_kept(records, kept_of)
     table["verdict"] = verdict(table, reference, control)
     costs = cost_rows(records)
     ours = report_markdown(table, costs)

@@ -6,8 +6,8 @@
 1 curves.png: the learner's whole-input objective against step and against wall time, with each
   greedy's level (timing.json, largest N where a greedy finished). 2 ablation-<knob>.png: objective
   against wall time per value, mean +- std over seeds, and ablation-<knob>-values.png: the final
-  objective against the value beside the joint greedy's (ablation-<knob>.json); ablation-direct.png:
-  each method's objective and time (ablation-direct.json). 3 timing.png: wall
+  objective against the value beside the joint greedy's (each ablation-<knob>.json there);
+  ablation-direct.png: each method's objective and time (ablation-direct.json). 3 timing.png: wall
   time against N, log-log, measured and extrapolated (or killed at the budget, then extrapolated)
   marked apart (timing.json). 4-7: from the
   pipeline demo's files (figures/pipeline.py).
@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import glob
 import os
 
 import matplotlib
@@ -27,7 +27,8 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from datamask.data import atomic_output  # noqa: E402
-from reproduce.experiments.sweep import KNOBS  # noqa: E402
+from reproduce.experiments.records import (DirectResult, SweepResult, TimingResult,  # noqa: E402
+                                           of_metric, read_result)
 
 from . import pipeline  # noqa: E402
 
@@ -47,33 +48,26 @@ def save(fig, output: str, name: str) -> list[str]:
     return paths
 
 
-def load(path: str) -> dict | None:
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def curves(timing: dict):
+def curves(timing: TimingResult):
     """Figure 1: per metric, at the largest N where a greedy was measured."""
-    metrics = timing["config"]["metrics"]
+    metrics = timing.metrics
     fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 3.4 * len(metrics)), squeeze=False)
     for row, metric in zip(axes, metrics):
-        runs = [r for r in timing["runs"] if r["metric"] == metric]
-        n = max(r["n"] for r in runs if r["role"] != "learner" and r["status"] == "measured")
-        learner = next(r for r in runs if r["n"] == n and r["role"] == "learner")
-        steps = [p["step"] for p in learner["curve"]]
-        seconds = [p["elapsed_s"] for p in learner["curve"]]
-        values = [p["objective"] for p in learner["curve"]]
+        runs = of_metric(timing.runs, metric)
+        n = max(r.n for r in runs if r.role != "learner" and r.status == "measured")
+        learner = next(r for r in runs if r.n == n and r.role == "learner")
+        steps = [p.step for p in learner.curve]
+        seconds = [p.elapsed_s for p in learner.curve]
+        values = [p.objective for p in learner.curve]
         for ax, x, label in ((row[0], steps, "learner step"), (row[1], seconds, "wall time (s)")):
             ax.plot(x, values, "o-", ms=3, color="C0", label="DATAMASK (lamb 0)")
-            ax.axhline(learner["random_objective"], color="grey", ls=":", label="random selection")
-            for i, greedy in enumerate(r for r in runs if r["n"] == n and r["role"] != "learner"
-                                       and r["status"] == "measured"):
-                ax.axhline(greedy["objective"], color=f"C{i + 1}", ls="--",
-                           label=f"{greedy['label']} ({greedy['wall_s']:.3g} s)")
+            ax.axhline(learner.random_objective, color="grey", ls=":", label="random selection")
+            for i, greedy in enumerate(r for r in runs if r.n == n and r.role != "learner"
+                                       and r.status == "measured"):
+                ax.axhline(greedy.objective, color=f"C{i + 1}", ls="--",
+                           label=f"{greedy.label} ({greedy.wall_s:.3g} s)")
                 if ax is row[1]:
-                    ax.plot([greedy["wall_s"]], [greedy["objective"]], "s", color=f"C{i + 1}")
+                    ax.plot([greedy.wall_s], [greedy.objective], "s", color=f"C{i + 1}")
             ax.set_xlabel(label)
             ax.set_ylabel(f"{metric} on all N rows (higher is better)")
             ax.set_title(f"{metric}, N = {n}: objective vs {label.split(' (')[0]}")
@@ -83,29 +77,28 @@ def curves(timing: dict):
     return fig
 
 
-def ablation(result: dict):
+def ablation(result: SweepResult):
     """Figure 2 (and the other knobs): objective vs wall time, mean +- std band over seeds; the
     seeds evaluate at the same steps, so points are averaged index by index."""
-    knob, metrics = result["knob"], result["config"]["metrics"]
+    knob, metrics = result.knob, result.metrics
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        for i, value in enumerate(result["config"]["values"]):
-            group = [r["curve"] for r in result["runs"]
-                     if r["metric"] == metric and r["value"] == value]
+        for i, value in enumerate(result.config["values"]):
+            group = [r.curve for r in of_metric(result.runs, metric) if r.value == value]
             length = min(len(c) for c in group)
-            t = np.mean([[p["elapsed_s"] for p in c[:length]] for c in group], axis=0)
-            y = np.array([[p["objective"] for p in c[:length]] for c in group])
+            t = np.mean([[p.elapsed_s for p in c[:length]] for c in group], axis=0)
+            y = np.array([[p.objective for p in c[:length]] for c in group])
             mean, std = y.mean(axis=0), y.std(axis=0)
             ax.plot(t, mean, "-", color=f"C{i}", label=f"{knob} = {value}")
             ax.fill_between(t, mean - std, mean + std, color=f"C{i}", alpha=0.2)
         ax.axhline(0, color="grey", ls=":", lw=1, label="random selection (~0)")
-        for greedy in (g for g in result.get("greedy", []) if g["metric"] == metric
-                       and knob != "lamb"):  # one lamb, one level (the lamb sweep: -values fig)
-            ax.axhline(greedy["objective"], color="black", ls="--", lw=1,
-                       label=f"joint greedy ({greedy['wall_s']:.2g} s)")
+        for greedy in (g for g in of_metric(result.greedy, metric)
+                       if knob != "lamb"):  # one lamb, one level (the lamb sweep: -values fig)
+            ax.axhline(greedy.objective, color="black", ls="--", lw=1,
+                       label=f"joint greedy ({greedy.wall_s:.2g} s)")
         ax.set_xlabel("learner wall time (s)")
         ax.set_ylabel(f"joint_{metric} on all N rows (std units)")
-        ax.set_title(f"{metric}: {knob} ablation ({len(result['config']['seeds'])} seeds, "
+        ax.set_title(f"{metric}: {knob} ablation ({len(result.config['seeds'])} seeds, "
                      "band = ±1 std)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -116,32 +109,32 @@ def ablation(result: dict):
 NUMERIC_KNOBS = {"G": "log", "partial": "log", "steps": "log", "lamb": "linear"}
 
 
-def ablation_values(result: dict):
+def ablation_values(result: SweepResult):
     """Each knob's value against the final objective (mean +- std over seeds), the joint greedy's
     level beside it; for lamb also the selection's mean quality and diversity metric, the
     trade-off the paper's lamb sweep shows."""
-    knob, metrics = result["knob"], result["config"]["metrics"]
+    knob, metrics = result.knob, result.metrics
     rows = 2 if knob == "lamb" else 1
     fig, axes = plt.subplots(rows, len(metrics), figsize=(5 * len(metrics), 3.8 * rows),
                              squeeze=False)
     for column, metric in enumerate(metrics):
-        summary = [s for s in result["summary"] if s["metric"] == metric]
-        values = [s["value"] for s in summary]
+        summary = of_metric(result.summary, metric)
+        values = [s.value for s in summary]
         x = values if knob in NUMERIC_KNOBS else list(range(len(values)))
         ax = axes[0][column]
-        ax.errorbar(x, [s["objective_mean"] for s in summary],
-                    yerr=[s["objective_std"] for s in summary], fmt="o-", capsize=3, color="C0",
+        ax.errorbar(x, [s.objective_mean for s in summary],
+                    yerr=[s.objective_std for s in summary], fmt="o-", capsize=3, color="C0",
                     label="DATAMASK, final")
-        ax.plot(x, [s["start_mean"] for s in summary], "x:", color="grey",
+        ax.plot(x, [s.start_mean for s in summary], "x:", color="grey",
                 label="DATAMASK, after step 1")
-        greedy = {g["lamb"]: g for g in result.get("greedy", []) if g["metric"] == metric}
+        greedy = {g.lamb: g for g in of_metric(result.greedy, metric)}
         if knob == "lamb":
-            ax.plot(x, [greedy[v]["objective"] for v in values if v in greedy], "s--",
+            ax.plot(x, [greedy[v].objective for v in values if v in greedy], "s--",
                     color="C1", label="joint greedy")
         elif greedy:
             level = next(iter(greedy.values()))
-            ax.axhline(level["objective"], color="C1", ls="--",
-                       label=f"joint greedy ({level['wall_s']:.2g} s)")
+            ax.axhline(level.objective, color="C1", ls="--",
+                       label=f"joint greedy ({level.wall_s:.2g} s)")
         if knob in NUMERIC_KNOBS:
             ax.set_xscale(NUMERIC_KNOBS[knob])
             ax.set_xticks(values, [f"{v:g}" for v in values])
@@ -155,11 +148,11 @@ def ablation_values(result: dict):
         ax.legend(fontsize=7)
         if rows == 2:
             ax = axes[1][column]
-            ax.plot(x, [s["quality_mean"] for s in summary], "o-", color="C2",
+            ax.plot(x, [s.means["quality"] for s in summary], "o-", color="C2",
                     label="mean quality")
             ax.set_ylabel("mean quality of the selection", color="C2")
             twin = ax.twinx()
-            twin.plot(x, [s[f"{metric}_mean"] for s in summary], "s-", color="C3",
+            twin.plot(x, [s.means[metric] for s in summary], "s-", color="C3",
                       label=metric)
             twin.set_ylabel(f"{metric} of the selection (higher = more diverse)", color="C3")
             ax.set_xlabel("lamb (weight of quality)")
@@ -169,23 +162,23 @@ def ablation_values(result: dict):
     return fig
 
 
-def direct_plot(result: dict):
+def direct_plot(result: DirectResult):
     """ablation-direct: every method's joint objective (mean +- std over seeds) per metric, its
     selection time written beside the bar."""
-    metrics, methods = result["config"]["metrics"], result["methods"]
+    metrics, methods = result.metrics, result.methods
     height = 0.45 * len(methods) + 1.5
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), height), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        rows = {s["method"]: s for s in result["summary"] if s["metric"] == metric}
+        rows = {s.method: s for s in of_metric(result.summary, metric)}
         y = np.arange(len(methods))[::-1]
-        means = [rows[m]["objective_mean"] for m in methods]
-        ax.barh(y, means, xerr=[rows[m]["objective_std"] for m in methods], capsize=3,
+        means = [rows[m].objective_mean for m in methods]
+        ax.barh(y, means, xerr=[rows[m].objective_std for m in methods], capsize=3,
                 color=["C0" if m == "datamask" else "C1" if m == "joint-greedy" else "C7"
                        for m in methods])
         ax.set_yticks(y, methods)
         for yi, m in zip(y, methods):
-            ax.annotate(f"  {rows[m]['wall_s_mean']:.2g} s",
-                        (max(rows[m]["objective_mean"], 0), yi), va="center", fontsize=7)
+            ax.annotate(f"  {rows[m].wall_s_mean:.2g} s",
+                        (max(rows[m].objective_mean, 0), yi), va="center", fontsize=7)
         ax.axvline(0, color="grey", lw=1)
         ax.set_xlabel(f"joint_{metric} on all N rows (std units; random ~ 0)")
         ax.set_title(f"{metric}: learner vs one-shot selectors", fontsize=10)
@@ -194,17 +187,17 @@ def direct_plot(result: dict):
     return fig
 
 
-def timing_plot(timing: dict):
+def timing_plot(timing: TimingResult):
     """Figure 3: measured times joined by solid lines, extrapolated ones hollow and dashed."""
-    metrics = timing["config"]["metrics"]
+    metrics = timing.metrics
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        runs = [r for r in timing["runs"] if r["metric"] == metric]
-        for label, role in dict.fromkeys((r["label"], r["role"]) for r in runs):
+        runs = of_metric(timing.runs, metric)
+        for label, role in dict.fromkeys((r.label, r.role) for r in runs):
             color = ROLE_COLORS[role]
-            mine = sorted((r["n"], r["wall_s"], r["status"]) for r in runs if r["label"] == label)
-            fit = timing["fits"][metric].get(label)
-            name = label + (f" (fit N^{fit['exponent']:.2f})" if fit else "")
+            mine = sorted((r.n, r.wall_s, r.status) for r in runs if r.label == label)
+            fit = timing.fits[metric].get(label)
+            name = label + (f" (fit N^{fit.exponent:.2f})" if fit else "")
             measured = [(n, t) for n, t, s in mine if s == "measured"]
             ax.plot(*zip(*measured), "o-", color=color, label=f"{name}, measured")
             extra = [(n, t) for n, t, s in mine if s != "measured"]  # extrapolated or killed
@@ -214,7 +207,7 @@ def timing_plot(timing: dict):
                         label=f"{label}, extrapolated")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        sizes = sorted({r["n"] for r in runs})
+        sizes = sorted({r.n for r in runs})
         ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("rows N")
@@ -234,16 +227,17 @@ def main(argv: list[str] | None = None) -> list[str]:
     args = parser.parse_args(argv)
     os.makedirs(args.output, exist_ok=True)
     written = []
-    timing = load(os.path.join(args.results, "timing.json"))
+    timing = read_result(args.results, "timing")
     if timing:
         written += save(curves(timing), args.output, "1-curves")
         written += save(timing_plot(timing), args.output, "3-timing")
-    for knob in KNOBS:
-        result = load(os.path.join(args.results, f"ablation-{knob}.json"))
-        if result:
-            written += save(ablation(result), args.output, f"2-ablation-{knob}")
-            written += save(ablation_values(result), args.output, f"2-ablation-{knob}-values")
-    direct = load(os.path.join(args.results, "ablation-direct.json"))
+    for path in sorted(glob.glob(os.path.join(args.results, "ablation-*.json"))):
+        experiment = os.path.basename(path)[:-len(".json")]
+        result = read_result(args.results, experiment)
+        if isinstance(result, SweepResult):  # named as the experiment: ablation-<knob>
+            written += save(ablation(result), args.output, f"2-{experiment}")
+            written += save(ablation_values(result), args.output, f"2-{experiment}-values")
+    direct = read_result(args.results, "ablation-direct")
     if direct:
         written += save(direct_plot(direct), args.output, "2-ablation-direct")
     if not timing:

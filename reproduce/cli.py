@@ -1,5 +1,6 @@
-"""`python -m reproduce STAGE ...`: one subcommand per pipeline stage, each reading the files the
-stage before wrote. `add_pipeline_commands` hangs the same stages under `datamask pipeline`."""
+"""`datamask-pipeline STAGE ...` (or `python -m reproduce STAGE`): one subcommand per pipeline
+stage, each reading the files the stage before wrote. `add_pipeline_commands` hangs the same
+stages under `datamask pipeline` (registered under the `datamask.commands` entry points)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ def cmd_data(args) -> None:
 
 
 def cmd_prepare(args) -> None:
-    from .common import parquet_files
-    from .prepare import Embedder, make_scorer, prepare
+    from datamask.shared import check_device
 
-    files = parquet_files(args.input)
+    from .prepare import Embedder, check_inputs, make_scorer, prepare
+
+    # everything that needs no model first: loading one takes longer than most mistakes
+    files = check_inputs(args.input, Path(args.output), args.quality)
+    check_device(args.device)
     scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
     embedder = Embedder(args.embedding_model, args.device, args.batch_size, args.prefix,
                         args.max_seq_length)
@@ -101,14 +105,18 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_tables(args) -> None:
+    from functools import partial
+
     from eval.tables import write_tables
+
+    from .pool.control import kept_fractions
 
     files = []
     for item in args.results:
         path = Path(item)
         files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
-    print(write_tables(files, Path(args.output), Path(args.pool) if args.pool else None,
-                       args.reference, args.control))
+    kept_of = partial(kept_fractions, Path(args.pool)) if args.pool else None
+    print(write_tables(files, Path(args.output), kept_of, args.reference, args.control))
 
 
 def add_stage_parsers(sub) -> None:
@@ -243,13 +251,14 @@ def add_pipeline_commands(subparsers) -> None:
     add_stage_parsers(p.add_subparsers(dest="stage", required=True))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__)
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     add_stage_parsers(parser.add_subparsers(dest="stage", required=True))
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The `datamask-pipeline` console script (prog None: its own name)."""
     from datamask.cli import run_command
 
-    return run_command(build_parser(), argv, "reproduce")
+    return run_command(build_parser(prog), argv, "reproduce")

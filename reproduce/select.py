@@ -24,14 +24,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask.data import (
+    FEATURE_COLUMN,
     ID_COLUMN,
+    QUALITY_COLUMN,
     budget,
     check_unique_ids,
     read_dataset,
     write_json_atomic,
     write_table_atomic,
 )
-from datamask.errors import UserError
+from datamask.errors import UserError, quoted
+from datamask.paths import check_paths, leave_as_found
 
 from .common import parquet_files, parse_method, require
 
@@ -39,13 +42,34 @@ datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
 
 
 def selector_params(name: str, params: dict) -> dict:
-    """Check the name now (not inside a worker) and silence the learner's progress bar."""
-    from datamask.selectors import selector_class
+    """Check the name and every option now, in this process (not inside a worker, where the
+    error would reach the user as an executor's log), and silence the learner's progress bar."""
+    from datamask.selectors import make_selector, selector_class
 
-    cls = selector_class(name)
-    if "progress" in getattr(cls, "RUN_OPTIONS", ()):
+    if "progress" in getattr(selector_class(name), "RUN_OPTIONS", ()):
         params = {"progress": False, **params}
+    make_selector(name, **params)  # validates every option; the workers build their own
     return params
+
+
+PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
+
+
+def check_prepared(files: list[Path]) -> int:
+    """Every input is a shard the prepare stage wrote (its columns, readable); the row count."""
+    rows = 0
+    for path in files:
+        try:
+            metadata = pq.read_metadata(path)
+            names = metadata.schema.to_arrow_schema().names
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
+        missing = [c for c in PREPARED_COLUMNS if c not in names]
+        if missing:
+            raise UserError(f"{path}: not a prepared shard (no column '{missing[0]}'); run "
+                            f"`datamask pipeline prepare` on the FineWeb shards first")
+        rows += metadata.num_rows
+    return rows
 
 
 class SelectBlocks(datatrove_base.PipelineStep):
@@ -203,9 +227,20 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     name, params = parse_method(method_spec)
     params = selector_params(name, params)
     files = parquet_files(inputs)
-    n_rows = sum(pq.read_metadata(f).num_rows for f in files)
+    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
+                folders={"--output": output})
+    n_rows = check_prepared(files)
     n_blocks = 1 if block_size <= 0 else max(1, -(-n_rows // block_size))
     budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
+    with leave_as_found([output], keep_on_interrupt=[output]):
+        return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
+                           seed, executor, workers, n_blocks, cluster)
+
+
+def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, params: dict,
+                select_ratio: float, block_size: int, seed: int, executor: str, workers: int,
+                n_blocks: int, cluster: dict | None) -> dict:
+    """The work of run_select once everything is checked: plan, blocks, merge."""
     output.mkdir(parents=True, exist_ok=True)
     config = {"method": name, "params": params, "select_ratio": select_ratio,
               "block_size": block_size, "seed": seed,

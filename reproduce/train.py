@@ -27,7 +27,7 @@ import torch
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from datamask.learner import resolve_device
+from datamask.shared import resolve_device
 
 from .common import atomic_folder, require
 from .tokenize import EOS
@@ -35,6 +35,8 @@ from .tokenize import EOS
 CONFIGS = Path(__file__).parent / "configs"
 
 
+# The defaults of both classes are configs/demo.yaml's (the default --config), so a YAML that
+# leaves a key out gets the demo's value.
 @dataclass
 class ModelConfig:
     hidden_size: int = 128
@@ -42,16 +44,16 @@ class ModelConfig:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 4
-    seq_len: int = 128
+    seq_len: int = 256
     tie_word_embeddings: bool = True
     # Positions the checkpoint declares (lm-eval truncates inputs to it). RoPE has no learned
     # positions, so it may exceed seq_len; evaluation beyond seq_len is extrapolation.
-    max_position_embeddings: int = 2048
+    max_position_embeddings: int = 512
 
 
 @dataclass
 class TrainConfig:
-    batch_size: int = 16
+    batch_size: int = 8
     grad_accum: int = 1
     max_steps: int = 150
     lr: float = 3e-3

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from baselines import semdedup
+from conftest import gaussian_data
 from baselines.quality_threshold import fineweb_int_score
 from datamask.cli import main
 from datamask.data import Dataset, write_dataset
@@ -17,13 +18,6 @@ from datamask.objectives import DIVERSITY, FacilityLocation, GroundSet, clipped_
 from datamask.report import Report
 from datamask.selectors import make_selector, selector_names
 from datamask.synthetic import synthetic_dataset
-
-
-def gaussian_data(n: int, dim: int, seed: int) -> Dataset:
-    rng = np.random.default_rng(seed)
-    return Dataset(ids=np.arange(n, dtype=np.int64) + 100,
-                   quality=rng.uniform(0, 5, n).astype(np.float32),
-                   features=rng.standard_normal((n, dim)).astype(np.float32))
 
 
 def picked_rows(selection) -> list[int]:

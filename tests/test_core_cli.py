@@ -1,7 +1,9 @@
 """The command line end to end on generated Parquet, and the data contract's errors."""
 
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 
@@ -170,3 +172,144 @@ def test_feature_length_must_agree_across_files(tmp_path):
     b = _write(tmp_path, "b.parquet", chunk_id=[2], quality_score=[0.1], feature_arr=[[0.0]])
     with pytest.raises(UserError, match=f"{b}: column 'feature_arr' has 1-d vectors at row 0"):
         read_dataset([a, b])
+
+
+def test_outputs_get_the_umask_permissions(tmp_path, shard):
+    """Outputs are created like any new file (mode 0666 less the umask), not mkstemp's 0600."""
+    from reproduce.common import atomic_folder
+
+    path, _ = shard
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "out.parquet"
+        assert main(["baseline", "random", "--input", str(path), "--output", str(out)]) == 0
+        with atomic_folder(tmp_path / "folder") as folder:
+            (folder / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "folder").stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["random", "--lamb", "1.5", "--report"], r"--lamb must lie in \[0, 1\], got 1.5"),
+    (["random", "--select_ratio", "1.5"], "--select_ratio must lie strictly between 0 and 1"),
+    (["random", "--trade_off", "0.3"], "baseline random takes no --trade_off"),
+    (["mmr", "--trade_off", "2"], r"--trade_off must lie in \[0, 1\]"),
+    (["semdedup", "--eps", "0.1", "3"], r"--eps values must lie in \[0, 2\]"),
+    (["datamask"], "datamask select"),
+])
+def test_every_baseline_flag_is_checked_before_any_output(tmp_path, shard, capsys, flags, message):
+    path, _ = shard
+    out = tmp_path / "out.parquet"
+    assert main(["baseline", *flags, "--input", str(path), "--output", str(out)]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists() and not list(tmp_path.glob(".out.parquet*"))
+
+
+def test_no_selector_skips_the_budget_check():
+    """`Selector.select` checks the count; every registered selector keeps it (the learner used
+    to override it)."""
+    from datamask.selectors import Selector, selector_class, selector_names
+
+    for name in selector_names():
+        assert selector_class(name).select is Selector.select, name
+
+
+def test_options_are_typed_and_named(shard):
+    from datamask.selectors import make_selector
+
+    with pytest.raises(UserError, match="--neighbors must be a whole number, got 2.5"):
+        make_selector("knn-density", neighbors=2.5)
+    with pytest.raises(UserError, match="selector random takes no --lamb"):
+        make_selector("random", lamb=0.5)
+    assert make_selector("semdedup", eps=[0.1, 1]).options.eps == (0.1, 1.0)
+    assert make_selector("datamask", max_lr=5).options.max_lr == 5.0
+
+
+def test_baselines_declare_each_flag_with_one_type():
+    """`datamask baseline` has one flag per option name: the baselines must agree on its type."""
+    from datamask.cli import baseline_classes
+    from datamask.options import fields_of
+
+    kinds = {}  # (type, list or not); None may be one baseline's default and not another's
+    for name, cls in baseline_classes()[0].items():
+        for field, kind in fields_of(cls.Options):
+            assert kinds.setdefault(field.name, kind[:2]) == kind[:2], (name, field.name)
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+
+import numpy as np
+
+from datamask.options import option
+from datamask.selectors import Selector
+
+
+@dataclass
+class LongestOptions:
+    power: float = option(1.0, "rank rows by feature norm to this power", low=0.0)
+
+
+class Longest(Selector):
+    """The k rows whose feature vectors are longest."""
+
+    name = "longest"
+    Options = LongestOptions
+
+    def _select(self, data, k):
+        score = np.linalg.norm(data.features, axis=1) ** self.options.power
+        selected = np.zeros(len(data), dtype=bool)
+        selected[np.argsort(-score, kind="stable")[:k]] = True
+        return selected, score, []
+'''
+
+
+def _install_plugin(root, monkeypatch, entry: str) -> None:
+    """A package on sys.path with the metadata pip writes: what `pip install` of a user's own
+    selector package leaves behind, without touching the environment."""
+    (root / "my_selectors.py").write_text(PLUGIN)
+    info = root / "my_selectors-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-selectors\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[datamask.selectors]\n{entry}\n")
+    monkeypatch.syspath_prepend(str(root))
+
+
+def test_a_user_selector_plugs_in_through_its_entry_point(tmp_path, shard, monkeypatch, capsys):
+    _install_plugin(tmp_path, monkeypatch, "longest = my_selectors:Longest")
+    path, data = shard
+    out = tmp_path / "out.parquet"
+    assert main(["baseline", "longest", "--power", "2", "--input", str(path),
+                 "--output", str(out)]) == 0
+    chosen = pq.read_table(out).column("selected").to_numpy()
+    norms = np.linalg.norm(data.features, axis=1)
+    assert chosen.sum() == 40 and norms[chosen].min() >= norms[~chosen].max()
+    capsys.readouterr()
+    assert main(["baseline", "--list"]) == 0
+    assert "longest            The k rows whose feature vectors are longest." in capsys.readouterr().out
+
+
+def test_a_broken_plugin_is_named(tmp_path, shard, monkeypatch, capsys):
+    _install_plugin(tmp_path, monkeypatch, "broken = my_selectors_missing:Nothing")
+    path, _ = shard
+    out = tmp_path / "out.parquet"
+    assert main(["baseline", "broken", "--input", str(path), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "selector 'broken' (my_selectors_missing:Nothing) failed to import" in err
+    assert main(["baseline", "random", "--input", str(path), "--output", str(out)]) == 0
+
+
+def test_pipeline_is_a_subcommand_the_core_finds(capsys):
+    from datamask.selectors import selector_names
+
+    assert main(["pipeline", "methods"]) == 0
+    assert capsys.readouterr().out.split() == selector_names()
+
+
+def test_train_defaults_are_the_demo_config():
+    """reproduce/train.py's dataclass defaults and configs/demo.yaml say the same thing."""
+    from reproduce.train import ModelConfig, TrainConfig, load_config
+
+    assert load_config("demo", {}) == (ModelConfig(), TrainConfig())

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from datamask.data import budget
+from datamask.data import Dataset, budget
 from datamask.errors import UserError
-from datamask.learner import LearnerConfig, MaskLearner, candidate_rows, learning_rate
+from datamask.learner import (LearnerConfig, MaskLearner, candidate_rows, learning_rate,
+                              policy_gradient)
 from datamask.objectives import GroundSet, TermScale, diversity
 from datamask.report import Report
 from datamask.sampling import gumbel_topk, simple_log_prob
@@ -71,6 +72,33 @@ def test_exact_budget_and_determinism():
     assert len(first.history) == 60 and first.history[-1]["step"] == 59
 
 
+# Computed with the learner before its step became `policy_step` (commit 87de87d): a refactor
+# must keep the same seed's selection and objective exactly.
+PINNED_RUNS = [
+    ({"algorithm": "Pair_simi", "partial": 0.5},
+     [5, 20, 33, 44, 61, 68, 77, 81, 82, 86, 97, 104, 113, 130, 134, 135, 173, 174, 177, 184],
+     2.2225639820098877),
+    ({"algorithm": "Facility", "logprob": "exact", "prune_ratio": 0.2, "init": "quality"},
+     [5, 27, 49, 61, 68, 70, 77, 82, 97, 130, 134, 135, 138, 167, 176, 177, 184, 186, 197, 199],
+     0.664212703704834),
+    ({"algorithm": "DiSF", "lr_schedule": "linear"},
+     [5, 15, 27, 44, 49, 64, 82, 86, 91, 96, 113, 134, 138, 145, 148, 161, 167, 184, 188, 197],
+     0.2702539265155792),
+]
+
+
+@pytest.mark.parametrize("options, rows, final_objective", PINNED_RUNS)
+def test_same_seed_gives_the_pinned_selection(options, rows, final_objective):
+    rng = np.random.default_rng(11)
+    data = Dataset(ids=np.arange(200, dtype=np.int64) * 7,
+                   quality=rng.uniform(0, 1, 200).astype(np.float32),
+                   features=rng.standard_normal((200, 8)).astype(np.float32))
+    config = LearnerConfig(n_epochs=30, seed=3, device="cpu", **options)
+    result = MaskLearner(config).fit(data, progress=False)
+    assert np.flatnonzero(result.selected).tolist() == rows
+    assert result.history[-1]["objective_mean"] == pytest.approx(final_objective, rel=1e-6)
+
+
 def test_simple_gradient_equals_autograd_of_the_papers_log_prob():
     """The scatter-add update is the gradient of sum_j A_j * sum-of-log-softmax, exactly."""
     gen = torch.Generator().manual_seed(0)
@@ -80,8 +108,7 @@ def test_simple_gradient_equals_autograd_of_the_papers_log_prob():
     adv = (adv - adv.mean()) / adv.std(unbiased=False)
     leaf = logits.clone().requires_grad_(True)
     (expected,) = torch.autograd.grad((adv * simple_log_prob(leaf, idx)).sum() / 16, leaf)
-    learner = MaskLearner(LearnerConfig())
-    torch.testing.assert_close(learner._policy_gradient(logits, idx, adv), expected)
+    torch.testing.assert_close(policy_gradient(logits, idx, adv), expected)
 
 
 def test_exact_log_prob_learner_runs_and_beats_random():

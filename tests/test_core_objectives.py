@@ -1,4 +1,5 @@
-"""Each objective against a plain-numpy re-computation from its definition (ALGORITHM.md s.3)."""
+"""Each objective against a plain-numpy re-computation from its definition (the paper s.3, as
+the docstrings of datamask/objectives/*.py state it)."""
 
 import itertools
 

@@ -3,60 +3,68 @@ selection of an uninterrupted run with the same seed."""
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 
+from conftest import write_shard
 from datamask.cli import main
-from datamask.data import write_dataset
 from datamask.synthetic import synthetic_dataset
 
-STEPS = 400
+STEPS = 120
 EVERY = 20
+KILL_AT = 60  # the run dies right after saving the checkpoint of this step
+
+# `datamask select` in a process that SIGKILLs itself once the checkpoint of step argv[1] is on
+# disk: the crash point is known, not a race against a sleeping parent
+SELECT_THEN_CRASH = """
+import os, signal, sys
+import datamask.learner as learner
+save, kill_at = learner.save_checkpoint, int(sys.argv[1])
+
+def save_then_die(path, state):
+    save(path, state)
+    if state["step"] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+learner.save_checkpoint = save_then_die
+from datamask.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
 
 
-def command(shard, out, *extra):
-    return [sys.executable, "-m", "datamask", "select", "--input", str(shard), "--output", str(out),
-            "--algorithm", "Pair_simi", "--partial", "1", "--n_epochs", str(STEPS),
-            "--checkpoint_every", str(EVERY), "--device", "cpu", "--seed", "3", "--no_progress",
-            "--log_jsonl", f"{out}.jsonl", *extra]
+def select_args(shard, out, *extra):
+    return ["select", "--input", str(shard), "--output", str(out), "--algorithm", "Pair_simi",
+            "--partial", "1", "--n_epochs", str(STEPS), "--checkpoint_every", str(EVERY),
+            "--device", "cpu", "--seed", "3", "--no_progress", "--log_jsonl", f"{out}.jsonl",
+            *extra]
 
 
 @pytest.fixture
 def shard(tmp_path):
-    data = synthetic_dataset(3000, dim=64, n_clusters=24, seed=1)
-    path = tmp_path / "in.parquet"
-    write_dataset(path, data.ids, data.quality, data.features)
-    return path
+    return write_shard(tmp_path / "in.parquet", synthetic_dataset(1000, dim=32, n_clusters=16,
+                                                                  seed=1))
 
 
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, shard):
     whole = tmp_path / "whole.parquet"
-    subprocess.run(command(shard, whole), check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, whole)], check=True,
+                   capture_output=True)
 
     out = tmp_path / "killed.parquet"
-    ckpt = f"{out}.ckpt"
-    kill_after = random.Random(os.getpid()).randint(1, STEPS // EVERY - 6) * EVERY
-    proc = subprocess.Popen(command(shard, out), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    saved_step = 0
-    while proc.poll() is None and saved_step < kill_after:
-        time.sleep(0.02)
-        if os.path.exists(ckpt):
-            saved_step = torch.load(ckpt, weights_only=False)["step"]
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
-    assert not out.exists() and EVERY <= saved_step < STEPS
+    crashed = subprocess.run([sys.executable, "-c", SELECT_THEN_CRASH, str(KILL_AT),
+                              *select_args(shard, out)], capture_output=True, text=True)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert not out.exists()
+    assert torch.load(f"{out}.ckpt", weights_only=False)["step"] == KILL_AT
 
-    subprocess.run(command(shard, out, "--resume"), check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, out, "--resume")],
+                   check=True, capture_output=True)
     a, b = pq.read_table(whole), pq.read_table(out)
     np.testing.assert_array_equal(a.column("selected").to_numpy(), b.column("selected").to_numpy())
     np.testing.assert_array_equal(a.column("score").to_numpy(), b.column("score").to_numpy())

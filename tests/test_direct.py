@@ -3,30 +3,24 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 
 from baselines import cluster_quota, knn_density
 from baselines.cluster_quota import quotas
+from conftest import gaussian_data
 from datamask.data import Dataset
 from datamask.errors import UserError
 from datamask.learner import LearnerConfig
 from datamask.selectors import make_selector
 from datamask.synthetic import synthetic_dataset
+from datamask.objectives import DIVERSITY
 from reproduce.experiments import direct
+from reproduce.experiments.records import read_result
 
 DIRECT = [("knn-density", {"neighbors": 5}), ("cluster-quota", {"n_clusters": 8, "seed": 3}),
           ("mmr", {"device": "cpu"})]
-
-
-def gaussian_data(n: int, dim: int, seed: int) -> Dataset:
-    rng = np.random.default_rng(seed)
-    return Dataset(ids=np.arange(n, dtype=np.int64) + 100,
-                   quality=rng.uniform(0, 5, n).astype(np.float32),
-                   features=rng.standard_normal((n, dim)).astype(np.float32))
 
 
 def planted_clusters(sizes, dim: int = 16, seed: int = 0) -> tuple[Dataset, np.ndarray]:
@@ -206,36 +200,38 @@ def test_mmr_picks_equal_a_plain_loop(trade_off):
 
 # ---------------------------------------------------------------- the experiment
 
-def test_direct_experiment_fields(tmp_path):
-    results = direct.main(["--n", "300", "--dim", "16", "--clusters", "8", "--steps", "5",
-                           "--seeds", "0", "1", "--metrics", "Pair_simi", "--n_rollout", "8",
-                           "--quota_clusters", "8", "--output", str(tmp_path)])
-    result = json.loads((tmp_path / "ablation-direct.json").read_text())
-    assert result["experiment"] == "ablation-direct" == results["experiment"]
-    assert {"experiment", "machine", "config", "methods", "runs", "summary", "best"} <= set(result)
-    assert {"cpu", "cores", "torch_threads", "torch", "device"} <= set(result["machine"])
+def test_direct_experiment_scores_every_method_alike(tmp_path):
+    result = direct.main(["--n", "300", "--dim", "16", "--clusters", "8", "--steps", "5",
+                          "--seeds", "0", "1", "--metrics", "Pair_simi", "--n_rollout", "8",
+                          "--quota_clusters", "8", "--output", str(tmp_path)])
+    assert result.experiment == "ablation-direct"
+    assert read_result(str(tmp_path), "ablation-direct") == result  # the file is the record
     methods = ["datamask", "joint-greedy", "knn-density", "cluster-quota", "mmr", "quality-topk",
                "random"]
-    assert result["methods"] == methods
-    runs = {m: [r for r in result["runs"] if r["method"] == m] for m in methods}
+    assert result.methods == methods
+    runs = {m: [r for r in result.runs if r.method == m] for m in methods}
     assert {m: len(r) for m, r in runs.items()} == {
         "datamask": 2, "joint-greedy": 1, "knn-density": 1, "cluster-quota": 2, "mmr": 1,
         "quality-topk": 1, "random": 2}
-    for run in result["runs"]:
-        assert {"method", "metric", "seed", "params", "wall_s", "objective", "final"} <= set(run)
-        assert {"quality", "Pair_simi", "Facility", "DiSF", "joint_Pair_simi"} <= set(run["final"])
-        assert run["objective"] == run["final"]["joint_Pair_simi"] and run["wall_s"] > 0
-    assert [r["seed"] for r in runs["datamask"]] == [0, 1] and runs["mmr"][0]["seed"] is None
-    assert {(r["params"]["lr_schedule"], r["params"]["max_lr"]) for r in runs["datamask"]} == {
+    for run in result.runs:
+        assert set(run.final) == {"quality", *DIVERSITY, *(f"joint_{m}" for m in DIVERSITY)}
+        assert run.objective == run.final["joint_Pair_simi"] and run.wall_s > 0
+    assert [r.seed for r in runs["datamask"]] == [0, 1] and runs["mmr"][0].seed is None
+    assert {(r.params["lr_schedule"], r.params["max_lr"]) for r in runs["datamask"]} == {
         (LearnerConfig.lr_schedule, LearnerConfig.max_lr)}  # the rate is recorded
-    assert len(result["summary"]) == len(methods)
-    for row in result["summary"]:
-        assert {"metric", "method", "runs", "objective_mean", "objective_std", "wall_s_mean",
-                "wall_s_std", "quality_mean", "DiSF_mean", "Facility_mean", "Pair_simi_mean",
-                "gap_to_learner", "share_of_learner"} <= set(row)
-    learner = result["summary"][0]
-    assert learner["method"] == "datamask" and learner["gap_to_learner"] == 0
-    assert result["best"]["Pair_simi"] in methods
+    assert [s.method for s in result.summary] == methods
+    learner = result.summary[0]
+    for row in result.summary:
+        group = runs[row.method]
+        assert row.runs == len(group)
+        assert row.objective_mean == pytest.approx(np.mean([r.objective for r in group]))
+        assert row.wall_s_std == pytest.approx(np.std([r.wall_s for r in group]))
+        assert row.means["quality"] == pytest.approx(np.mean([r.final["quality"] for r in group]))
+        assert row.gap_to_learner == pytest.approx(row.objective_mean - learner.objective_mean)
+    assert learner.gap_to_learner == 0
+    # quality top-k has the highest mean quality of all: it takes the best rows by quality
+    assert max(result.summary, key=lambda s: s.means["quality"]).method == "quality-topk"
+    assert result.best["Pair_simi"] == max(result.summary, key=lambda s: s.objective_mean).method
     text = (tmp_path / "ablation-direct.md").read_text()
     assert text.startswith("# Ablation: direct") and "## joint_Pair_simi" in text
     assert all(f"| {m} |" in text for m in methods)

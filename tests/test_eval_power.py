@@ -3,6 +3,7 @@ intervals, paired differences, the tables and the verdict rule, on small hand-ch
 
 import json
 import math
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from datamask.errors import UserError
+from reproduce.pool.control import kept_fractions
 
 TEXTS = {"news": ["The minister said the economy grew by two per cent last year.",
                   "Shares fell sharply on Monday after the bank's results."],
@@ -347,7 +349,7 @@ def test_tables_report_the_planted_rows_each_selection_kept(tmp_path):
         (run / "summary.json").write_text(json.dumps({"tokens": str(run / "tokens")}))
         (run / "tokens" / "summary.json").write_text(json.dumps({"selection": str(selection)}))
         path.write_text(json.dumps({**record, "checkpoint": str(run)}))
-    text = write_tables(files, tmp_path / "tables", pool_dir=pool)
+    text = write_tables(files, tmp_path / "tables", kept_of=partial(kept_fractions, pool))
     kept = json.loads((tmp_path / "tables" / "table2.json").read_text())["planted_kept"]
     assert kept["random"] == {"none": pytest.approx(2 / 6), "exact_dup": 0.5, "junk": 0.5}
     assert kept["control"] == {"none": 0.0, "exact_dup": 1.0, "junk": 0.5}

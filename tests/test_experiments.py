@@ -1,21 +1,32 @@
-"""Smoke runs of the experiment targets on toy sizes: every results field is there and the
-figures are written. The real runs (`make reproduce-timing`, `make ablation-*`) are benchmarks."""
+"""The experiment targets on toy sizes: what each run decides (skips, extrapolations, stable
+values, the best value) follows from its numbers, its results file reads back as the record it
+wrote, the figures are drawn, and findings' verdicts follow the numbers. The real runs (`make
+reproduce-timing`, `make ablation-<knob>`) are benchmarks."""
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datamask.data import selection_table, write_dataset
+from conftest import write_shard
+from datamask.data import selection_table
+from datamask.errors import UserError
 from datamask.learner import LearnerConfig
+from datamask.objectives import DIVERSITY
 from datamask.synthetic import synthetic_dataset
 
 from figures.plots import main as figures_main
 from reproduce.experiments import direct, findings, sweep, timing
-from reproduce.experiments.common import greedy_runs_killable, lr_setting, power_law, predict
+from reproduce.experiments.common import greedy_runs_killable, lr_setting, power_law
+from reproduce.experiments.records import (Comparison, GreedyLevel, Machine, SweepResult,
+                                           SweepSummary, read_result)
 
+ROOT = Path(__file__).resolve().parent.parent
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
 
 
@@ -23,47 +34,69 @@ TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
 def timing_result(tmp_path_factory):
     out = tmp_path_factory.mktemp("exp")
     # a budget no run meets: the first two sizes run (nothing to fit yet), the third is extrapolated
-    timing.main(["--sizes", "200", "300", "400", "--budget_s", "1e-9", "--n_rollout", "8",
-                 "--output", str(out), *TOY])
-    return out, json.loads((out / "timing.json").read_text())
+    result = timing.main(["--sizes", "200", "300", "400", "--budget_s", "1e-9", "--n_rollout",
+                          "8", "--output", str(out), *TOY])
+    return out, result
 
 
 def test_power_law_recovers_exponent():
     sizes = np.array([1e3, 5e3, 2e4])
     fit = power_law(sizes, 3e-6 * sizes**1.7)
-    assert fit["exponent"] == pytest.approx(1.7)
-    assert predict(fit, 1e5) == pytest.approx(3e-6 * 1e5**1.7)
+    assert fit.exponent == pytest.approx(1.7)
+    assert fit.predict(1e5) == pytest.approx(3e-6 * 1e5**1.7)
     assert power_law([1000], [1.0]) is None
 
 
-def test_timing_results_fields(timing_result):
+def test_timing_extrapolates_past_the_budget(timing_result):
     out, result = timing_result
-    assert {"machine", "config", "paper", "runs", "fits", "comparisons", "crossover"} <= set(result)
-    assert {"cpu", "cores", "torch_threads", "torch", "device"} <= set(result["machine"])
-    labels = {(r["metric"], r["label"]) for r in result["runs"]}
+    assert read_result(str(out), "timing") == result  # the file is the record, read back whole
+    labels = {(r.metric, r.label) for r in result.runs}
     for metric, greedies in timing.GREEDIES.items():
         assert (metric, "datamask") in labels
         for label, *_ in greedies:
-            rows = {r["n"]: r for r in result["runs"] if r["label"] == label}
-            assert [rows[n]["status"] for n in (200, 300, 400)] == [
+            rows = {r.n: r for r in result.runs if r.label == label}
+            assert [rows[n].status for n in (200, 300, 400)] == [
                 "measured", "measured", "extrapolated"]
-            assert rows[400]["objective"] is None
-            assert rows[400]["wall_s"] == pytest.approx(predict(result["fits"][metric][label], 400))
-    learner = next(r for r in result["runs"] if r["role"] == "learner")
-    assert {"step", "elapsed_s", "objective"} == set(learner["curve"][0])
-    assert all(r["repeats"] >= 1 for r in result["runs"] if r["status"] == "measured")
-    for comp in result["comparisons"]:
-        assert comp["time_ratio"] > 0
-        assert (comp["gain_ratio"] is None) == (comp["greedy_status"] != "measured")
+            assert rows[400].objective is None
+            fit = result.fits[metric][label]
+            assert fit.sizes == [200, 300] and rows[400].wall_s == pytest.approx(fit.predict(400))
+    for learner in (r for r in result.runs if r.role == "learner"):
+        assert [p.step for p in learner.curve] == [0, 2, 4, 5]  # every 6 // 3 steps, and the last
+    assert all(r.repeats >= 1 for r in result.runs if r.status == "measured")
+    for comp in result.comparisons:
+        learner = next(r for r in result.runs if (r.metric, r.n, r.role) == (
+            comp.metric, comp.n, "learner"))
+        greedy = next(r for r in result.runs if (r.metric, r.n, r.label) == (
+            comp.metric, comp.n, comp.greedy))
+        assert comp.time_ratio == pytest.approx(learner.wall_s / greedy.wall_s)
+        assert (comp.gain_ratio is None) == (comp.greedy_status != "measured")
     text = (out / "timing.md").read_text()
     assert "(extrapolated, N^" in text and "Crossover" in text and "torch" in text
 
 
+def comparisons(ratios) -> list[Comparison]:
+    return [Comparison(metric="DiSF", n=n, greedy="g", greedy_role="fast",
+                       greedy_status="measured", time_ratio=r, objective_ratio=None,
+                       gain_ratio=None, time_to_greedy_objective_s=None) for n, r in ratios]
+
+
 def test_crossover_needs_every_larger_size():
-    rows = [{"metric": "DiSF", "greedy_role": "fast", "n": n, "time_ratio": r}
-            for n, r in [(1, 2.0), (2, 0.5), (3, 1.5), (4, 0.5), (5, 0.1)]]
+    rows = comparisons([(1, 2.0), (2, 0.5), (3, 1.5), (4, 0.5), (5, 0.1)])
     assert timing.crossover(rows, ["DiSF"]) == {"DiSF": 4}
     assert timing.crossover(rows[:1], ["DiSF"]) == {"DiSF": None}
+    assert timing.crossover(rows[::-1], ["DiSF"]) == {"DiSF": 4}  # by N, not by list order
+
+
+def summary_row(metric, value, mean, std, start, wall=1.0, stable=True, **means) -> SweepSummary:
+    return SweepSummary(metric=metric, objective_mean=mean, objective_std=std, wall_s_mean=wall,
+                        means=means, value=value, start_mean=start, stable=stable)
+
+
+def test_smallest_stable_needs_every_later_value():
+    flags = [True, False, True, True]
+    summary = [summary_row("DiSF", v, 1.0, 0.1, 0.5, stable=f) for v, f in zip("abcd", flags)]
+    summary.append(summary_row("Facility", "a", 1.0, 0.1, 0.5, stable=False))
+    assert sweep.smallest_stable(summary, ["DiSF", "Facility"]) == {"DiSF": "c", "Facility": None}
 
 
 @pytest.mark.parametrize("knob, values", [("G", ["4", "8"]), ("lamb", ["1.0", "0.1"]),
@@ -73,37 +106,47 @@ def test_crossover_needs_every_larger_size():
                                           ("steps", ["4", "8"]),
                                           ("logprob", ["simple", "exact"]),
                                           ("scale_on", ["step", "input"])])
-def test_sweep_results_fields(tmp_path, knob, values):
-    sweep.main(["--knob", knob, "--values", *values, "--seeds", "0", "1", "--n", "150",
-                "--metrics", "Pair_simi", "DiSF", "--output", str(tmp_path), *TOY])
-    result = json.loads((tmp_path / f"ablation-{knob}.json").read_text())
-    fields = {"machine", "config", "knob", "paper", "runs", "summary", "smallest_stable",
-              "greedy", "best"}
-    assert fields <= set(result)
-    assert len(result["runs"]) == 2 * 2 * 2
-    run = result["runs"][0]
-    assert {"quality", "Pair_simi", "Facility", "DiSF", "joint_DiSF"} <= set(run["final"])
-    assert run["objective"] == run["final"][f"joint_{run['metric']}"]
-    for row in result["summary"]:
-        assert {"objective_mean", "objective_std", "start_mean", "wall_s_mean", "stable",
-                "quality_mean", "Facility_mean"} <= set(row)
-    assert set(result["smallest_stable"]) == {"Pair_simi", "DiSF"}
+def test_sweep_runs_each_value_and_summarises_it(tmp_path, knob, values):
+    result = sweep.main(["--knob", knob, "--values", *values, "--seeds", "0", "1", "--n", "150",
+                         "--metrics", "Pair_simi", "DiSF", "--output", str(tmp_path), *TOY])
+    assert result.experiment == f"ablation-{knob}"  # the Make target's name is the file's
+    assert read_result(str(tmp_path), f"ablation-{knob}") == result
+    assert len(result.runs) == 2 * 2 * 2
+    for run in result.runs:
+        assert set(run.final) == {"quality", *DIVERSITY, *(f"joint_{m}" for m in DIVERSITY)}
+        assert run.objective == run.final[f"joint_{run.metric}"]
+    for row in result.summary:
+        group = [r for r in result.runs if (r.metric, r.value) == (row.metric, row.value)]
+        assert row.objective_mean == pytest.approx(np.mean([r.objective for r in group]))
+        assert row.start_mean == pytest.approx(np.mean([r.curve[0].objective for r in group]))
+        assert row.means == pytest.approx({name: np.mean([r.final[name] for r in group])
+                                           for name in ("quality", *DIVERSITY)})
+        assert row.stable == (all(r.objective > r.curve[0].objective for r in group) and np.ptp(
+            [r.objective for r in group]) <= 0.25 * (row.objective_mean - row.start_mean))
+    for metric in ("Pair_simi", "DiSF"):
+        rows = [s for s in result.summary if s.metric == metric]
+        assert result.best[metric] == max(rows, key=lambda s: s.objective_mean).value
+    assert result.smallest_stable == sweep.smallest_stable(result.summary, ["Pair_simi", "DiSF"])
     assert (tmp_path / f"ablation-{knob}.md").read_text().startswith(f"# Ablation: {knob}")
+    params = [r.params for r in result.runs[:3:2]]  # the two values, seed 0, first metric
     if knob == "init":
-        assert [r["params"]["prune_ratio"] for r in result["runs"][:3:2]] == [0.0, 0.5]
+        assert [p["prune_ratio"] for p in params] == [0.0, 0.5]
     if knob == "lr":
-        assert [(r["params"]["lr_schedule"], r["params"]["max_lr"]) for r in result["runs"][:3:2]
-                ] == [("constant", 1.0), ("cosine", 10.0)]
-        assert result["runs"][0]["params"]["min_lr"] == 1.0
+        assert [(p["lr_schedule"], p["max_lr"]) for p in params] == [
+            ("constant", 1.0), ("cosine", 10.0)]
+        assert params[0]["min_lr"] == 1.0
     else:  # every run records the rate it used: datamask select's default unless --lr
-        assert {lr_setting_of(r["params"]) for r in result["runs"]} == {lr_setting()}
+        assert {lr_setting_of(r.params) for r in result.runs} == {lr_setting()}
     if knob == "steps":
-        assert [r["params"]["n_epochs"] for r in result["runs"][:3:2]] == [4, 8]
-        assert [r["curve"][-1]["step"] for r in result["runs"][:3:2]] == [3, 7]
-    assert {(g["metric"], g["lamb"]) for g in result["greedy"]} == {
-        (m, r["params"]["lamb"]) for r in result["runs"] for m in ("Pair_simi", "DiSF")}
+        assert [p["n_epochs"] for p in params] == [4, 8]
+        assert [r.curve[-1].step for r in result.runs[:3:2]] == [3, 7]
+    if knob in ("lamb", "partial", "logprob", "scale_on"):  # the learner's own name for it
+        assert [p[knob] for p in params] == [v if knob in sweep.TEXT_KNOBS else float(v)
+                                             for v in values]
+    assert {(g.metric, g.lamb) for g in result.greedy} == {
+        (m, r.params["lamb"]) for r in result.runs for m in ("Pair_simi", "DiSF")}
     # the joint greedy is the yardstick: on its own objective it beats these tiny learner runs
-    assert all(g["objective"] > 0 for g in result["greedy"])
+    assert all(g.objective > 0 for g in result.greedy)
 
 
 def lr_setting_of(params: dict) -> str:
@@ -114,7 +157,7 @@ def test_lr_flag_is_used_and_recorded(tmp_path):
     result = sweep.main(["--knob", "G", "--values", "4", "--seeds", "0", "--n", "150",
                          "--metrics", "Pair_simi", "--lr", "linear:3:0.5",
                          "--output", str(tmp_path), *TOY])
-    assert lr_setting_of(result["runs"][0]["params"]) == "linear:3:0.5"
+    assert lr_setting_of(result.runs[0].params) == "linear:3:0.5"
     assert "lr linear:3:0.5" in (tmp_path / "ablation-G.md").read_text()
 
 
@@ -131,8 +174,8 @@ def fake_pipeline(root):
     """The pipeline demo's files that figures 4-7 read: prepared rows, selections, Table 2."""
     data = synthetic_dataset(300, dim=16, seed=0)
     (root / "prepared").mkdir(parents=True)
-    write_dataset(root / "prepared" / "000.parquet", data.ids, data.quality, data.features,
-                  extra={"text_length": pa.array(np.arange(300, dtype=np.int64) + 100)})
+    write_shard(root / "prepared" / "000.parquet", data,
+                text_length=pa.array(np.arange(300, dtype=np.int64) + 100))
     rng = np.random.default_rng(0)
     for method in ("datamask", "random"):
         (root / "select" / method).mkdir(parents=True)
@@ -197,9 +240,18 @@ def test_greedy_over_budget_is_killed():
     assert quick["runs"] == 2 and quick["selected"].sum() == 30
 
 
-def _summary(metric, value, mean, std, start, wall=1.0):
-    return {"metric": metric, "value": value, "objective_mean": mean, "objective_std": std,
-            "start_mean": start, "wall_s_mean": wall, "stable": True}
+def sweep_result(knob: str, summary: list[SweepSummary], **extra) -> SweepResult:
+    """A sweep's results with only what findings reads: its summary rows (and `extra` fields)."""
+    metrics = list(dict.fromkeys(s.metric for s in summary))
+    fields = dict(experiment=f"ablation-{knob}", knob=knob, paper="", runs=[], summary=summary,
+                  greedy=[], best={}, smallest_stable={}, config={
+                      "metrics": metrics, "n": 100, "steps": 10, "seeds": [0]},
+                  machine=Machine("cpu", 2, 1, "torch", "cpu", None, "3"))
+    return SweepResult(**dict(fields, **extra))
+
+
+def write_result(folder: Path, result) -> None:
+    (folder / f"{result.experiment}.json").write_text(json.dumps(result.to_json()))
 
 
 def test_findings_verdicts_follow_the_numbers(tmp_path):
@@ -207,20 +259,19 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     ends far below the best and the lowest barely moves; a logprob sweep where exact wins by more
     than the seed std; missing files are reported as not measured."""
     default = lr_setting()  # the crafted best is the default setting
-    lr = {"config": {"metrics": ["DiSF"], "n": 100, "steps": 10, "seeds": [0]},
-          "greedy": [{"metric": "DiSF", "lamb": 0.5, "wall_s": 1.0, "objective": 9.0}],
-          "summary": [_summary("DiSF", "linear:0.01:0.001", 1.05, 0.1, 1.0),
-                      _summary("DiSF", default, 3.0, 0.1, 1.0),
-                      _summary("DiSF", "linear:1000:100", 1.5, 0.1, 1.0)]}
-    logprob = {"config": {"metrics": ["DiSF"]},
-               "summary": [_summary("DiSF", "simple", 2.0, 0.1, 1.0, wall=1.0),
-                           _summary("DiSF", "exact", 2.5, 0.1, 1.0, wall=3.0)]}
-    unstable = dict(_summary("DiSF", 32.0, 1.0, 0.1, 0.5), stable=False)
-    g_everywhere = {"config": {"metrics": ["DiSF"]}, "smallest_stable": {"DiSF": None},
-                    "summary": [unstable, dict(unstable, value=128.0)]}
-    for name, result in (("ablation-lr", lr), ("ablation-logprob", logprob),
-                         ("ablation-G", g_everywhere)):
-        (tmp_path / f"{name}.json").write_text(json.dumps(result))
+    write_result(tmp_path, sweep_result("lr", [
+        summary_row("DiSF", "linear:0.01:0.001", 1.05, 0.1, 1.0),
+        summary_row("DiSF", default, 3.0, 0.1, 1.0),
+        summary_row("DiSF", "linear:1000:100", 1.5, 0.1, 1.0)],
+        greedy=[GreedyLevel(metric="DiSF", lamb=0.5, wall_s=1.0, objective=9.0)]))
+    write_result(tmp_path, sweep_result("logprob", [
+        summary_row("DiSF", "simple", 2.0, 0.1, 1.0, wall=1.0),
+        summary_row("DiSF", "exact", 2.5, 0.1, 1.0, wall=3.0)]))
+    unstable = summary_row("DiSF", 32.0, 1.0, 0.1, 0.5, stable=False)
+    g_everywhere = sweep_result("G", [unstable, summary_row("DiSF", 128.0, 1.0, 0.1, 0.5,
+                                                            stable=False)],
+                                smallest_stable={"DiSF": None})
+    write_result(tmp_path, g_everywhere)
     text = findings.main(["--results", str(tmp_path)])
     assert (tmp_path / "findings.md").read_text() == text
     lr_claims = [line for line in text.splitlines() if line.startswith("- DiSF: too high")]
@@ -235,11 +286,44 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     assert "difference +0.500" in text and "time exact / simple 3.00" in text
     assert "costs nothing (difference within one std): **does not hold**" in text
     assert "Not measured: no `timing.json`" in text and "no `ablation-direct.json`" in text
+    # a missing sweep names the Make target that writes it: the same name as the file
+    for knob in sweep.KNOBS:
+        if knob not in ("lr", "logprob", "G"):
+            assert f"no `ablation-{knob}.json` (run `make ablation-{knob}`)" in text
     # unstable at every G, 128 included: that is not the paper's "below 128 diverges"
     assert ("smallest stable G none; paper's claim that G below 128 diverges (unstable below 128, "
             "stable from 128 on): **does not hold** (unstable: 32, 128)") in text
-    (tmp_path / "ablation-G.json").write_text(json.dumps(dict(
-        g_everywhere, smallest_stable={"DiSF": 128.0},
-        summary=[unstable, _summary("DiSF", 128.0, 1.0, 0.1, 0.5)])))
+    write_result(tmp_path, sweep_result("G", [unstable, summary_row("DiSF", 128.0, 1.0, 0.1, 0.5)],
+                                        smallest_stable={"DiSF": 128.0}))
     assert "stable from 128 on): **holds** (unstable: 32)" in findings.main(["--results",
                                                                             str(tmp_path)])
+
+
+def test_a_results_file_of_another_shape_is_refused_by_name(tmp_path):
+    (tmp_path / "ablation-G.json").write_text(json.dumps({"knob": "G", "summary": []}))
+    with pytest.raises(UserError, match="ablation-G.json"):
+        findings.main(["--results", str(tmp_path)])
+
+
+def test_committed_findings_are_what_the_committed_results_say(monkeypatch):
+    """reproduce/results/ (files of older runs included) reads as records, and findings.md there
+    is exactly what `make findings EXP_DIR=reproduce/results` writes from them."""
+    monkeypatch.chdir(ROOT)
+    results = "reproduce/results"
+    for path in sorted(Path(results).glob("*.json")):
+        record = read_result(results, path.stem)
+        assert type(record).from_json(record.to_json()) == record
+    expected = (ROOT / results / "findings.md").read_text()
+    assert findings.report(results, os.path.join(results, "figures")) == expected
+
+
+@pytest.mark.parametrize("knob", list(sweep.KNOBS))
+def test_make_target_of_each_knob_has_the_knobs_name(knob):
+    """`make ablation-<knob>` sweeps that knob (and so writes ablation-<knob>.json): one name
+    from the target to the file to the figure."""
+    dry = subprocess.run(["make", "-n", "-s", f"ablation-{knob}"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert f"reproduce.experiments.sweep --knob {knob} " in dry
+    everything = subprocess.run(["make", "-n", "-s", "ablations"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout
+    assert f"--knob {knob} " in everything

@@ -256,35 +256,45 @@ def test_cli_errors_name_the_flag(tmp_path, capsys, prepared):
     assert code == 2 and "max_stepz" in capsys.readouterr().err
 
 
-def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
-    import subprocess
-    import sys
+def write_fasttext_model(path, words, labels, input_vectors, output_vectors) -> None:
+    """A supervised fastText model in fastText's own binary format (file version 12): softmax
+    loss, no subwords or word n-grams, so a text's label probabilities are exactly softmax(output
+    @ the mean input vector of its known words). Written, not trained: this wheel's trainer stops
+    with "Encountered NaN" on tiny files in about half of the processes (it depends on the
+    memory layout, not the seed or the thread count)."""
+    import struct
 
+    dim = input_vectors.shape[1]
+    # dim, ws, epoch, minCount, neg, wordNgrams, loss (3 softmax), model (3 supervised), bucket,
+    # minn, maxn, lrUpdateRate, t
+    header = [struct.pack("<ii", 793712314, 12),
+              struct.pack("<12id", dim, 5, 5, 1, 5, 1, 3, 3, 0, 0, 0, 100, 1e-4)]
+    entries = [(word, 0) for word in words] + [(label, 1) for label in labels]
+    header.append(struct.pack("<iiiqq", len(entries), len(words), len(labels), len(entries), -1))
+    header += [word.encode() + b"\0" + struct.pack("<qb", 1, kind) for word, kind in entries]
+    matrices = [b"\0" + struct.pack("<qq", *m.shape) + np.ascontiguousarray(m, "<f4").tobytes()
+                for m in (input_vectors, output_vectors)]  # each after a "not quantised" flag
+    path.write_bytes(b"".join(header + matrices))
+
+
+def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
     import pyarrow as pa
 
     from reproduce.prepare import make_scorer
 
-    train_file = tmp_path / "train.txt"
-    train_file.write_text("".join(f"__label__hq the minister said the economy grew {i}\n"
-                                  f"__label__lq click here buy now cheap {i}\n" for i in range(50)))
     model = tmp_path / "q.bin"
-    # fastText's trainer (the wheel installed here) stops with "Encountered NaN" in about half
-    # of its runs on this tiny file, even in a fresh interpreter with one thread: what is under
-    # test is our scorer, so train in a subprocess until one run succeeds (20 tries).
-    for _ in range(20):
-        trained = subprocess.run(
-            [sys.executable, "-c", "import fasttext, sys; fasttext.train_supervised("
-             "sys.argv[1], dim=10, thread=1, verbose=0).save_model(sys.argv[2])",
-             str(train_file), str(model)], capture_output=True, text=True)
-        if trained.returncode == 0:
-            break
-        assert "NaN" in trained.stderr, trained.stderr  # any other failure is a real one
-    assert model.exists(), "fastText training hit NaN 20 times in a row"
+    write_fasttext_model(model, ["minister", "economy", "cheap"], ["__label__hq", "__label__lq"],
+                         np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]),
+                         np.array([[2.0, -2.0], [-2.0, 2.0]]))
     scorer = make_scorer("fasttext", [], str(model), "__label__hq")
     scores = scorer(pa.table({"text": ["the minister said\nthe economy grew", "buy now cheap"]}),
                     tmp_path)
-    assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
-    assert scores[0] > 0.5 > scores[1]
+    # known words: minister and economy (mean (1, 0)), then cheap ((0, 1)): logits +-4
+    hq = 1 / (1 + np.exp(-4.0))
+    np.testing.assert_allclose(scores, [hq, 1 - hq], atol=2e-5)  # fastText adds 1e-5
+    assert scores.dtype == np.float32 and ((scores >= 0) & (scores <= 1)).all()
+    assert make_scorer("fasttext", [], str(model), "__label__lq")(
+        pa.table({"text": ["cheap"]}), tmp_path)[0] == pytest.approx(hq, abs=2e-5)
     with pytest.raises(UserError, match="__label__nope"):
         make_scorer("fasttext", [], str(model), "__label__nope")
 

@@ -2,11 +2,11 @@
 report evaluate selections through these set functions (one file per function)."""
 
 from .base import GroundSet, SetFunction, as_batch
-from .disf import DiSF, collapse_score
-from .facility import FacilityLocation, clipped_cosine
-from .joint import Joint, TermScale, random_masks
-from .pair_similarity import PairSimilarity, pair_cosine_sum
-from .quality import Quality
+from .disf import CollapseGains, DiSF, ScatterState, collapse_score
+from .facility import CoverageGains, FacilityLocation, clipped_cosine, kernel_rows, similarity_rows
+from .joint import Joint, JointGains, TermScale, random_masks
+from .pair_similarity import PairGains, PairSimilarity, pair_cosine_sum
+from .quality import Quality, QualityGains
 
 # The diversity metrics by the names of the original --algorithm flag.
 DIVERSITY = {"Pair_simi": PairSimilarity, "Facility": FacilityLocation, "DiSF": DiSF}
@@ -23,7 +23,8 @@ def diversity(name: str) -> SetFunction:
 
 
 __all__ = [
-    "DIVERSITY", "DiSF", "FacilityLocation", "GroundSet", "Joint", "PairSimilarity", "Quality",
+    "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet", "Joint",
+    "JointGains", "PairGains", "PairSimilarity", "Quality", "QualityGains", "ScatterState",
     "SetFunction", "TermScale", "as_batch", "clipped_cosine", "collapse_score", "diversity",
-    "pair_cosine_sum", "random_masks",
+    "kernel_rows", "pair_cosine_sum", "random_masks", "similarity_rows",
 ]

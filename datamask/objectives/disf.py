@@ -69,3 +69,76 @@ def gram_collapse_score(centred: torch.Tensor, eps: float = EPS) -> torch.Tensor
     gram = scaled @ scaled.transpose(-1, -2)
     total = gram.square().sum(dim=(-2, -1)) / (k - 1) ** 2
     return (total - (var * weight).square().sum(dim=-1)) / SCALE
+
+
+CHUNK_BYTES = 256 * 2**20  # temporaries of one chunk of candidates scored by `collapse_with`
+
+
+class ScatterState:
+    """Mean and scatter of the selected rows under exact rank-1 updates (Welford's).
+
+    Adding a row x to a set S of m rows with mean mu and scatter M changes both by rank one:
+    delta = x - mu, mean' = mu + delta / (m + 1), scatter' = M + m / (m + 1) delta delta^T, so the
+    covariance of S + {x} is A + c delta delta^T with A = M / m, c = 1 / (m + 1). Its collapse
+    score (w_i = 1 / (var_i + eps)) expands to
+        w^T (A o A) w + 2c (w o delta)^T A (w o delta) + c^2 (sum_i w_i delta_i^2)^2
+        - sum_i (var_i w_i)^2
+    which needs two (candidates x d) @ (d x d) GEMMs for all candidates at once, instead of one
+    (m + 1)-row covariance per candidate; the numbers are `collapse_score`'s on the from-scratch
+    covariance up to float64 rounding.
+    """
+
+    def __init__(self, dim: int, dtype: torch.dtype, device: torch.device):
+        self.count = 0
+        self.mean = torch.zeros(dim, dtype=dtype, device=device)
+        self.scatter = torch.zeros(dim, dim, dtype=dtype, device=device)
+
+    def add(self, x: torch.Tensor) -> None:
+        delta = x - self.mean
+        self.scatter.add_(torch.outer(delta, delta), alpha=self.count / (self.count + 1))
+        self.count += 1
+        self.mean.add_(delta / self.count)
+
+    def collapse_with(self, x: torch.Tensor) -> torch.Tensor:
+        """Collapse score of S + {x} for every row of x (c, d); needs at least one row in S."""
+        m = self.count
+        cov = self.scatter / m
+        cov_sq = cov.square()
+        var = torch.diagonal(cov)
+        c = 1.0 / (m + 1)
+        out = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
+        step = max(1, CHUNK_BYTES // (x.element_size() * 6 * x.shape[1]))
+        for start in range(0, x.shape[0], step):
+            delta = x[start:start + step] - self.mean
+            new_var = var + c * delta.square()
+            w = 1.0 / (new_var + EPS)
+            wd = w * delta
+            total = ((w @ cov_sq) * w).sum(dim=1)
+            total += 2 * c * ((wd @ cov) * wd).sum(dim=1)
+            total += (c * (wd * delta).sum(dim=1)).square()
+            total -= (new_var * w).square().sum(dim=1)
+            out[start:start + step] = total / SCALE
+        return out
+
+
+class CollapseGains:
+    """DiSF in incremental form for the greedy engine (`datamask.greedy`): the gain of x is minus
+    the collapse score of S + {x} (float64, by rank-1 updates); 0 for every row while S is empty,
+    where DiSF is undefined."""
+
+    def __init__(self, features: torch.Tensor):
+        self.features = features.double()
+        self.state = ScatterState(self.features.shape[1], torch.float64, features.device)
+
+    def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        rows = self.features if idx is None else self.features[idx]
+        if self.state.count == 0:
+            return torch.zeros(len(rows), dtype=rows.dtype, device=rows.device)
+        return -self.state.collapse_with(rows)
+
+    def value_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """DiSF of S + {x} for every candidate (float32, as `DiSF.batch`)."""
+        return gains.float()
+
+    def add(self, row: int, gain: torch.Tensor | None = None) -> None:
+        self.state.add(self.features[row])

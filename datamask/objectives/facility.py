@@ -9,6 +9,8 @@ bounded for any n.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from .base import GroundSet, SetFunction, mask_chunks
@@ -34,3 +36,68 @@ class FacilityLocation(SetFunction):
             sims = torch.matmul(ground.unit, ground.unit[idx[chunk]].transpose(1, 2))  # (c, n, k)
             out[chunk] = sims.amax(dim=2).clamp_min_(0).mean(dim=1)
         return out
+
+
+GAIN_CHUNK_BYTES = 64 * 2**20  # similarity rows scored at once by a full pass of `CoverageGains`
+
+# rows(idx): the (len(idx), n_cover) non-negative similarities of candidates idx to the rows being
+# covered, as a tensor the caller may overwrite (a precomputed kernel's rows, or computed on demand)
+Rows = Callable[[torch.Tensor], torch.Tensor]
+
+
+class CoverageGains:
+    """Facility location in incremental form for the greedy engine (`datamask.greedy`).
+
+    With cur_v = max over S of sim(v, u), the gain of x is sum_v max(sim(v, x) - cur_v, 0). Gains
+    only shrink as S grows (submodular), so the lazy greedy may keep stale ones as bounds.
+    """
+
+    def __init__(self, rows: Rows, n_cand: int, n_cover: int, device: torch.device | str = "cpu"):
+        self.rows = rows
+        self.n_cover = n_cover
+        self.cur = torch.zeros(n_cover, device=device)  # max similarity of each covered row to S
+        self.everyone = torch.arange(n_cand, device=device)
+        self.covered = 0.0  # sum_v cur_v
+
+    def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        if idx is None:
+            step = max(1, GAIN_CHUNK_BYTES // (4 * self.n_cover))
+            return torch.cat([self.gains(part) for part in self.everyone.split(step)])
+        return self.rows(idx).sub_(self.cur).clamp_min_(0).sum(dim=1)
+
+    def coverage_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_v max(cur_v, sim(v, x)) for every candidate x (float64)."""
+        return self.covered + gains.double()
+
+    def value_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Facility of S + {x} for every candidate: its coverage over the covered rows' count."""
+        return (self.coverage_with(gains) / self.n_cover).float()
+
+    def add(self, row: int, gain: torch.Tensor) -> None:
+        self.covered += gain.item()
+        torch.maximum(self.cur, self.rows(self.everyone[row:row + 1])[0], out=self.cur)
+
+
+def kernel_rows(kernel: torch.Tensor) -> Rows:
+    """`rows` of a precomputed kernel, gathered into reused buffers (one per block size): the
+    lazy greedy's hot path is this gather, and allocating it anew doubles its cost."""
+    buffers: dict[int, torch.Tensor] = {}
+
+    def rows(idx: torch.Tensor) -> torch.Tensor:
+        if len(idx) not in buffers:
+            buffers[len(idx)] = kernel.new_empty(len(idx), kernel.shape[1])
+        return torch.index_select(kernel, 0, idx, out=buffers[len(idx)])
+
+    return rows
+
+
+def similarity_rows(unit_cand: torch.Tensor, unit_cover: torch.Tensor, memory_bytes: float) -> Rows:
+    """`rows` of the clipped-cosine kernel: precomputed when its float32 fits `memory_bytes`,
+    else computed on demand (one GEMM per call)."""
+    if 4 * len(unit_cand) * len(unit_cover) <= memory_bytes:
+        return kernel_rows(clipped_cosine(unit_cand, unit_cover))
+
+    def rows(idx: torch.Tensor) -> torch.Tensor:
+        return clipped_cosine(unit_cand[idx], unit_cover)
+
+    return rows

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import GroundSet, SetFunction
-from .quality import Quality
+from .quality import Quality, QualityGains
 
 
 def random_masks(n: int, k: int, n_masks: int, generator: torch.Generator,
@@ -88,3 +88,32 @@ class Joint(SetFunction):
 
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         return self.combine(*self.terms(ground, idx))
+
+
+class JointGains:
+    """The joint objective in incremental form for the greedy engine (`datamask.greedy`).
+
+    Its gains are the diversity term's (those a lazy greedy keeps as bounds); `value_with` adds
+    the exact quality term and combines both on the joint's scale, so it grows with the diversity
+    gain (lamb < 1) and lazy bounds stay valid. With no diversity term (lamb = 1) it is quality.
+    """
+
+    def __init__(self, joint: Joint, ground: GroundSet, diversity=None):
+        self.joint = joint
+        self.n = len(ground)
+        self.quality = QualityGains(ground)
+        self.diversity = diversity
+
+    def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        if self.diversity is None:
+            return torch.zeros(self.n if idx is None else len(idx), device=self.quality.quality.device)
+        return self.diversity.gains(idx)
+
+    def value_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        div = gains if self.diversity is None else self.diversity.value_with(gains, idx)
+        return self.joint.combine(self.quality.value_with(idx), div)
+
+    def add(self, row: int, gain: torch.Tensor) -> None:
+        self.quality.add(row)
+        if self.diversity is not None:
+            self.diversity.add(row, gain)

@@ -37,3 +37,38 @@ class PairSimilarity(SetFunction):
             mask.scatter_(1, idx[chunk], 1.0)
             out[chunk] = pair_cosine_sum(mask @ unit, mask @ sq_norms)
         return out / -(k * (k - 1) / 2)
+
+
+class PairGains:
+    """Pair_simi in incremental form for the greedy engine (`datamask.greedy`).
+
+    With s the running sum of the selected unit rows, adding x adds e_x . s to the pair-cosine
+    sum, so the gain is -(e_x . s): one (candidates x d) matrix-vector product, no kernel matrix.
+    """
+
+    def __init__(self, ground: GroundSet):
+        self.unit = ground.unit
+        self.running = torch.zeros(self.unit.shape[1], device=ground.device)
+        self.sum_sq = torch.zeros((), device=ground.device)
+        self.count = 0
+
+    def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        unit = self.unit if idx is None else self.unit[idx]
+        return -(unit @ self.running)
+
+    def value_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Pair_simi of S + {x} for every candidate from its gain (0 while S is empty)."""
+        if self.count == 0:
+            return torch.zeros_like(gains)
+        pairs = self.count * (self.count + 1) / 2
+        return (gains - pair_cosine_sum(self.running, self.sum_sq)) / pairs
+
+    def value(self) -> float:
+        """Pair_simi of S (0 below two rows)."""
+        pairs = self.count * (self.count - 1) / 2
+        return -(pair_cosine_sum(self.running, self.sum_sq).item() / pairs) if pairs else 0.0
+
+    def add(self, row: int, gain: torch.Tensor | None = None) -> None:
+        self.running += self.unit[row]
+        self.sum_sq += self.unit[row].square().sum()
+        self.count += 1

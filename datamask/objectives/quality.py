@@ -12,3 +12,20 @@ class Quality(SetFunction):
 
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         return ground.quality[idx].mean(dim=1)
+
+
+class QualityGains:
+    """Mean quality in incremental form for the greedy engine (`datamask.greedy`): exact and
+    cheap, so it is recomputed on every look rather than kept as a bound."""
+
+    def __init__(self, ground: GroundSet):
+        self.quality = ground.quality.double()
+        self.picks: list[int] = []
+
+    def value_with(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean quality of S + {x} for every candidate x (float32, as `Quality.batch`)."""
+        quality = self.quality if idx is None else self.quality[idx]
+        return ((self.quality[self.picks].sum() + quality) / (len(self.picks) + 1)).float()
+
+    def add(self, row: int, gain: torch.Tensor | None = None) -> None:
+        self.picks.append(row)

@@ -1,6 +1,6 @@
-"""What the experiments share: the machine record, one learner run with its curve, one greedy
-run (in process, or in a child process killed at a time budget), the power-law fit, and writing
-the JSON + Markdown pair (both atomically)."""
+"""What the experiments share: their command-line base, the learner's parameters, the machine
+record, one learner run with its curve, one greedy run (in process, or in a child process killed
+at a time budget), the power-law fit, and writing the JSON + Markdown pair (both atomically)."""
 
 from __future__ import annotations
 
@@ -10,32 +10,36 @@ import multiprocessing
 import os
 import platform
 import time
-from typing import Callable
+from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 import torch
 
 from datamask.data import Dataset, atomic_output, write_json_atomic
-from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner, resolve_device
-from datamask.objectives import GroundSet, diversity
+from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner
+from datamask.objectives import DIVERSITY, GroundSet, diversity
 from datamask.selectors import make_selector
+from datamask.shared import resolve_device
 from datamask.synthetic import synthetic_dataset
+
+from .records import CurvePoint, ExperimentResult, Fit, Machine
+
+T = TypeVar("T")
 
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
 
 
-def machine(device: str = "cpu") -> dict:
-    """What the timings ran on: read ratios, not absolute times, on a shared CPU."""
+def machine(device: str = "cpu") -> Machine:
     dev = resolve_device(device)
     cpu = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
         names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                  if line.startswith("model name")]
         cpu = names[0] if names else cpu
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "device": str(dev),
-            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-            "python": platform.python_version()}
+    return Machine(cpu=cpu, cores=os.cpu_count(), torch_threads=torch.get_num_threads(),
+                   torch=torch.__version__, device=str(dev),
+                   gpu=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+                   python=platform.python_version())
 
 
 def lr_setting(config: LearnerConfig = LearnerConfig()) -> str:
@@ -69,12 +73,51 @@ def lr_of(config: dict) -> str:
     return config.get("lr", "not recorded")
 
 
-def add_lr_argument(parser: argparse.ArgumentParser) -> None:
-    """--lr for an experiment's learner runs, recorded in every run's params: results then say
+def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
+    """The flags every experiment takes: which metrics, the synthetic rows' shape, the budget,
+    and the learner's settings. --lr is recorded in every learner run's params: results then say
     which rate made them even after `datamask select`'s default changes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--metrics", nargs="+", default=list(DIVERSITY), choices=list(DIVERSITY))
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--clusters", type=int, default=64, help="clusters of the synthetic rows")
+    parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
+    parser.add_argument("--steps", type=int, default=steps, help="learner n_epochs")
+    parser.add_argument("--n_rollout", type=int, default=128)
+    parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
                         help="the learner's rate as schedule:max_lr:min_lr (default: datamask "
                              "select's, %(default)s)")
+    parser.add_argument("--output", default="runs/experiments")
+    return parser
+
+
+def add_seeded_rows(parser: argparse.ArgumentParser) -> None:
+    """The flags of the experiments that run every method on one set of rows over seeds at one
+    lamb (sweep, direct)."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--n", type=int, default=2000, help="rows")
+    parser.add_argument("--data_seed", type=int, default=0)
+    parser.add_argument("--lamb", type=float, default=0.5)
+
+
+def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
+    """LearnerConfig keywords from an experiment's flags, at `lamb`, on the CPU; `overrides`
+    (algorithm, seed, a swept knob) win."""
+    params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
+              "partial": args.partial, "device": "cpu", **lr_params(args.lr)}
+    return dict(params, **overrides)
+
+
+def start_of_last_run(items: Iterable[T], holds: Callable[[T], bool]) -> T | None:
+    """The earliest item from which `holds` is true of it and of every later item; None when it is
+    false of the last (the smallest stable value of a sweep, the crossover N of the timing)."""
+    start = None
+    for item in reversed(list(items)):
+        if not holds(item):
+            break
+        start = item
+    return start
 
 
 def metric_scorer(data: Dataset, metric: str, device: str = "cpu") -> Callable[[np.ndarray], float]:
@@ -93,7 +136,7 @@ def learner_run(data: Dataset, ratio: float, score: Callable[[np.ndarray], float
     every = max(1, cfg.n_epochs // max(1, eval_points))
     result = MaskLearner(cfg).fit(data, evaluate=lambda m: {"objective": score(m)},
                                   eval_every=every, progress=False)
-    curve = [{"step": r["step"], "elapsed_s": r["elapsed_s"], "objective": r["objective"]}
+    curve = [CurvePoint(r["step"], r["elapsed_s"], r["objective"])
              for r in result.history if "objective" in r]
     return {"wall_s": result.wall_time_s, "selected": result.selected, "curve": curve,
             "steps": [r["objective_mean"] for r in result.history]}
@@ -178,27 +221,31 @@ def fastest(run: Callable[[], dict], repeats: int, budget_s: float) -> dict:
     return dict(best, runs=count)
 
 
-def power_law(sizes, seconds) -> dict | None:
+def power_law(sizes, seconds) -> Fit | None:
     """Least-squares fit of log t = log c + b log N; None below two sizes (nothing to fit)."""
     if len(sizes) < 2:
         return None
     b, log_c = np.polyfit(np.log(sizes), np.log(seconds), 1)
-    return {"exponent": float(b), "coef": float(np.exp(log_c)), "sizes": [int(n) for n in sizes]}
+    return Fit(exponent=float(b), coef=float(np.exp(log_c)), sizes=[int(n) for n in sizes])
 
 
-def predict(fit: dict, n: int) -> float:
-    return fit["coef"] * n ** fit["exponent"]
-
-
-def write_outputs(out_dir: str, name: str, results: dict, markdown: str) -> None:
+def write_outputs(out_dir: str, result: ExperimentResult, markdown: str) -> None:
+    """<experiment>.json (the record) and <experiment>.md: the experiment's name is its Make
+    target's (timing's target is reproduce-timing)."""
     os.makedirs(out_dir, exist_ok=True)
-    write_json_atomic(results, os.path.join(out_dir, f"{name}.json"))
+    name = result.experiment
+    write_json_atomic(result.to_json(), os.path.join(out_dir, f"{name}.json"))
     with atomic_output(os.path.join(out_dir, f"{name}.md")) as tmp:
         with open(tmp, "w") as f:
             f.write(markdown)
 
 
-def machine_line(info: dict) -> str:
-    return (f"Machine: {info['cpu']}, {info['cores']} cores, {info['torch_threads']} torch threads,"
-            f" torch {info['torch']}, device {info['device']}"
-            + (f" ({info['gpu']})" if info["gpu"] else ""))
+def experiment_main(parse: Callable, run: Callable, markdown: Callable[..., str]) -> Callable:
+    """An experiment's command: its flags parsed, its run, its record and summary written under
+    --output; the record is returned."""
+    def main(argv: list[str] | None = None) -> ExperimentResult:
+        args = parse(argv)
+        result = run(args)
+        write_outputs(args.output, result, markdown(result))
+        return result
+    return main

@@ -16,7 +16,7 @@ runs once (once per seed where it takes one: cluster-quota's k-means, random) an
 selection is scored under every metric. Every method is run once on ~200 rows off the clock
 first, so no timing pays for torch's or faiss's first-call start-up.
 
-`ablation-direct.json` schema:
+`ablation-direct.json` schema (records.DirectResult):
 - experiment ("ablation-direct"), machine, config (the flags)
 - methods: the method names, in table order (datamask, joint-greedy, then the one-shot ones)
 - runs: one per (method, metric, seed): method, metric, seed (null for a method that takes
@@ -32,16 +32,15 @@ first, so no timing pays for torch's or faiss's first-call start-up.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_lr_argument, greedy_run, learner_run, lr_of, lr_params, machine,
-                     machine_line, warm_up_learner, write_outputs)
+from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
+                     learner_params, learner_run, lr_of, machine, warm_up_learner)
+from .records import DirectResult, DirectRun, DirectSummary, Outcome, best_of, of_metric
 
 LEARNER, GREEDY = "datamask", "joint-greedy"
 ONE_SHOT = ("knn-density", "cluster-quota", "mmr", "quality-topk", "random")
@@ -49,25 +48,13 @@ SEEDED = ("cluster-quota", "random")  # one-shot selectors whose result depends 
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--metrics", nargs="+", default=list(DIVERSITY), choices=list(DIVERSITY))
-    parser.add_argument("--n", type=int, default=2000, help="rows")
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--clusters", type=int, default=64, help="clusters of the synthetic rows")
-    parser.add_argument("--data_seed", type=int, default=0)
-    parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
-    parser.add_argument("--lamb", type=float, default=0.5)
-    parser.add_argument("--steps", type=int, default=200, help="learner n_epochs")
-    parser.add_argument("--n_rollout", type=int, default=128)
-    parser.add_argument("--partial", type=float, default=0.1)
+    parser = experiment_parser(__doc__, steps=200)
+    add_seeded_rows(parser)
     parser.add_argument("--neighbors", type=int, default=10, help="knn-density")
     parser.add_argument("--penalty", type=float, default=1.0, help="knn-density")
     parser.add_argument("--quota_clusters", type=int, default=64,
                         help="cluster-quota: k-means clusters (capped at N)")
     parser.add_argument("--trade_off", type=float, default=0.5, help="mmr")
-    add_lr_argument(parser)
-    parser.add_argument("--output", default="runs/experiments")
     return parser.parse_args(argv)
 
 
@@ -90,7 +77,7 @@ def warm_up(warm, args) -> None:
         greedy_run(warm, args.ratio, name, **one_shot_params(name, args, args.data_seed))
 
 
-def run(args) -> dict:
+def run(args) -> DirectResult:
     data = synthetic_dataset(args.n, dim=args.dim, n_clusters=args.clusters, seed=args.data_seed)
     report = Report(data, args.ratio, args.lamb, seed=args.data_seed)
     warm_rows = min(args.n, max(200, int(np.ceil(2 / args.ratio))))  # a budget of at least 2
@@ -99,16 +86,14 @@ def run(args) -> dict:
     runs = []
 
     def record(method, metric, seed, params, wall_s, final):
-        runs.append({"method": method, "metric": metric, "seed": seed, "params": params,
-                     "wall_s": wall_s, "objective": final[f"joint_{metric}"], "final": final})
+        runs.append(DirectRun(method=method, metric=metric, seed=seed, params=params,
+                              wall_s=wall_s, objective=final[f"joint_{metric}"], final=final))
         print(f"{metric} {method} seed {seed}: {final[f'joint_{metric}']:.3f} in {wall_s:.3g} s",
               flush=True)
 
     for metric in args.metrics:
         key = f"joint_{metric}"
-        params = {"algorithm": metric, "lamb": args.lamb, "n_rollout": args.n_rollout,
-                  "n_epochs": args.steps, "partial": args.partial, "device": "cpu",
-                  **lr_params(args.lr)}
+        params = learner_params(args, args.lamb, algorithm=metric)
         for seed in args.seeds:
             # eval_points 1: the curve is not reported here, only the final selection
             result = learner_run(data, args.ratio, lambda m: report(m)[key], 1, seed=seed,
@@ -131,40 +116,33 @@ def run(args) -> dict:
 
     methods = [LEARNER, GREEDY, *ONE_SHOT]
     summary = summarise(runs, args.metrics, methods)
-    best = {m: max((s for s in summary if s["metric"] == m),
-                   key=lambda s: s["objective_mean"])["method"] for m in args.metrics}
-    return {"experiment": "ablation-direct", "machine": machine("cpu"), "config": vars(args),
-            "methods": methods, "runs": runs, "summary": summary, "best": best}
+    return DirectResult(experiment="ablation-direct", machine=machine("cpu"), config=vars(args),
+                        methods=methods, runs=runs, summary=summary,
+                        best={m: best_of(of_metric(summary, m)).method for m in args.metrics})
 
 
-def summarise(runs: list[dict], metrics, methods) -> list[dict]:
+def summarise(runs: list[DirectRun], metrics, methods) -> list[DirectSummary]:
     out = []
     for metric in metrics:
-        rows = []
-        for method in methods:
-            group = [r for r in runs if r["metric"] == metric and r["method"] == method]
-            objective = np.array([r["objective"] for r in group])
-            wall = np.array([r["wall_s"] for r in group])
-            row = {"metric": metric, "method": method, "runs": len(group),
-                   "objective_mean": float(objective.mean()),
-                   "objective_std": float(objective.std()),
-                   "wall_s_mean": float(wall.mean()), "wall_s_std": float(wall.std())}
-            for name in ["quality", *DIVERSITY]:
-                row[f"{name}_mean"] = float(np.mean([r["final"][name] for r in group]))
-            rows.append(row)
-        learner = next(r for r in rows if r["method"] == LEARNER)["objective_mean"]
-        for row in rows:
-            row["gap_to_learner"] = row["objective_mean"] - learner
-            row["share_of_learner"] = row["objective_mean"] / learner if learner > 0 else None
-        out += rows
+        groups = {method: [r for r in of_metric(runs, metric) if r.method == method]
+                  for method in methods}
+        stats = {method: Outcome.stats(group) for method, group in groups.items()}
+        learner = stats[LEARNER]["objective_mean"]
+        for method, group in groups.items():
+            mine = stats[method]["objective_mean"]
+            out.append(DirectSummary(
+                metric=metric, method=method, runs=len(group),
+                wall_s_std=float(np.std([r.wall_s for r in group])),
+                gap_to_learner=mine - learner,
+                share_of_learner=mine / learner if learner > 0 else None, **stats[method]))
     return out
 
 
-def markdown(results: dict) -> str:
-    cfg = results["config"]
+def markdown(results: DirectResult) -> str:
+    cfg = results.config
     diversity_cols = list(DIVERSITY)
     lines = ["# Ablation: direct per-row scores vs the policy gradient", "",
-             machine_line(results["machine"]), "",
+             results.machine.line(), "",
              f"Synthetic rows (N = {cfg['n']}, {cfg['dim']}-d, {cfg['clusters']} clusters), "
              f"select_ratio {cfg['ratio']:g}, lamb {cfg['lamb']:g}; learner: {cfg['steps']} steps, "
              f"G {cfg['n_rollout']}, partial {cfg['partial']:g}, lr {lr_of(cfg)}, seeds "
@@ -176,30 +154,24 @@ def markdown(results: dict) -> str:
              "~ 0, higher is better); mean +- std over runs. Gap: objective minus the learner's. "
              "The one-shot selections do not depend on the metric: the same selection is scored "
              "in every table.", ""]
-    for metric in cfg["metrics"]:
+    for metric in results.metrics:
         lines += [f"## joint_{metric}", "",
                   "| method | runs | wall s | objective | gap to learner | quality | "
                   + " | ".join(diversity_cols) + " |",
                   "|---|---:|---:|---:|---:|---:|" + "---:|" * len(diversity_cols)]
-        for s in results["summary"]:
-            if s["metric"] != metric:
-                continue
-            gap = "-" if s["method"] == LEARNER else f"{s['gap_to_learner']:+.3f}"
-            lines.append(f"| {s['method']} | {s['runs']} | {s['wall_s_mean']:.3g} | "
-                         f"{s['objective_mean']:.3f} +- {s['objective_std']:.3f} | {gap} | "
-                         f"{s['quality_mean']:.3f} | "
-                         + " | ".join(f"{s[f'{m}_mean']:.4g}" for m in diversity_cols) + " |")
+        for s in of_metric(results.summary, metric):
+            gap = "-" if s.method == LEARNER else f"{s.gap_to_learner:+.3f}"
+            lines.append(f"| {s.method} | {s.runs} | {s.wall_s_mean:.3g} | "
+                         f"{s.objective_mean:.3f} +- {s.objective_std:.3f} | {gap} | "
+                         f"{s.means['quality']:.3f} | "
+                         + " | ".join(f"{s.means[m]:.4g}" for m in diversity_cols) + " |")
         lines.append("")
     lines += ["Best method (highest mean objective): "
-              + "; ".join(f"{m}: {v}" for m, v in results["best"].items()) + ".", ""]
+              + "; ".join(f"{m}: {v}" for m, v in results.best.items()) + ".", ""]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse(argv)
-    results = run(args)
-    write_outputs(args.output, "ablation-direct", results, markdown(results))
-    return results
+main = experiment_main(parse, run, markdown)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
     python -m reproduce.experiments.findings [--results runs/experiments]
         [--figures runs/experiments/figures]
 
-It reads timing.json, ablation-<knob>.json (G, lamb, partial, init, lr, steps, logprob) and
-ablation-direct.json, whichever exist, and writes findings.md beside them: every number in it is
-read from those files, and a claim whose file is missing says so instead of a verdict. Each claim
-is tested by a stated rule, so that a rerun on other data can flip it:
+It reads timing.json, ablation-<knob>.json (each knob of sweep.KNOBS) and ablation-direct.json,
+whichever exist, as their records (records.py), and writes findings.md beside them: every number
+in it is read from those files, and a claim whose file is missing says so instead of a verdict.
+Each claim is tested by a stated rule, so that a rerun on other data can flip it:
 
 - the learner's time against the reference greedy's (timing), and its objective against each
   greedy's (gain ratio >= 0.95 counts as "as good");
@@ -24,29 +24,26 @@ is tested by a stated rule, so that a rerun on other data can flip it:
 from __future__ import annotations
 
 import argparse
-import json
 import os
+from typing import Callable
 
 import numpy as np
 
 from datamask.data import atomic_output
 
 from .common import lr_setting
+from .records import DirectResult, SweepResult, SweepSummary, TimingResult, best_of, of_metric
+from .records import read_result
 from .sweep import KNOBS
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
 
 
-def load(results: str, name: str) -> dict | None:
-    path = os.path.join(results, f"{name}.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def missing(name: str, target: str) -> list[str]:
-    return [f"Not measured: no `{name}.json` (run `make {target}`).", ""]
+def missing(experiment: str) -> list[str]:
+    """The file and the Make target share the experiment's name (timing's target says what it
+    reproduces)."""
+    target = "reproduce-timing" if experiment == "timing" else experiment
+    return [f"Not measured: no `{experiment}.json` (run `make {target}`).", ""]
 
 
 def figure(figures: str, results: str, name: str) -> list[str]:
@@ -61,140 +58,130 @@ def verdict(holds: bool) -> str:
     return "**holds**" if holds else "**does not hold**"
 
 
-def summary_of(result: dict, metric: str) -> list[dict]:
-    return [s for s in result["summary"] if s["metric"] == metric]
+def section(heading: str | None, experiment: str, result, claims: Callable) -> list[str]:
+    """`heading`, then `claims(result)`, or a line that says the experiment was not run."""
+    lines = [heading, ""] if heading else []
+    return lines + (missing(experiment) if result is None else claims(result) + [""])
 
 
-def timing_section(timing: dict | None) -> list[str]:
-    lines = ["## Learner against greedy: time and objective (`make reproduce-timing`)", ""]
-    if timing is None:
-        return lines + missing("timing", "reproduce-timing")
-    paper = timing["paper"]
-    lines += [f"Paper: DiSF at N = {paper['n']:,} on a {paper['device']}: the learner took "
-              f"{paper['time_ratio']:.2%} of the greedy's time.", "",
+def timing_claims(timing: TimingResult) -> list[str]:
+    paper = timing.paper
+    lines = [f"Paper: DiSF at N = {paper.n:,} on a {paper.device}: the learner took "
+              f"{paper.time_ratio:.2%} of the greedy's time.", "",
               "| metric | N | greedy | greedy status | learner / greedy time | gain ratio |",
               "|---|---:|---|---|---:|---:|"]
-    for c in timing["comparisons"]:
-        gain = "-" if c["gain_ratio"] is None else f"{c['gain_ratio']:.3f}"
-        lines.append(f"| {c['metric']} | {c['n']:,} | {c['greedy']} | {c['greedy_status']} | "
-                     f"{c['time_ratio']:.3g} | {gain} |")
+    for c in timing.comparisons:
+        gain = "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"
+        lines.append(f"| {c.metric} | {c.n:,} | {c.greedy} | {c.greedy_status} | "
+                     f"{c.time_ratio:.3g} | {gain} |")
     lines.append("")
-    disf_reference = [c for c in timing["comparisons"]
-                      if c["metric"] == "DiSF" and c["greedy_role"] == "reference"]
+    disf_reference = [c for c in of_metric(timing.comparisons, "DiSF")
+                      if c.greedy_role == "reference"]
     if disf_reference:
-        largest = max(disf_reference, key=lambda c: c["n"])
+        largest = best_of(disf_reference, key=lambda c: c.n)
         lines.append(f"- Claim: on DiSF the learner takes a small fraction of the reference greedy's "
-                     f"time. At N = {largest['n']:,} it took {largest['time_ratio']:.2%} "
-                     f"({largest['greedy_status']} greedy time; paper {paper['time_ratio']:.2%}): "
-                     f"{verdict(largest['time_ratio'] < 0.1)} (rule: under 10%).")
-    for metric in timing["config"]["metrics"]:
-        measured = [c for c in timing["comparisons"] if c["metric"] == metric
-                    and c["gain_ratio"] is not None]
+                     f"time. At N = {largest.n:,} it took {largest.time_ratio:.2%} "
+                     f"({largest.greedy_status} greedy time; paper {paper.time_ratio:.2%}): "
+                     f"{verdict(largest.time_ratio < 0.1)} (rule: under 10%).")
+    for metric in timing.metrics:
+        measured = [c for c in of_metric(timing.comparisons, metric) if c.gain_ratio is not None]
         if not measured:
             continue
-        good = [c for c in measured if c["gain_ratio"] >= AS_GOOD]
+        good = [c for c in measured if c.gain_ratio >= AS_GOOD]
         lines.append(f"- Claim: on {metric} the learner's objective is as good as the greedies' "
                      f"(gain ratio >= {AS_GOOD}): {len(good)} of {len(measured)} measured "
                      f"comparisons; {verdict(len(good) == len(measured))}. Gain ratios: "
-                     + ", ".join(f"{c['greedy']} N={c['n']:,}: {c['gain_ratio']:.2f}"
+                     + ", ".join(f"{c.greedy} N={c.n:,}: {c.gain_ratio:.2f}"
                                  for c in measured) + ".")
-        cross = timing["crossover"].get(metric)
-        faster = [c["n"] for c in timing["comparisons"] if c["metric"] == metric
-                  and c["greedy_role"] == "fast" and c["time_ratio"] < 1]
+        cross = timing.crossover.get(metric)
+        faster = [c.n for c in of_metric(timing.comparisons, metric)
+                  if c.greedy_role == "fast" and c.time_ratio < 1]
         lines.append(f"- {metric}: the learner is faster than the fast greedy at "
                      + ("N = " + ", ".join(f"{n:,}" for n in faster) if faster
                         else "none of the sizes")
                      + "; " + (f"crossover: from N = {cross:,} on." if cross else
                                "no crossover (no N from which it stays faster)."))
-    return lines + [""]
+    return lines
 
 
-def useful_range(rows: list[dict]) -> tuple[dict, list[dict]]:
+def useful_range(rows: list[SweepSummary]) -> tuple[SweepSummary, list[SweepSummary]]:
     """The best row by mean objective, and the rows within one seed std of it that also ended
     above their first-step objective."""
-    best = max(rows, key=lambda s: s["objective_mean"])
-    floor = best["objective_mean"] - max(best["objective_std"], 1e-12)
-    return best, [s for s in rows if s["objective_mean"] >= floor
-                  and s["objective_mean"] > s["start_mean"]]
+    best = best_of(rows)
+    floor = best.objective_mean - max(best.objective_std, 1e-12)
+    return best, [s for s in rows if s.objective_mean >= floor and s.objective_mean > s.start_mean]
 
 
-def lr_section(result: dict | None) -> list[str]:
-    lines = ["## Learning rate and schedule (`make ablation-lr`, `make ablation-steps`)", ""]
-    if result is None:
-        return lines + missing("ablation-lr", "ablation-lr")
+def lr_claims(result: SweepResult) -> list[str]:
     default = lr_setting()
-    lines += [f"Settings as schedule:max_lr:min_lr; N = {result['config']['n']:,}, "
-              f"{result['config']['steps']} steps, seeds {result['config']['seeds']}. "
+    lines = [f"Settings as schedule:max_lr:min_lr; N = {result.config['n']:,}, "
+              f"{result.config['steps']} steps, seeds {result.config['seeds']}. "
               f"`datamask select` default: {default}.", "",
               "| metric | best | its objective | useful range (within 1 std of the best) | "
               "highest max_lr | lowest max_lr | joint greedy |", "|---|---|---:|---|---:|---:|---:|"]
     claims, in_range = [], []
-    for metric in result["config"]["metrics"]:
-        rows = summary_of(result, metric)
+    for metric in result.metrics:
+        rows = of_metric(result.summary, metric)
         best, useful = useful_range(rows)
-        max_lr = {s["value"]: float(s["value"].split(":")[1]) for s in rows}
-        highest = max(rows, key=lambda s: max_lr[s["value"]])
-        lowest = min(rows, key=lambda s: max_lr[s["value"]])
-        greedy = next((g for g in result["greedy"] if g["metric"] == metric), None)
-        lines.append(f"| {metric} | {best['value']} | {best['objective_mean']:.3f} +- "
-                     f"{best['objective_std']:.3f} | {', '.join(s['value'] for s in useful)} | "
-                     f"{highest['objective_mean']:.3f} ({highest['value']}) | "
-                     f"{lowest['objective_mean']:.3f} ({lowest['value']}) | "
-                     + (f"{greedy['objective']:.3f}" if greedy else "-") + " |")
-        best_gain = best["objective_mean"] - best["start_mean"]
-        lowest_gain = lowest["objective_mean"] - lowest["start_mean"]
-        frozen = highest["objective_mean"] < best["objective_mean"] - best["objective_std"]
+        max_lr = {s.value: float(s.value.split(":")[1]) for s in rows}
+        highest = best_of(rows, key=lambda s: max_lr[s.value])
+        lowest = min(rows, key=lambda s: max_lr[s.value])
+        greedy = next(iter(of_metric(result.greedy, metric)), None)
+        lines.append(f"| {metric} | {best.value} | {best.objective_mean:.3f} +- "
+                     f"{best.objective_std:.3f} | {', '.join(s.value for s in useful)} | "
+                     f"{highest.objective_mean:.3f} ({highest.value}) | "
+                     f"{lowest.objective_mean:.3f} ({lowest.value}) | "
+                     + (f"{greedy.objective:.3f}" if greedy else "-") + " |")
+        best_gain = best.objective_mean - best.start_mean
+        lowest_gain = lowest.objective_mean - lowest.start_mean
+        frozen = highest.objective_mean < best.objective_mean - best.objective_std
         claims.append(
             f"- {metric}: too high a rate ends below the best, by more than one std "
-            f"({highest['value']}: {highest['objective_mean']:.3f} vs "
-            f"{best['objective_mean']:.3f}): {verdict(frozen)}; too low a rate barely moves "
-            f"from its first step ({lowest['value']}: gain {lowest_gain:.3f} vs the best's "
+            f"({highest.value}: {highest.objective_mean:.3f} vs "
+            f"{best.objective_mean:.3f}): {verdict(frozen)}; too low a rate barely moves "
+            f"from its first step ({lowest.value}: gain {lowest_gain:.3f} vs the best's "
             f"{best_gain:.3f}; rule: under 10%): "
             + (verdict(lowest_gain < 0.1 * best_gain) if best_gain > 0
                else "not testable (the best setting did not gain over its first step)") + ".")
-        in_range.append(default in {s["value"] for s in useful})
+        in_range.append(default in {s.value for s in useful})
     overall = overall_best(result)
     lines += ["", *claims,
               f"- The default {default} is in the useful range for "
               f"{sum(in_range)} of {len(in_range)} metrics.",
               f"- Best setting over all metrics (lowest mean rank of the final objective): "
               f"{overall}; `datamask select`'s default "
-              + ("is that setting." if overall == default else f"({default}) is not."), ""]
+              + ("is that setting." if overall == default else f"({default}) is not.")]
     return lines
 
 
-def overall_best(result: dict) -> str:
+def overall_best(result: SweepResult) -> str:
     """The value with the lowest mean rank (1 = best objective) across the metrics; ties go to
     the value listed first."""
     ranks: dict[str, list[int]] = {}
-    for metric in result["config"]["metrics"]:
-        rows = sorted(summary_of(result, metric), key=lambda s: -s["objective_mean"])
+    for metric in result.metrics:
+        rows = sorted(of_metric(result.summary, metric), key=lambda s: -s.objective_mean)
         for rank, row in enumerate(rows, 1):
-            ranks.setdefault(row["value"], []).append(rank)
+            ranks.setdefault(row.value, []).append(rank)
     return min(ranks, key=lambda value: np.mean(ranks[value]))
 
 
-def steps_section(result: dict | None) -> list[str]:
-    if result is None:
-        return missing("ablation-steps", "ablation-steps")
+def steps_claims(result: SweepResult) -> list[str]:
     lines = ["Steps (n_epochs) against the final objective and wall time:", "",
              "| metric | steps | objective | wall s |", "|---|---:|---:|---:|"]
-    for s in result["summary"]:
-        lines.append(f"| {s['metric']} | {s['value']:g} | {s['objective_mean']:.3f} +- "
-                     f"{s['objective_std']:.3f} | {s['wall_s_mean']:.3g} |")
-    return lines + [""]
+    for s in result.summary:
+        lines.append(f"| {s.metric} | {s.value:g} | {s.objective_mean:.3f} +- "
+                     f"{s.objective_std:.3f} | {s.wall_s_mean:.3g} |")
+    return lines
 
 
-def g_section(result: dict | None) -> list[str]:
-    lines = ["## Group size G (`make ablation-G`)", ""]
-    if result is None:
-        return lines + missing("ablation-G", "ablation-G")
-    for metric in result["config"]["metrics"]:
-        rows = summary_of(result, metric)
-        unstable = [s["value"] for s in rows if not s["stable"]]
+def g_claims(result: SweepResult) -> list[str]:
+    lines = []
+    for metric in result.metrics:
+        rows = of_metric(result.summary, metric)
+        unstable = [s.value for s in rows if not s.stable]
         # the paper's claim separates G: unstable somewhere below 128, stable from 128 on
         holds = any(g < 128 for g in unstable) and all(g < 128 for g in unstable)
-        smallest = result["smallest_stable"][metric]
+        smallest = result.smallest_stable[metric]
         lines.append(f"- {metric}: smallest stable G "
                      f"{'none' if smallest is None else f'{smallest:g}'}; paper's claim that G "
                      f"below 128 diverges (unstable below 128, stable from 128 on): "
@@ -202,104 +189,103 @@ def g_section(result: dict | None) -> list[str]:
                      + (f" (unstable: {', '.join(f'{g:g}' for g in unstable)})" if unstable
                         else "")
                      + "; objective by G: " + ", ".join(
-                         f"{s['value']:g}: {s['objective_mean']:.3f}" for s in rows) + ".")
-    return lines + [""]
+                         f"{s.value:g}: {s.objective_mean:.3f}" for s in rows) + ".")
+    return lines
 
 
-def logprob_section(result: dict | None) -> list[str]:
-    lines = ["## Simplified against exact log-probability (`make ablation-logprob`)", ""]
-    if result is None:
-        return lines + missing("ablation-logprob", "ablation-logprob")
-    for metric in result["config"]["metrics"]:
-        rows = {s["value"]: s for s in summary_of(result, metric)}
+def logprob_claims(result: SweepResult) -> list[str]:
+    lines = []
+    for metric in result.metrics:
+        rows = {s.value: s for s in of_metric(result.summary, metric)}
         simple, exact = rows.get("simple"), rows.get("exact")
         if not (simple and exact):
             continue
-        gap = exact["objective_mean"] - simple["objective_mean"]
-        noise = max(simple["objective_std"], exact["objective_std"])
-        lines.append(f"- {metric}: exact {exact['objective_mean']:.3f} vs simple "
-                     f"{simple['objective_mean']:.3f} (difference {gap:+.3f}, seed std "
+        gap = exact.objective_mean - simple.objective_mean
+        noise = max(simple.objective_std, exact.objective_std)
+        lines.append(f"- {metric}: exact {exact.objective_mean:.3f} vs simple "
+                     f"{simple.objective_mean:.3f} (difference {gap:+.3f}, seed std "
                      f"{noise:.3f}); time exact / simple "
-                     f"{exact['wall_s_mean'] / simple['wall_s_mean']:.2f}. Claim: the "
+                     f"{exact.wall_s_mean / simple.wall_s_mean:.2f}. Claim: the "
                      f"simplification costs nothing (difference within one std): "
                      f"{verdict(gap <= noise)}.")
-    return lines + [""]
+    return lines
 
 
-def direct_section(result: dict | None, learner_label: str = "datamask") -> list[str]:
-    lines = ["## Is the policy gradient needed? One-shot selectors (`make ablation-direct`)", ""]
-    if result is None:
-        return lines + missing("ablation-direct", "ablation-direct")
-    for metric in result["config"]["metrics"]:
-        rows = {s["method"]: s for s in result["summary"] if s["metric"] == metric}
+def direct_claims(result: DirectResult, learner_label: str = "datamask") -> list[str]:
+    lines = []
+    for metric in result.metrics:
+        rows = {s.method: s for s in of_metric(result.summary, metric)}
         learner = rows.get(learner_label)
         if learner is None:
             continue
-        one_shot = {m: s for m, s in rows.items() if m not in (learner_label, "joint-greedy")}
-        best = max(one_shot.values(), key=lambda s: s["objective_mean"])
-        close = best["objective_mean"] >= learner["objective_mean"] - learner["objective_std"]
-        lines.append(f"- {metric}: learner {learner['objective_mean']:.3f} in "
-                     f"{learner['wall_s_mean']:.3g} s; best one-shot {best['method']} "
-                     f"{best['objective_mean']:.3f} in {best['wall_s_mean']:.3g} s"
-                     + (f"; joint greedy {rows['joint-greedy']['objective_mean']:.3f} in "
-                        f"{rows['joint-greedy']['wall_s_mean']:.3g} s" if "joint-greedy" in rows
-                        else "")
+        best = best_of(s for m, s in rows.items() if m not in (learner_label, "joint-greedy"))
+        close = best.objective_mean >= learner.objective_mean - learner.objective_std
+        greedy = rows.get("joint-greedy")
+        lines.append(f"- {metric}: learner {learner.objective_mean:.3f} in "
+                     f"{learner.wall_s_mean:.3g} s; best one-shot {best.method} "
+                     f"{best.objective_mean:.3f} in {best.wall_s_mean:.3g} s"
+                     + (f"; joint greedy {greedy.objective_mean:.3f} in "
+                        f"{greedy.wall_s_mean:.3g} s" if greedy else "")
                      + f". Claim: a one-shot method comes within one seed std of the learner: "
                      f"{verdict(close)}.")
-    return lines + [""]
+    return lines
 
 
-def lamb_section(result: dict | None) -> list[str]:
+def lamb_claims(result: SweepResult) -> list[str]:
     """Objectives at different lamb are different functions: the claim is the trade-off itself."""
-    if result is None:
-        return missing("ablation-lamb", "ablation-lambda")
-    lines = [f"lamb (paper: {result['paper']}; quality goes up and diversity down with lamb):", ""]
-    for metric in result["config"]["metrics"]:
-        rows = sorted(summary_of(result, metric), key=lambda s: s["value"])
-        low, high = rows[0], rows[-1]
-        holds = (high["quality_mean"] > low["quality_mean"]
-                 and low[f"{metric}_mean"] > high[f"{metric}_mean"])
-        lines.append(f"- {metric}: lamb {low['value']:g} -> {high['value']:g}: mean quality "
-                     f"{low['quality_mean']:.3f} -> {high['quality_mean']:.3f}, {metric} "
-                     f"{low[f'{metric}_mean']:.4g} -> {high[f'{metric}_mean']:.4g}: "
+    lines = [f"lamb (paper: {result.paper}; quality goes up and diversity down with lamb):", ""]
+    for metric in result.metrics:
+        rows = sorted(of_metric(result.summary, metric), key=lambda s: s.value)
+        low, high = rows[0].means, rows[-1].means
+        holds = high["quality"] > low["quality"] and low[metric] > high[metric]
+        lines.append(f"- {metric}: lamb {rows[0].value:g} -> {rows[-1].value:g}: mean quality "
+                     f"{low['quality']:.3f} -> {high['quality']:.3f}, {metric} "
+                     f"{low[metric]:.4g} -> {high[metric]:.4g}: "
                      f"{verdict(holds)}.")
-    return lines + [""]
+    return lines
 
 
-def knob_section(result: dict | None, knob: str) -> list[str]:
-    if result is None:
-        return missing(f"ablation-{knob}", f"ablation-{knob}")
-    lines = [f"{knob} (paper: {result['paper']}):", ""]
-    for metric in result["config"]["metrics"]:
-        values = np.array([s["objective_mean"] for s in summary_of(result, metric)])
-        lines.append(f"- {metric}: best {knob} = {result['best'][metric]}; final objective from "
+def knob_claims(result: SweepResult) -> list[str]:
+    knob = result.knob
+    lines = [f"{knob} (paper: {result.paper}):", ""]
+    for metric in result.metrics:
+        values = np.array([s.objective_mean for s in of_metric(result.summary, metric)])
+        lines.append(f"- {metric}: best {knob} = {result.best[metric]}; final objective from "
                      f"{values.min():.3f} to {values.max():.3f} across values.")
-    return lines + [""]
+    return lines
 
 
 def report(results: str, figures: str) -> str:
-    ablations = {knob: load(results, f"ablation-{knob}") for knob in KNOBS}
+    ablations = {knob: read_result(results, f"ablation-{knob}") for knob in KNOBS}
     lines = ["# Findings: what holds on this data", "",
              "Generated by `make findings` from the results files under "
              f"`{results}`; no number here is typed by hand. Rules for each verdict are in "
              "`reproduce/experiments/findings.py`.", ""]
-    timing = load(results, "timing")
+    timing = read_result(results, "timing")
     if timing:
-        m = timing["machine"]
-        lines += [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['device']}.",
-                  ""]
-    lines += timing_section(timing)
+        m = timing.machine
+        lines += [f"Machine: {m.cpu}, {m.cores} cores, torch {m.torch}, {m.device}.", ""]
+    lines += section("## Learner against greedy: time and objective (`make reproduce-timing`)",
+                     "timing", timing, timing_claims)
     lines += figure(figures, results, "3-timing") + figure(figures, results, "1-curves")
-    lines += lr_section(ablations["lr"]) + figure(figures, results, "2-ablation-lr-values")
-    lines += steps_section(ablations["steps"])
-    lines += g_section(ablations["G"]) + figure(figures, results, "2-ablation-G")
-    lines += logprob_section(ablations["logprob"])
-    lines += direct_section(load(results, "ablation-direct"))
+    lines += section("## Learning rate and schedule (`make ablation-lr`, `make ablation-steps`)",
+                     "ablation-lr", ablations["lr"], lr_claims)
+    lines += figure(figures, results, "2-ablation-lr-values")
+    lines += section(None, "ablation-steps", ablations["steps"], steps_claims)
+    lines += section("## Group size G (`make ablation-G`)", "ablation-G", ablations["G"],
+                     g_claims)
+    lines += figure(figures, results, "2-ablation-G")
+    lines += section("## Simplified against exact log-probability (`make ablation-logprob`)",
+                     "ablation-logprob", ablations["logprob"], logprob_claims)
+    lines += section("## Is the policy gradient needed? One-shot selectors "
+                     "(`make ablation-direct`)", "ablation-direct",
+                     read_result(results, "ablation-direct"), direct_claims)
     lines += figure(figures, results, "2-ablation-direct")
     lines += ["## The other knobs", ""]
-    lines += lamb_section(ablations["lamb"]) + figure(figures, results, "2-ablation-lamb-values")
+    lines += section(None, "ablation-lamb", ablations["lamb"], lamb_claims)
+    lines += figure(figures, results, "2-ablation-lamb-values")
     for knob in ("partial", "init", "scale_on"):
-        lines += knob_section(ablations[knob], knob)
+        lines += section(None, f"ablation-{knob}", ablations[knob], knob_claims)
         lines += figure(figures, results, f"2-ablation-{knob}-values")
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""`make ablation-G|lambda|partial|init|lr|steps|logprob|scale`: the learner with one knob swept.
+"""`make ablation-<knob>` (KNOBS): the learner with one knob swept, written to ablation-<knob>.json.
 
     python -m reproduce.experiments.sweep --knob G [--values 32 64 128 256 512] [--seeds 0 1 2]
         [--metrics DiSF Facility Pair_simi] [--n 2000] [--steps 200] [--output runs/experiments]
@@ -13,7 +13,7 @@ and final selection are scored by `datamask.report.Report` on all N rows (on tha
 selection scores ~0). The joint greedy on the same objective (each metric, each lamb) is run once
 beside them as the yardstick.
 
-`ablation-<knob>.json` schema:
+`ablation-<knob>.json` schema (records.SweepResult):
 - machine, config (the flags), knob, paper (what the paper reports for this knob)
 - runs: one per (metric, value, seed): metric, value, seed, params (the learner config), wall_s,
   objective (final joint_<metric> at the run's lamb), final (Report: quality, each diversity
@@ -38,10 +38,12 @@ from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_lr_argument, greedy_run, learner_run, lr_of, lr_params, machine,
-                     machine_line, parse_lr, warm_up_learner, write_outputs)
+from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
+                     learner_params, learner_run, lr_of, lr_params, machine, parse_lr,
+                     start_of_last_run, warm_up_learner)
+from .records import GreedyLevel, Outcome, SweepResult, SweepRun, SweepSummary, best_of, of_metric
 
-KNOBS = {  # knob -> (default values, paper's finding)
+KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` sweeps it
     "G": ([32, 64, 128, 256, 512], "G from 32 to 512; diverges below 128"),
     "lamb": ([1.0, 0.7, 0.5, 0.3, 0.1], "lamb from 1.0 to 0.1"),
     "partial": ([1.0, 0.1, 0.05, 0.01], "partial 100/10/5/1%"),
@@ -57,45 +59,29 @@ KNOBS = {  # knob -> (default values, paper's finding)
 TEXT_KNOBS = ("init", "lr", "logprob", "scale_on")
 
 
-def learner_params(knob: str, value, args) -> dict:
-    params = {"algorithm": None, "lamb": args.lamb, "n_rollout": args.n_rollout,
-              "n_epochs": args.steps, "partial": args.partial, "device": "cpu",
-              **lr_params(args.lr)}
+def knob_params(knob: str, value, args) -> dict:
+    """The learner's parameters with `knob` set to `value` (the run fills in the metric)."""
     if knob == "G":
-        params["n_rollout"] = int(value)
+        change = {"n_rollout": int(value)}
     elif knob == "steps":
-        params["n_epochs"] = int(value)
+        change = {"n_epochs": int(value)}
     elif knob == "init":
         init, _, prune = value.partition("+")
-        params.update(init=init, prune_ratio=args.prune_ratio if prune else 0.0)
+        change = {"init": init, "prune_ratio": args.prune_ratio if prune else 0.0}
     elif knob == "lr":
-        params.update(lr_params(value))
-    elif knob in ("logprob", "scale_on"):
-        params[knob] = value
-    else:
-        params[knob] = float(value)
-    return params
+        change = lr_params(value)
+    else:  # lamb, partial, logprob, scale_on: the learner's own name
+        change = {knob: value if knob in TEXT_KNOBS else float(value)}
+    return learner_params(args, **dict({"lamb": args.lamb}, **change))
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = experiment_parser(__doc__, steps=200)
+    add_seeded_rows(parser)
     parser.add_argument("--knob", required=True, choices=list(KNOBS))
     parser.add_argument("--values", nargs="+", help="default: the paper's range for the knob")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--metrics", nargs="+", default=list(DIVERSITY), choices=list(DIVERSITY))
-    parser.add_argument("--n", type=int, default=2000, help="rows")
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--clusters", type=int, default=64)
-    parser.add_argument("--data_seed", type=int, default=0)
-    parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
-    parser.add_argument("--steps", type=int, default=200, help="learner n_epochs")
-    parser.add_argument("--lamb", type=float, default=0.5)
-    parser.add_argument("--n_rollout", type=int, default=128)
-    parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--prune_ratio", type=float, default=0.5, help="for init '+prune'")
     parser.add_argument("--eval_points", type=int, default=20)
-    add_lr_argument(parser)
-    parser.add_argument("--output", default="runs/experiments")
     args = parser.parse_args(argv)
     default, _ = KNOBS[args.knob]
     kind = str if args.knob in TEXT_KNOBS else float
@@ -109,7 +95,7 @@ def parse(argv):
     return args
 
 
-def run(args) -> dict:
+def run(args) -> SweepResult:
     data = synthetic_dataset(args.n, dim=args.dim, n_clusters=args.clusters, seed=args.data_seed)
     warm_up_learner(args.dim, args.ratio, args.metrics, args.data_seed,
                     n_rollout=min(8, args.n_rollout), partial=args.partial)
@@ -117,7 +103,7 @@ def run(args) -> dict:
     runs = []
     for metric in args.metrics:
         for value in args.values:
-            params = dict(learner_params(args.knob, value, args), algorithm=metric)
+            params = dict(knob_params(args.knob, value, args), algorithm=metric)
             lamb = params["lamb"]
             report = reports.setdefault(lamb, Report(data, args.ratio, lamb, seed=args.data_seed))
             key = f"joint_{metric}"
@@ -125,9 +111,9 @@ def run(args) -> dict:
                 result = learner_run(data, args.ratio, lambda m: report(m)[key], args.eval_points,
                                      seed=seed, **params)
                 final = report(result["selected"])
-                runs.append({"metric": metric, "value": value, "seed": seed,
-                             "params": dict(params, seed=seed), "wall_s": result["wall_s"],
-                             "objective": final[key], "final": final, "curve": result["curve"]})
+                runs.append(SweepRun(metric=metric, value=value, seed=seed,
+                                     params=dict(params, seed=seed), wall_s=result["wall_s"],
+                                     objective=final[key], final=final, curve=result["curve"]))
                 print(f"{metric} {args.knob}={value} seed {seed}: {final[key]:.3f} in "
                       f"{result['wall_s']:.2f} s", flush=True)
     greedy = []
@@ -135,53 +121,45 @@ def run(args) -> dict:
         for lamb, report in reports.items():
             result = greedy_run(data, args.ratio, "joint-greedy", algorithm=metric, lamb=lamb,
                                 seed=args.data_seed, device="cpu")
-            greedy.append({"metric": metric, "lamb": lamb, "wall_s": result["wall_s"],
-                           "objective": report(result["selected"])[f"joint_{metric}"]})
+            greedy.append(GreedyLevel(metric=metric, lamb=lamb, wall_s=result["wall_s"],
+                                      objective=report(result["selected"])[f"joint_{metric}"]))
     summary = summarise(runs, args)
-    best = {m: max((s for s in summary if s["metric"] == m),
-                   key=lambda s: s["objective_mean"])["value"] for m in args.metrics}
-    return {"experiment": f"ablation-{args.knob}", "knob": args.knob, "machine": machine("cpu"),
-            "config": vars(args), "paper": KNOBS[args.knob][1], "runs": runs,
-            "summary": summary, "greedy": greedy, "best": best,
-            "smallest_stable": smallest_stable(summary, args)}
+    return SweepResult(
+        experiment=f"ablation-{args.knob}", knob=args.knob, machine=machine("cpu"),
+        config=vars(args), paper=KNOBS[args.knob][1], runs=runs, summary=summary, greedy=greedy,
+        best={m: best_of(of_metric(summary, m)).value for m in args.metrics},
+        smallest_stable=smallest_stable(summary, args.metrics))
 
 
-def summarise(runs: list[dict], args) -> list[dict]:
+def summarise(runs: list[SweepRun], args) -> list[SweepSummary]:
     out = []
     for metric in args.metrics:
         for value in args.values:
-            group = [r for r in runs if r["metric"] == metric and r["value"] == value]
-            final = np.array([r["objective"] for r in group])
-            start = np.array([r["curve"][0]["objective"] for r in group])
+            group = [r for r in of_metric(runs, metric) if r.value == value]
+            final = np.array([r.objective for r in group])
+            start = np.array([r.curve[0].objective for r in group])
             gain = float(np.mean(final - start))
-            row = {"metric": metric, "value": value, "objective_mean": float(final.mean()),
-                   "objective_std": float(final.std()), "start_mean": float(start.mean()),
-                   "wall_s_mean": float(np.mean([r["wall_s"] for r in group])),
-                   "stable": bool(np.all(final > start) and np.ptp(final) <= 0.25 * gain)}
-            for name in ["quality", *DIVERSITY]:
-                row[f"{name}_mean"] = float(np.mean([r["final"][name] for r in group]))
-            out.append(row)
+            out.append(SweepSummary(
+                metric=metric, value=value, start_mean=float(start.mean()),
+                stable=bool(np.all(final > start) and np.ptp(final) <= 0.25 * gain),
+                **Outcome.stats(group)))
     return out
 
 
-def smallest_stable(summary: list[dict], args) -> dict:
+def smallest_stable(summary: list[SweepSummary], metrics) -> dict:
     """Per metric, the smallest value (in the order given) from which every later one is stable."""
     result = {}
-    for metric in args.metrics:
-        rows = [s for s in summary if s["metric"] == metric]
-        result[metric] = None
-        for row in reversed(rows):
-            if not row["stable"]:
-                break
-            result[metric] = row["value"]
+    for metric in metrics:
+        start = start_of_last_run(of_metric(summary, metric), lambda s: s.stable)
+        result[metric] = start.value if start else None
     return result
 
 
-def markdown(results: dict) -> str:
-    cfg, knob = results["config"], results["knob"]
+def markdown(results: SweepResult) -> str:
+    cfg, knob = results.config, results.knob
     diversity_cols = list(DIVERSITY)
-    lines = [f"# Ablation: {knob}", "", machine_line(results["machine"]), "",
-             f"Paper: {results['paper']}. Here: synthetic rows (N = {cfg['n']}, {cfg['dim']}-d, "
+    lines = [f"# Ablation: {knob}", "", results.machine.line(), "",
+             f"Paper: {results.paper}. Here: synthetic rows (N = {cfg['n']}, {cfg['dim']}-d, "
              f"{cfg['clusters']} clusters), select_ratio {cfg['ratio']:g}, {cfg['steps']} steps, "
              f"seeds {cfg['seeds']}, CPU; defaults otherwise lamb {cfg['lamb']:g}, G "
              f"{cfg['n_rollout']}, partial {cfg['partial']:g}, lr {lr_of(cfg)}. "
@@ -191,27 +169,23 @@ def markdown(results: dict) -> str:
              "quality | "
              + " | ".join(diversity_cols) + " |",
              "|---|---|---:|---:|---:|---|---:|" + "---:|" * len(diversity_cols)]
-    for s in results["summary"]:
-        lines.append(f"| {s['metric']} | {s['value']} | {s['objective_mean']:.3f} +- "
-                     f"{s['objective_std']:.3f} | {s['start_mean']:.3f} | {s['wall_s_mean']:.3g} | "
-                     f"{'yes' if s['stable'] else 'no'} | {s['quality_mean']:.3f} | "
-                     + " | ".join(f"{s[f'{m}_mean']:.4g}" for m in diversity_cols) + " |")
+    for s in results.summary:
+        lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
+                     f"{s.objective_std:.3f} | {s.start_mean:.3f} | {s.wall_s_mean:.3g} | "
+                     f"{'yes' if s.stable else 'no'} | {s.means['quality']:.3f} | "
+                     + " | ".join(f"{s.means[m]:.4g}" for m in diversity_cols) + " |")
     lines += ["", "Joint greedy on the same objective: " + "; ".join(
-        f"{g['metric']} (lamb {g['lamb']:g}) {g['objective']:.3f} in {g['wall_s']:.3g} s"
-        for g in results["greedy"]) + ".",
+        f"{g.metric} (lamb {g.lamb:g}) {g.objective:.3f} in {g.wall_s:.3g} s"
+        for g in results.greedy) + ".",
         "", "Best value (highest mean objective): "
-        + "; ".join(f"{m}: {v}" for m, v in results["best"].items()) + ".",
+        + "; ".join(f"{m}: {v}" for m, v in results.best.items()) + ".",
         "", "Smallest stable value (it and every later one): "
               + "; ".join(f"{m}: {v if v is not None else 'none'}"
-                          for m, v in results["smallest_stable"].items()) + ".", ""]
+                          for m, v in results.smallest_stable.items()) + ".", ""]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse(argv)
-    results = run(args)
-    write_outputs(args.output, f"ablation-{args.knob}", results, markdown(results))
-    return results
+main = experiment_main(parse, run, markdown)
 
 
 if __name__ == "__main__":

