@@ -104,6 +104,9 @@ def run(pool: Path, output: Path, methods: dict[str, str], seeds: list[int], con
                            str(prepared), "--select_ratio", str(ratio), "--output", str(out),
                            "--seed", str(select_seed), log=logs / "select.log")
                 continue
+            summary = out / "summary.json"
+            if summary.is_file() and json.loads(summary.read_text()).get("method") == spec:
+                continue  # finished before: the same spec on the same prepared rows
             python("reproduce", "select", "--input", str(prepared), "--method", spec,
                    "--output", str(out), "--select_ratio", str(ratio), "--block_size",
                    str(block_size), "--seed", str(select_seed), threads=2,
