@@ -305,6 +305,17 @@ def test_a_results_file_of_another_shape_is_refused_by_name(tmp_path):
         findings.main(["--results", str(tmp_path)])
 
 
+def test_findings_carry_the_downstream_verdict_or_say_it_was_not_run(tmp_path):
+    assert "no `downstream/tables/table2.json` (run `make downstream`)" in findings.main(
+        ["--results", str(tmp_path)])
+    tables = tmp_path / "downstream" / "tables"
+    tables.mkdir(parents=True)
+    verdict = {"rule": "a rule\n", "lines": ["Power: the positive control is separated"]}
+    (tables / "table2.json").write_text(json.dumps({"verdict": verdict}))
+    text = findings.main(["--results", str(tmp_path)])
+    assert "a rule" in text and "- Power: the positive control is separated" in text
+
+
 def test_committed_findings_are_what_the_committed_results_say(monkeypatch):
     """reproduce/results/ (files of older runs included) reads as records, and findings.md there
     is exactly what `make findings EXP_DIR=reproduce/results` writes from them."""

@@ -18,18 +18,23 @@ Each claim is tested by a stated rule, so that a rerun on other data can flip it
 - G: the smallest stable G (sweep.smallest_stable), and whether any G below 128 is unstable;
 - the exact Plackett-Luce log-probability against the simple one: objective and time ratios;
 - one-shot selectors against the learner: the best one-shot per metric and its gap;
-- lamb, partial, init and steps: the best value and the range of objectives.
+- lamb, partial, init and steps: the best value and the range of objectives;
+- downstream (`make downstream`, downstream/tables/table2.json): the verdict of eval/verdict.py's
+  rule, fixed before any downstream result (the control separated or not, each method against
+  random, the paper's ordering).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Callable
 
 import numpy as np
 
 from datamask.data import atomic_output
+from eval.verdict import verdict_markdown
 
 from .common import lr_setting
 from .records import DirectResult, SweepResult, SweepSummary, TimingResult, best_of, of_metric
@@ -255,6 +260,21 @@ def knob_claims(result: SweepResult) -> list[str]:
     return lines
 
 
+def downstream_claims(results: str) -> list[str]:
+    """The downstream verdict as eval/verdict.py's rule states it, from the committed table."""
+    path = os.path.join(results, "downstream", "tables", "table2.json")
+    if not os.path.exists(path):
+        return ["Not measured: no `downstream/tables/table2.json` (run `make downstream`).", ""]
+    with open(path) as f:
+        table = json.load(f)
+    text = verdict_markdown(table["verdict"]).split("\n", 2)[2]  # without its own heading
+    lines = ["From `downstream/tables/table2.md` (rule in `eval/verdict.py`):", "", text]
+    figure_path = os.path.join(results, "downstream", "figures", "downstream.png")
+    if os.path.exists(figure_path):
+        lines += [f"![downstream]({os.path.relpath(figure_path, results)})", ""]
+    return lines
+
+
 def report(results: str, figures: str) -> str:
     ablations = {knob: read_result(results, f"ablation-{knob}") for knob in KNOBS}
     lines = ["# Findings: what holds on this data", "",
@@ -287,6 +307,8 @@ def report(results: str, figures: str) -> str:
     for knob in ("partial", "init", "scale_on"):
         lines += section(None, f"ablation-{knob}", ablations[knob], knob_claims)
         lines += figure(figures, results, f"2-ablation-{knob}-values")
+    lines += ["## Downstream: does a selection train a better model? (`make downstream`)", ""]
+    lines += downstream_claims(results)
     return "\n".join(lines)
 
 
