@@ -26,8 +26,7 @@ import pyarrow.parquet as pq
 import torch
 
 from datamask.errors import UserError
-from datamask.learner import resolve_device
-from datamask.shared import require
+from datamask.shared import require, resolve_device
 
 
 def read_heldout(heldout: Path, max_docs: int | None = None) -> dict[str, list[str]]:

@@ -20,8 +20,7 @@ import pyarrow as pa
 
 from datamask.data import atomic_output, write_table_atomic
 from datamask.errors import UserError
-
-from .common import require
+from datamask.shared import require
 
 # FineWeb's columns, in its order (FineWeb-Edu adds `score` and `int_score`).
 FINEWEB_SCHEMA = pa.schema([

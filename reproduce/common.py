@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from datamask.errors import UserError
-from datamask.shared import require  # noqa: F401  (the stages import it from here)
 
 
 def parquet_files(inputs: list[str], flag: str = "--input") -> list[Path]:

@@ -29,8 +29,9 @@ from datamask.data import (
 )
 from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found
+from datamask.shared import require
 
-from .common import parquet_files, require
+from .common import parquet_files
 
 EDU_SCORE_COLUMN = "score"  # FineWeb-Edu's classifier score (0-5)
 MANIFEST = "prepare.json"

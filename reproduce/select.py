@@ -35,8 +35,9 @@ from datamask.data import (
 )
 from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found
+from datamask.shared import require
 
-from .common import parquet_files, parse_method, require
+from .common import parquet_files, parse_method
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
 

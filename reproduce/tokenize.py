@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 
 from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
+from datamask.shared import require
 
-from .common import atomic_folder, parquet_files, require
+from .common import atomic_folder, parquet_files
 
 EOS = "<|endoftext|>"
 filters = require("datatrove.pipeline.filters.base_filter", "tokenize")

@@ -27,9 +27,9 @@ import torch
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from datamask.shared import resolve_device
+from datamask.shared import require, resolve_device
 
-from .common import atomic_folder, require
+from .common import atomic_folder
 from .tokenize import EOS
 
 CONFIGS = Path(__file__).parent / "configs"
