@@ -290,11 +290,17 @@ def check_unique_ids(ids: np.ndarray, sizes: Sequence[int], paths: Sequence[str]
         raise UserError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
 
 
+def temporary_beside(path: Path) -> Path:
+    """A fresh `.NAME.XXXXXXXX.tmp` name beside `path`: what file and folder writers use, and
+    what `paths.temporaries` finds after a killed one."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+
+
 def _new_file_beside(path: Path) -> Path:
-    """Create an empty, unused `.NAME.XXXXXXXX.tmp` beside `path` with the permissions the
-    umask gives (mkstemp's 0600 would survive the rename and hide the output from others)."""
+    """Create an empty, unused temporary file beside `path` with the permissions the umask
+    gives (mkstemp's 0600 would survive the rename and hide the output from others)."""
     while True:
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        tmp = temporary_beside(path)
         try:
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
             return tmp

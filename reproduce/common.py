@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from datamask.data import temporary_beside
 from datamask.errors import UserError
 
 
@@ -60,7 +60,7 @@ def atomic_folder(path: str | os.PathLike):
     so a crash leaves the previous complete output (or none), never a half-written one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp = temporary_beside(path)
     tmp.mkdir(0o777)  # the umask applies, as for any new folder (mkdtemp's 0700 would stay)
     try:
         yield tmp
