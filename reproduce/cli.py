@@ -46,7 +46,8 @@ def cmd_select(args) -> None:
 
     cluster = {"partition": args.slurm_partition, "time": args.slurm_time,
                "cpus_per_task": args.cpus_per_task, "mem_per_cpu_gb": args.mem_per_cpu_gb,
-               "gpus_per_task": args.gpus_per_task, "venv_path": args.venv_path}
+               "gpus_per_task": args.gpus_per_task, "venv_path": args.venv_path,
+               "ray_address": args.ray_address}
     _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
                       args.block_size, args.seed, args.executor, args.workers, cluster))
 
@@ -174,6 +175,9 @@ def add_stage_parsers(sub) -> None:
     c.add_argument("--mem_per_cpu_gb", type=float, default=4)
     c.add_argument("--gpus_per_task", type=int, default=0)
     c.add_argument("--venv_path", help="virtualenv activate script the Slurm jobs source")
+    c.add_argument("--ray_address",
+                   help="Ray cluster to run on, host:port of its head (default: $RAY_ADDRESS, "
+                        "else a new Ray instance on this machine)")
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("methods", help="list registered selectors (--demo: the demo's methods)")

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +172,18 @@ class MergeBlocks(datatrove_base.PipelineStep):
         yield from data or ()
 
 
+def last_error(executor, rank: int) -> str:
+    """The last error line of a task's datatrove log (the output folder, logs included, is
+    removed when the stage fails), or why there is none."""
+    try:
+        with executor.logging_dir.open(f"logs/task_{rank:05d}.log", "r") as log:
+            lines = [line.strip() for line in log if line.strip()]
+    except FileNotFoundError:
+        return "(no log: the task's process died before writing it)"
+    errors = [line for line in lines if "ERROR" in line] or lines or ["(empty log)"]
+    return errors[-1]
+
+
 def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int) -> None:
     """Assign every prepared row to a block: a seeded permutation cut into near-equal parts."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
@@ -181,6 +195,35 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int) -> None:
         block[rows] = b
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
     write_table_atomic(table.replace_schema_metadata({"n_blocks": str(n_blocks)}), path)
+
+
+@contextmanager
+def ray_cluster(cluster: dict):
+    """Connected to the Ray cluster at --ray_address (else $RAY_ADDRESS, else a new one on this
+    machine) for the block, disconnected after; refuses task resources that no node can hold,
+    which Ray would otherwise wait for forever."""
+    ray = require("ray", "--executor ray")
+    address = cluster.get("ray_address") or None
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise UserError(f"--ray_address {address or '(RAY_ADDRESS or a local cluster)'}: cannot "
+                        f"connect to Ray ({quoted(err)})") from None
+    try:
+        need = {"CPU": cluster.get("cpus_per_task", 1), "GPU": cluster.get("gpus_per_task", 0),
+                "memory": cluster.get("mem_per_cpu_gb", 2) * cluster.get("cpus_per_task", 1)
+                * 2**30}
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        if not any(all(node.get(k, 0) >= v for k, v in need.items() if v) for node in nodes):
+            largest = max(nodes, key=lambda n: n.get("CPU", 0), default={})
+            raise UserError(
+                f"--cpus_per_task {need['CPU']} --mem_per_cpu_gb {cluster.get('mem_per_cpu_gb')} "
+                f"--gpus_per_task {need['GPU']}: no node of the Ray cluster holds one task "
+                f"(largest node: {largest.get('CPU', 0):g} CPUs, "
+                f"{largest.get('memory', 0) / 2**30:.1f} GiB, {largest.get('GPU', 0):g} GPUs)")
+        yield
+    finally:
+        ray.shutdown()
 
 
 def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, workers: int,
@@ -203,12 +246,15 @@ def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, work
                                      skip_completed=skip_completed,
                                      partition=cluster["partition"], time=cluster["time"],
                                      cpus_per_task=cluster["cpus_per_task"],
-                                     mem_per_cpu_gb=cluster["mem_per_cpu_gb"],
                                      gpus_per_task=cluster["gpus_per_task"],
                                      venv_path=cluster.get("venv_path"),
-                                     job_name="datamask-select")
+                                     job_name="datamask-select",
+                                     slurm_logs_folder=str(logging_dir / "slurm"),
+                                     # in MiB: datatrove writes "{gb}G", which Slurm refuses for
+                                     # a fraction (and for a float's "4.0G")
+                                     sbatch_args={"mem-per-cpu":
+                                                  f"{round(cluster['mem_per_cpu_gb'] * 1024)}M"})
     if kind == "ray":
-        require("ray", "--executor ray")
         from datatrove.executor import RayPipelineExecutor
 
         return RayPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
@@ -233,7 +279,10 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     n_rows = check_prepared(files)
     n_blocks = 1 if block_size <= 0 else max(1, -(-n_rows // block_size))
     budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
-    with leave_as_found([output], keep_on_interrupt=[output]):
+    if executor == "slurm" and not shutil.which("sbatch"):
+        raise UserError("--executor slurm: no `sbatch` on PATH; run it on a Slurm login node")
+    session = ray_cluster(cluster or {}) if executor == "ray" else nullcontext()
+    with session, leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster)
 
@@ -256,17 +305,33 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     plan = output / "plan.parquet"
     write_plan(files, plan, n_blocks, seed)
 
-    prepared = [str(f) for f in files]
+    # absolute paths: cluster workers do not start in this folder
+    prepared = [str(f.absolute()) for f in files]
+    plan, output = plan.absolute(), output.absolute()
     summary = {"method": method_spec, "selector": name, "params": params,
                "select_ratio": select_ratio, "executor": executor, "started_at": time.time()}
     blocks = make_executor(executor, [SelectBlocks(prepared, str(plan), str(output), name, params,
                                                    select_ratio)],
                            n_blocks, output / "logs" / "blocks", min(workers, n_blocks),
                            cluster=cluster)
-    merge = make_executor(executor, [MergeBlocks(prepared, str(plan), str(output), summary)],
-                          1, output / "logs" / "merge", 1, depends=blocks, skip_completed=False,
-                          cluster=cluster)
-    merge.run()
-    if executor == "slurm":
-        return {"submitted": True, "blocks": n_blocks, "output": str(output)}
+    merge_step = [MergeBlocks(prepared, str(plan), str(output), summary)]
+    if executor == "slurm":  # the merge waits in Slurm's queue for the blocks' job array
+        merge = make_executor(executor, merge_step, 1, output / "logs" / "merge", 1,
+                              depends=blocks, skip_completed=False, cluster=cluster)
+        try:
+            merge.run()
+        except subprocess.CalledProcessError as err:
+            raise UserError(f"--executor slurm: sbatch refused the job (exit {err.returncode}; "
+                            f"its message is above)") from None
+        return {"submitted": True, "blocks": n_blocks, "blocks_job": blocks.job_id,
+                "merge_job": merge.job_id, "output": str(output)}
+    # here, not through datatrove's depends=, which polls every 2 minutes, forever, for a
+    # block that failed
+    blocks.run()
+    failed = blocks.get_incomplete_ranks(range(n_blocks))
+    if failed:
+        raise UserError(f"--executor {executor}: blocks {failed[:10]} did not finish; block "
+                        f"{failed[0]}'s log ends: {last_error(blocks, failed[0])}")
+    make_executor(executor, merge_step, 1, output / "logs" / "merge", 1, skip_completed=False,
+                  cluster=cluster).run()
     return json.loads((output / "summary.json").read_text())
