@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo downstream demo-quick test bench bench-baselines bench-soak clean
+.PHONY: install demo downstream demo-quick test test-slurm bench bench-baselines bench-soak clean
 
 install: $(STAMP)
 
@@ -41,6 +41,12 @@ demo-quick: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# Block selection on a real one-node Slurm cluster (root: installs Debian's slurm-wlm and munge
+# once, starts munged/slurmctld/slurmd in a loopback-only namespace, compares with the local
+# executor, stops the cluster). `make test` runs the same check where Slurm is installed.
+test-slurm: install
+	PYTHON=$(BIN)/python bash tests/slurm/select_on_slurm.sh --install
 
 bench: install
 	$(BIN)/python -m datamask.bench
