@@ -200,7 +200,7 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int) -> None:
 @contextmanager
 def ray_cluster(cluster: dict):
     """Connected to the Ray cluster at --ray_address (else $RAY_ADDRESS, else a new one on this
-    machine) for the block, disconnected after; refuses task resources that no node can hold,
+    machine) inside the `with`, disconnected after; refuses task resources no node can hold,
     which Ray would otherwise wait for forever."""
     ray = require("ray", "--executor ray")
     address = cluster.get("ray_address") or None
