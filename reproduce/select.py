@@ -14,7 +14,9 @@ A re-run with the same configuration and unchanged prepared files skips finished
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import time
 from contextlib import contextmanager, nullcontext
@@ -197,13 +199,27 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int) -> None:
     write_table_atomic(table.replace_schema_metadata({"n_blocks": str(n_blocks)}), path)
 
 
+def check_answers(address: str | None) -> None:
+    """A head's host:port must accept a connection: ray.init retries an address where nothing
+    listens for minutes before it gives up."""
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit():  # none (a local instance), "auto", ray://...
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as err:
+        raise UserError(f"--ray_address {address}: no Ray head answers there ({quoted(err)}); "
+                        f"start one with `ray start --head` or fix the address") from None
+
+
 @contextmanager
 def ray_cluster(cluster: dict):
     """Connected to the Ray cluster at --ray_address (else $RAY_ADDRESS, else a new one on this
     machine) inside the `with`, disconnected after; refuses task resources no node can hold,
     which Ray would otherwise wait for forever."""
     ray = require("ray", "--executor ray")
-    address = cluster.get("ray_address") or None
+    address = cluster.get("ray_address") or os.environ.get("RAY_ADDRESS") or None
+    check_answers(address)
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as err:

@@ -3,6 +3,7 @@
 while it computes a block, and the selection compared row for row with the local executor's."""
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -39,7 +40,10 @@ def ray_head():
     # a short folder: Ray's Unix sockets live under it (108-byte path limit)
     temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
     address = f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # a token of its own: a ~/.ray/auth_token left by any earlier local ray.init() would otherwise
+    # switch the head to token mode and lock out a driver that does not send it
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     log = (temp / "head.log").open("w")
     head = subprocess.Popen(
         [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
@@ -182,9 +186,19 @@ def test_rerun_on_ray_skips_finished_blocks(killed_run, ray_head, prepared):
 def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, prepared, tmp_path,
                                                                 monkeypatch):
     """Ray would queue it forever; the stage says which flags to lower instead."""
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+        monkeypatch.setenv(name, ray_head["env"][name])
     cluster = {"ray_address": ray_head["address"], "cpus_per_task": 3, "mem_per_cpu_gb": 0.5}
     with pytest.raises(UserError, match="--cpus_per_task 3 .*no node of the Ray cluster"):
         run_select([str(prepared)], tmp_path / "select", METHOD, RATIO, BLOCK, executor="ray",
                    cluster=cluster)
+    assert not (tmp_path / "select").exists()
+
+
+def test_an_address_where_no_ray_head_listens_is_refused_at_once(prepared, tmp_path):
+    """ray.init would retry it for minutes."""
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(UserError, match=f"--ray_address {address}: no Ray head answers there"):
+        run_select([str(prepared)], tmp_path / "select", METHOD, RATIO, BLOCK, executor="ray",
+                   cluster={"ray_address": address})
     assert not (tmp_path / "select").exists()
