@@ -93,7 +93,7 @@ def cmd_train(args) -> None:
     model_cfg, train_cfg = load_config(args.config, overrides)
     summary = train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg,
                     train_cfg, progress=not args.no_progress)
-    if int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one summary, not one per rank
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary, not one per rank
         _print(summary)
 
 

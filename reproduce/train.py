@@ -164,8 +164,8 @@ def join_job(requested_device: str) -> tuple[Ranks, torch.device]:
     """The ranks torchrun set (RANK, WORLD_SIZE, LOCAL_RANK) and this rank's device; with more
     than one rank, the process group is started (nccl on CUDA, one GPU per local rank; gloo on
     CPU)."""
-    ranks = Ranks(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                  int(os.environ.get("LOCAL_RANK", 0)))
+    ranks = Ranks(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                  int(os.environ.get("LOCAL_RANK", "0")))
     device = resolve_device(requested_device)
     if not ranks.distributed:
         return ranks, device
@@ -232,7 +232,10 @@ def all_ranks(value, ranks: Ranks) -> list:
 def full_state_dict(module: torch.nn.Module, ranks: Ranks) -> dict | None:
     """The whole model's weights for save_pretrained: gathered from the shards (a collective
     every rank joins) under FSDP, else read from the local replica; None means the model's own."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):

@@ -34,7 +34,8 @@ def load_kqapro(data_dir: str | None = None, file: str = KQAPRO_FILE,
             f"{path}: no KQA Pro validation file; unpack the KQA Pro release (train.json, "
             f"val.json) into <data_dir>/kqa_pro/ and pass --data_dir <data_dir>")
     rows = json.loads(path.read_text())
-    missing = [i for i, row in enumerate(rows) if not {"question", "choices", "answer"} <= set(row)]
+    needed = {"question", "choices", "answer"}
+    missing = [i for i, row in enumerate(rows) if not needed <= set(row)]
     if missing:
         raise ValueError(f"{path}: row {missing[0]} lacks question, choices or answer")
     return datasets.DatasetDict({"validation": datasets.Dataset.from_list(rows)})
