@@ -185,3 +185,9 @@ findings: install
 
 figures: install
 	$(BIN)/python -m figures --results $(EXP_DIR) --output $(EXP_DIR)/figures
+
+# The GPU against the CPU (reproduce/gpu_check.py): objectives, learner, greedy and training steps
+# compared, a learner step timed; CPU parts only (CUDA parts named as skipped) without a GPU.
+.PHONY: gpu-check
+gpu-check: install
+	$(BIN)/python -m reproduce.gpu_check

@@ -183,8 +183,9 @@ def stage_summaries(record: dict) -> dict:
 
 def cost_rows(records: dict) -> list[list]:
     """Per method, medians over its seeds: selector and select-stage seconds, documents and
-    tokens in the selection, tokens the model saw (the equal budget), training seconds, final
-    training loss, evaluation seconds."""
+    tokens in the selection, tokens the model saw (the equal budget), training seconds, training
+    ranks (world size), tokens per second (all ranks together), the largest rank's peak memory
+    in MiB, final training loss, evaluation seconds."""
     def median(values):
         known = [v for v in values if v is not None]
         if not known:
@@ -194,12 +195,17 @@ def cost_rows(records: dict) -> list[list]:
     rows = []
     for method, by_seed in records.items():
         chain = [stage_summaries(r) for r in by_seed.values()]
+        for c in chain:  # runs from before train recorded them: one rank, memory unknown
+            per_rank = c["train"].get("peak_memory_mib_per_rank")
+            c["train"]["peak_memory_mib"] = max(per_rank) if per_rank else None
+            c["train"].setdefault("world_size", 1 if c["train"] else None)
         rows.append([method, len(by_seed)] + [
             median([c[stage].get(key) for c in chain])
             for stage, key in (("select", "selector_time_s"), ("select", "stage_wall_s"),
                                ("tokens", "documents"), ("tokens", "tokens"),
                                ("train", "tokens_seen"), ("train", "train_wall_s"),
-                               ("train", "final_loss"))]
+                               ("train", "world_size"), ("train", "tokens_per_s"),
+                               ("train", "peak_memory_mib"), ("train", "final_loss"))]
             + [median([r.get("eval_wall_s") for r in by_seed.values()])])
     return rows
 
@@ -288,7 +294,8 @@ def report_markdown(table: dict, costs: list[list]) -> str:
         text += ("\nCost per method, medians over its seeds (seconds unless stated; tokens seen: "
                  "the training budget):\n\n") + markdown(
             ["method", "seeds", "selector s", "select stage s", "documents", "tokens",
-             "tokens seen", "train s", "final loss", "eval s"], costs)
+             "tokens seen", "train s", "ranks", "tokens/s", "peak MiB/rank", "final loss",
+             "eval s"], costs)
     return text + "\n" + verdict_markdown(table["verdict"])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -91,8 +92,10 @@ def cmd_train(args) -> None:
             raise UserError(f"--set {item}: expected KEY=VALUE")
         overrides[key] = parse_value(value)
     model_cfg, train_cfg = load_config(args.config, overrides)
-    _print(train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg, train_cfg,
-                 progress=not args.no_progress))
+    summary = train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg,
+                    train_cfg, progress=not args.no_progress)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary, not one per rank
+        _print(summary)
 
 
 def cmd_evaluate(args) -> None:

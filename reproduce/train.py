@@ -12,12 +12,24 @@ selection). Same seed, data and thread count give bitwise the same checkpoint on
 thread count (`threads`) changes the floating-point sums, hence the weights, so it is recorded.
 The checkpoint is a save_pretrained folder (model + tokenizer) that lm-eval's `hf` model loads as
 `pretrained=<folder>`.
+
+Under `torchrun --nproc_per_node N` the same loop runs data-parallel: gloo on CPU, nccl on CUDA
+(one GPU per local rank). `batch_size` is per rank, so a step reads batch_size x N x grad_accum
+windows; the window order is the same seeded permutation as one process's, and each micro-batch
+of the global order is cut into N consecutive slices, one per rank, so what the N ranks read in a
+step is exactly what one process with batch_size x N reads in it. `parallel: ddp` replicates the
+model (DistributedDataParallel, gradients averaged); `parallel: fsdp` shards parameters, gradients
+and optimizer state across ranks (FSDP2 `fully_shard` per decoder layer and on the root), for the
+models that do not fit one device. One process (no torchrun) is the plain loop, unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import resource
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -66,6 +78,11 @@ class TrainConfig:
     dtype: str = "float32"
     threads: int = 0  # torch CPU threads; 0 leaves torch's default (one per core)
     log_every: int = 10
+    # Under torchrun (world size > 1): "ddp" replicates the model, "fsdp" shards it (FSDP2).
+    parallel: str = "ddp"
+
+
+PARALLEL = ("ddp", "fsdp")
 
 
 def load_config(name_or_path: str,
@@ -94,6 +111,9 @@ def load_config(name_or_path: str,
         if unknown:
             raise UserError(f"{path}: unknown {name} setting(s) {', '.join(sorted(unknown))}")
         built.append(cls(**values[name]))
+    if built[1].parallel not in PARALLEL:
+        raise UserError(f"{path}: train.parallel must be one of {', '.join(PARALLEL)}, got "
+                        f"{built[1].parallel!r}")
     return built[0], built[1]
 
 
@@ -105,9 +125,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def token_budget(model_cfg: ModelConfig, cfg: TrainConfig) -> int:
-    """Tokens every run reads, whatever its selection holds."""
-    return cfg.max_steps * cfg.grad_accum * cfg.batch_size * (model_cfg.seq_len + 1)
+def token_budget(model_cfg: ModelConfig, cfg: TrainConfig, world_size: int = 1) -> int:
+    """Tokens every run reads, whatever its selection holds (batch_size is per rank)."""
+    return cfg.max_steps * cfg.grad_accum * cfg.batch_size * world_size * (model_cfg.seq_len + 1)
 
 
 def window_order(n_windows: int, n_reads: int, seed: int) -> np.ndarray:
@@ -116,6 +136,121 @@ def window_order(n_windows: int, n_reads: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     epochs = -(-n_reads // n_windows)
     return np.concatenate([rng.permutation(n_windows) for _ in range(epochs)])[:n_reads]
+
+
+def rank_rows(order: np.ndarray, step: int, micro: int, cfg: TrainConfig, rank: int = 0,
+              world_size: int = 1) -> np.ndarray:
+    """The windows `rank` reads in micro-batch `micro` of `step`: its slice of that micro-batch
+    of the global order (batch_size x world_size windows, cut in world_size consecutive slices),
+    so the ranks together read what one process with batch_size x world_size reads."""
+    global_batch = cfg.batch_size * world_size
+    first = step * cfg.grad_accum * global_batch + micro * global_batch + rank * cfg.batch_size
+    return order[first:first + cfg.batch_size]
+
+
+@dataclass
+class Ranks:
+    """Where this process sits in a torchrun job (rank 0 of 1 without torchrun)."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def join_job(requested_device: str) -> tuple[Ranks, torch.device]:
+    """The ranks torchrun set (RANK, WORLD_SIZE, LOCAL_RANK) and this rank's device; with more
+    than one rank, the process group is started (nccl on CUDA, one GPU per local rank; gloo on
+    CPU)."""
+    ranks = Ranks(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                  int(os.environ.get("LOCAL_RANK", "0")))
+    device = resolve_device(requested_device)
+    if not ranks.distributed:
+        return ranks, device
+    if device.type == "cuda":
+        if ranks.local_rank >= torch.cuda.device_count():
+            raise UserError(f"torchrun: local rank {ranks.local_rank} has no GPU (this machine "
+                            f"has {torch.cuda.device_count()}); lower --nproc_per_node")
+        device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(device)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return ranks, device
+
+
+def parallelise(model: torch.nn.Module, ranks: Ranks, device: torch.device,
+                parallel: str) -> torch.nn.Module:
+    """The module the loop calls: the model itself on one rank; DDP-wrapped, or sharded in place
+    by FSDP2 (each decoder layer, then the root: embeddings, final norm and head)."""
+    if not ranks.distributed:
+        return model
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                   else None)
+
+
+def gradient_sync(module: torch.nn.Module, enabled: bool):
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) on all micro-batches of a
+    step but the last: the accumulated gradient is the same, communicated once."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(module, FSDPModule):
+        module.set_requires_gradient_sync(enabled)
+        return contextlib.nullcontext()
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel) and not enabled:
+        return module.no_sync()
+    return contextlib.nullcontext()
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """This process's peak memory: CUDA's max allocated bytes on a GPU, else the peak resident
+    set (ru_maxrss, which counts the interpreter and libraries too)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def all_ranks(value, ranks: Ranks) -> list:
+    """[value of rank 0, rank 1, ...] on every rank."""
+    if not ranks.distributed:
+        return [value]
+    out = [None] * ranks.world_size
+    torch.distributed.all_gather_object(out, value)
+    return out
+
+
+def full_state_dict(module: torch.nn.Module, ranks: Ranks) -> dict | None:
+    """The whole model's weights for save_pretrained: gathered from the shards (a collective
+    every rank joins) under FSDP, else read from the local replica; None means the model's own."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(module, FSDPModule):
+        return None
+
+    weights = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+    # Only rank 0 receives the weights (the others get {}). Gathering copies tied parameters
+    # apart (embeddings and head); share them again so that save_pretrained writes them once, as
+    # it does for the unsharded model.
+    first_name = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if weights:
+            weights[name] = weights[first_name.setdefault(id(param), name)]
+    return weights
 
 
 def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
@@ -140,8 +275,8 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    device = resolve_device(cfg.device)
+    ranks, device = join_job(cfg.device)
+    torch.manual_seed(cfg.seed)  # every rank builds the same initial weights
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
     config = transformers.LlamaConfig(
         vocab_size=vocab, hidden_size=model_cfg.hidden_size,
@@ -153,51 +288,67 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
         tie_word_embeddings=model_cfg.tie_word_embeddings,
         eos_token_id=tk.Tokenizer.from_file(str(tokenizer)).token_to_id(EOS), bos_token_id=None)
     model = transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+    parameters = sum(p.numel() for p in model.parameters())
+    module = parallelise(model, ranks, device, cfg.parallel)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                                   weight_decay=cfg.weight_decay)
-    reads_per_step = cfg.grad_accum * cfg.batch_size
-    order = window_order(len(data), cfg.max_steps * reads_per_step, cfg.seed)
+    budget = token_budget(model_cfg, cfg, ranks.world_size)
+    order = window_order(len(data), cfg.max_steps * cfg.grad_accum * cfg.batch_size
+                         * ranks.world_size, cfg.seed)
 
     log, started = [], time.time()
-    model.train()
-    bar = tqdm(range(cfg.max_steps), desc=f"train {output.name}", disable=not progress,
-               mininterval=1.0)
+    module.train()
+    bar = tqdm(range(cfg.max_steps), desc=f"train {output.name}",
+               disable=not progress or ranks.rank != 0, mininterval=1.0)
     for step in bar:
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
         total = 0.0
         for micro in range(cfg.grad_accum):
-            first = step * reads_per_step + micro * cfg.batch_size
-            rows = order[first:first + cfg.batch_size].tolist()
+            rows = rank_rows(order, step, micro, cfg, ranks.rank, ranks.world_size).tolist()
             batch = torch.stack([data[i]["input_ids"] for i in rows]).to(device)
-            loss = model(input_ids=batch, labels=batch).loss / cfg.grad_accum  # shifts inside
-            loss.backward()
+            with gradient_sync(module, micro == cfg.grad_accum - 1):
+                loss = module(input_ids=batch, labels=batch).loss / cfg.grad_accum  # shifts inside
+                loss.backward()
             total += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(module.parameters(), cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step % cfg.log_every == 0 or step == cfg.max_steps - 1:
+            if ranks.distributed:  # the global batch's loss: the mean of equal-sized rank means
+                total = float(np.mean(all_ranks(total, ranks)))
             log.append({"step": step, "lr": lr, "loss": total, "elapsed_s": time.time() - started})
             bar.set_postfix(loss=f"{total:.3f}", refresh=False)
     bar.close()
 
     wall = time.time() - started
     window = model_cfg.seq_len + 1
-    summary = {"parameters": sum(p.numel() for p in model.parameters()), "vocab_size": vocab,
+    memory = all_ranks(round(peak_memory_mib(device), 1), ranks)
+    summary = {"parameters": parameters, "vocab_size": vocab,
                "seed": cfg.seed, "windows": len(data), "tokens_in_data": len(data) * window,
-               "tokens_seen": token_budget(model_cfg, cfg),
+               "tokens_seen": budget,
                "unique_tokens_seen": len(np.unique(order)) * window,
                "epochs": round(len(order) / len(data), 4), "final_loss": log[-1]["loss"],
                "train_wall_s": round(wall, 3),
-               "tokens_per_s": round(token_budget(model_cfg, cfg) / wall, 1),
+               "tokens_per_s": round(budget / wall, 1),
+               "world_size": ranks.world_size,
+               "parallel": cfg.parallel if ranks.distributed else "none",
+               "peak_memory_mib_per_rank": memory,
+               "peak_memory_kind": "cuda max allocated" if device.type == "cuda"
+               else "process max resident set",
                "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
                "device": str(device), "tokens": str(tokens), "model": asdict(model_cfg),
                "train": asdict(cfg), "output": str(output)}
-    with atomic_folder(output) as tmp:
-        model.save_pretrained(tmp)
-        transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token=EOS,
-                                             pad_token=EOS).save_pretrained(tmp)
-        (tmp / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-        write_json_atomic(summary, tmp / "summary.json")
+    weights = full_state_dict(module, ranks)
+    if ranks.rank == 0:
+        with atomic_folder(output) as tmp:
+            model.save_pretrained(tmp, state_dict=weights)
+            transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token=EOS,
+                                                 pad_token=EOS).save_pretrained(tmp)
+            (tmp / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+            write_json_atomic(summary, tmp / "summary.json")
+    if ranks.distributed:
+        torch.distributed.barrier()  # the checkpoint is complete before any rank returns
+        torch.distributed.destroy_process_group()
     return summary
