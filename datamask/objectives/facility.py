@@ -59,6 +59,9 @@ class CoverageGains:
         self.everyone = torch.arange(n_cand, device=device)
         self.covered = 0.0  # sum_v cur_v
 
+    def __len__(self) -> int:
+        return len(self.everyone)
+
     def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
         if idx is None:
             step = max(1, GAIN_CHUNK_BYTES // (4 * self.n_cover))
