@@ -47,7 +47,8 @@ def facility_greedy(rows: Rows, n_cand: int, n_cover: int, k: int, optimizer: st
                   **stochastic,
                   record=lambda s: {"step": s.step, "row": s.row,
                                     "facility": term.covered / n_cover,
-                                    "gains_evaluated": s.gains_evaluated})
+                                    "gains_evaluated": s.gains_evaluated,
+                                    "elapsed_s": s.elapsed_s})
 
 
 def kernel_greedy(unit_cand: torch.Tensor, unit_cover: torch.Tensor, k: int, optimizer: str,

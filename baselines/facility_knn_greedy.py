@@ -61,7 +61,8 @@ class FacilityKnnGreedy(Selector):
             **stochastic_arguments(p, ground.device),
             record=lambda s: {"step": s.step, "row": s.row,
                               "facility_knn": term.covered / kernel.n,
-                              "gains_evaluated": s.gains_evaluated})
+                              "gains_evaluated": s.gains_evaluated,
+                              "elapsed_s": s.elapsed_s})
         history[0]["kernel_s"] = kernel_s
         history[0]["kernel_entries"] = len(kernel.similarity)
         return (*picks_output(len(data), picks), history)

@@ -86,5 +86,6 @@ class JointGreedy(Selector):
         picks, history = greedy(
             term, k, score=term.value_with, single_thread=facility, **optimiser,
             record=lambda s: {"step": s.step, "row": s.row, "joint": s.value.item(),
-                              "gains_evaluated": s.gains_evaluated})
+                              "gains_evaluated": s.gains_evaluated,
+                              "elapsed_s": s.elapsed_s})
         return (*picks_output(len(data), picks), history)

@@ -45,6 +45,7 @@ class PairGreedy(Selector):
         picks, history = greedy(
             term, k, first=int(first_picks([len(data)], self.options.seed)[0]),
             **stochastic_arguments(self.options, ground.device),
-            record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value()},
+            record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value(),
+                              "elapsed_s": s.elapsed_s},
             single_thread=True)  # one matrix-vector product per step
         return (*picks_output(len(data), picks), history)

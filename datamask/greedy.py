@@ -24,6 +24,7 @@ row), and builds the history through `record`. Optimisers:
 from __future__ import annotations
 
 import math
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
@@ -48,13 +49,14 @@ class Term(Protocol):
 
 @dataclass
 class Step:
-    """What `record` sees after a pick: the step, the row, its value (0-d tensor, exact) and the
-    gains evaluated so far."""
+    """What `record` sees after a pick: the step, the row, its value (0-d tensor, exact), the
+    gains evaluated so far and the seconds since the greedy began (an anytime curve's clock)."""
 
     step: int
     row: int
     value: torch.Tensor
     gains_evaluated: int
+    elapsed_s: float
 
 
 Score = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -74,7 +76,7 @@ def greedy(term: Term, k: int, *, optimizer: str = "naive", score: Score | None 
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if optimizer == "stochastic":
         return _stochastic(term, k, score, first, record, single_thread, epsilon, generator)
-    lazy = optimizer == "lazy"
+    lazy, began = optimizer == "lazy", time.perf_counter()
     bound = term.gains()  # exact gains at S = {}; under lazy, upper bounds afterwards
     n, evaluated = len(bound), len(bound)
     taken = torch.zeros(n, dtype=torch.bool, device=bound.device)
@@ -99,7 +101,8 @@ def greedy(term: Term, k: int, *, optimizer: str = "naive", score: Score | None 
             term.add(best, bound[best])
             fresh.fill_(False)
             if record:
-                history.append(record(Step(step, best, values[best], evaluated)))
+                history.append(record(Step(step, best, values[best], evaluated,
+                                           time.perf_counter() - began)))
     return picks, history
 
 
@@ -153,7 +156,7 @@ def _stochastic(term: Term, k: int, score: Score | None, first: int | None,
         raise ValueError(f"epsilon must lie strictly between 0 and 1, got {epsilon}")
     if generator is None:
         raise ValueError("the stochastic greedy needs a seeded generator on the term's device")
-    n, device = len(term), generator.device
+    n, device, began = len(term), generator.device, time.perf_counter()
     remaining = RemainingRows(n, device, generator)
     sample_size = stochastic_sample_size(n, k, epsilon)
     picks, history, evaluated = [], [], 0
@@ -170,7 +173,8 @@ def _stochastic(term: Term, k: int, score: Score | None, first: int | None,
             remaining.remove(best)
             term.add(best, gains[at])
             if record:
-                history.append(record(Step(step, best, values[at], evaluated)))
+                history.append(record(Step(step, best, values[at], evaluated,
+                                           time.perf_counter() - began)))
     return picks, history
 
 
