@@ -5,7 +5,8 @@ A run with a per-step clock is a curve: the learner's read-off every few steps, 
 t picks (fewer than k rows: what stopping it then would give, so a greedy's curve ends at its
 selection). A run without one (the DiSF greedies) is its final point; an extrapolated or killed
 run is a hollow marker at its predicted time on the random selection's level, as it has no
-objective. The dotted line is a random selection's objective.
+objective. The dotted line is a random selection's objective; the axis starts half the best gain
+over random below it, where a greedy's first few picks may fall off.
 """
 
 from __future__ import annotations
@@ -36,7 +37,17 @@ def anytime(timing: TimingResult, metric: str, n: int):
         else:
             ax.plot([run.wall_s], [run.random_objective], marker, mfc="none", color=color,
                     label=label)
-    ax.axhline(runs[0].random_objective, color="grey", ls=":", label="random selection")
+    random = runs[0].random_objective
+    ax.axhline(random, color="grey", ls=":", label="random selection")
+    # a greedy's first few picks score far below random: keep the axis on the range that
+    # separates the selectors, from half the best gain over random below the random level
+    values = [p.objective for r in runs for p in r.curve or []] + [
+        r.objective for r in runs if r.objective is not None]
+    top = max(values)
+    if top > random:
+        ax.set_ylim(random - 0.5 * (top - random), top + 0.05 * (top - random))
+        ax.text(0.01, 0.01, "points below: a greedy's first picks, the learner's first steps", fontsize=7,
+                transform=ax.transAxes)
     ax.set_xscale("log")
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel(f"{metric} on all N rows (higher is better)")
