@@ -46,8 +46,8 @@ def anytime(timing: TimingResult, metric: str, n: int):
     top = max(values)
     if top > random:
         ax.set_ylim(random - 0.5 * (top - random), top + 0.05 * (top - random))
-        ax.text(0.01, 0.01, "points below: a greedy's first picks, the learner's first steps", fontsize=7,
-                transform=ax.transAxes)
+        ax.text(0.01, 0.01, "points below: a greedy's first picks, the learner's first steps",
+                fontsize=7, transform=ax.transAxes)
     ax.set_xscale("log")
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel(f"{metric} on all N rows (higher is better)")
