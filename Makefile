@@ -146,6 +146,10 @@ TIMING_SIZES ?= 1000 2000 5000 20000 100000
 TIMING_BUDGET ?= 300
 TIMING_REPEATS ?= 2
 TIMING_MAX_N ?= Facility=20000
+# the paper's scale (reproduce-timing-scale): 1k and 2k are there for the reference greedies'
+# power laws (the two smallest sizes always run to the end); the learner's Facility stops at 20k
+TIMING_SCALE_SIZES ?= 1000 2000 20000 100000 1000000
+TIMING_LEARNER_MAX_N ?= Facility=20000
 ABLATION_SEEDS ?= 0 1 2
 ABLATION_N ?= 10000
 ABLATION_STEPS ?= 300
@@ -163,11 +167,16 @@ LR_FLAG = $(if $(EXP_LR),--lr $(EXP_LR))
 ABLATION_KNOBS := G lamb partial init lr steps logprob scale_on
 ABLATION_TARGETS := $(addprefix ablation-,$(ABLATION_KNOBS))
 
-.PHONY: reproduce-timing $(ABLATION_TARGETS) ablation-direct ablations figures findings
+.PHONY: reproduce-timing reproduce-timing-scale $(ABLATION_TARGETS) ablation-direct ablations figures findings
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
 		--max_n $(TIMING_MAX_N) $(LR_FLAG) --output $(EXP_DIR)
+
+reproduce-timing-scale: install
+	$(EXP).timing --sizes $(TIMING_SCALE_SIZES) --budget_s $(TIMING_BUDGET) \
+		--repeats $(TIMING_REPEATS) --learner_max_n $(TIMING_LEARNER_MAX_N) $(LR_FLAG) \
+		--output $(EXP_DIR)/scale
 
 $(ABLATION_TARGETS): ablation-%: install
 	$(EXP).sweep --knob $* --seeds $(ABLATION_SEEDS) \

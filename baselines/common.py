@@ -12,6 +12,7 @@ import torch
 
 from datamask.data import Dataset
 from datamask.errors import UserError
+from datamask.greedy import STOCHASTIC_EPSILON
 from datamask.objectives import GroundSet
 from datamask.options import option
 from datamask.shared import resolve_device
@@ -23,8 +24,24 @@ def device_option():
 
 
 def seed_option():
-    """The --seed field of a greedy's options: its random first pick or partition."""
-    return option(0, "seed of the random first pick (or GreeDi's partition)")
+    """The --seed field of a greedy's options: its random first pick, partition or samples."""
+    return option(0, "seed of the random first pick, GreeDi's partition and the stochastic "
+                     "greedy's samples")
+
+
+def epsilon_option():
+    """The --epsilon field of a greedy that offers the stochastic optimiser."""
+    return option(STOCHASTIC_EPSILON, "stochastic optimiser: each step scores a random "
+                  "(N / k) ln(1 / epsilon) of the remaining rows, within 1 - 1/e - epsilon",
+                  low=0.0, high=1.0, open_low=True, open_high=True)
+
+
+def stochastic_arguments(options, device: torch.device) -> dict:
+    """The optimiser keywords of `datamask.greedy.greedy` from a greedy's --optimizer,
+    --epsilon and --seed (the samples' generator, on the ground set's device)."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(options.seed)
+    return {"optimizer": options.optimizer, "epsilon": options.epsilon, "generator": generator}
 
 
 def ground_set(data: Dataset, device: str) -> GroundSet:

@@ -88,7 +88,7 @@ class BatchedDiSF(Selector):
         """Rows picked in the batch `x` (b, d) float64, in order, and the score after each
         (DiSF is undefined on one row): min collapse is max gain, ties to the lowest row."""
         return greedy(self._gains(x), picks, first=first,
-                      record=lambda s: -s.values[s.row].item() if s.step else None)
+                      record=lambda s: -s.value.item() if s.step else None)
         raise NotImplementedError
 
     def _select(self, data: Dataset, k: int):

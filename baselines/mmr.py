@@ -73,6 +73,6 @@ class MMR(Selector):
         # the first pick by quality alone, ties to the lower row (the first maximum)
         picks, history = greedy(
             term, k, first=int(z.argmax()),
-            record=lambda s: {"step": s.step, "row": s.row, "mmr": s.values[s.row].item()},
+            record=lambda s: {"step": s.step, "row": s.row, "mmr": s.value.item()},
             single_thread=True)  # one matrix-vector product per step
         return (*picks_output(len(data), picks), history)

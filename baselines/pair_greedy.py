@@ -4,7 +4,8 @@ With s the running sum of the selected unit rows, adding x adds e_x . s to the s
 cosines (`datamask.objectives.PairGains`), and every candidate of a step shares the pair count,
 so the greedy pick is the row with the smallest e_x . s: one (N x d) matrix-vector product per
 step, no kernel matrix. The objective ties on every single row, so the first pick is a seeded
-random row (as DiSF's reference greedy starts). The loop is `datamask.greedy`'s.
+random row (as DiSF's reference greedy starts). The loop is `datamask.greedy`'s: naive (every
+row scored per step) or stochastic (a seeded random sample of (N / k) ln(1 / epsilon) of them).
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ from datamask.greedy import greedy
 from datamask.objectives import PairGains
 from datamask.selectors import Selector
 
-from .common import device_option, first_picks, ground_set, picks_output, seed_option
+from datamask.options import option
+
+from .common import (device_option, epsilon_option, first_picks, ground_set, picks_output,
+                     seed_option, stochastic_arguments)
 
 
 @dataclass
 class PairGreedyOptions:
+    # lazy bounds do not hold: a row's gain -(e_x . s) may grow as S grows
+    optimizer: str = option("naive", "naive (every row per step) or stochastic (a sample)",
+                            choices=("naive", "stochastic"))
+    epsilon: float = epsilon_option()
     seed: int = seed_option()
     device: str = device_option()
 
@@ -32,9 +40,12 @@ class PairGreedy(Selector):
     Options = PairGreedyOptions
 
     def _select(self, data: Dataset, k: int):
-        term = PairGains(ground_set(data, self.options.device))
+        ground = ground_set(data, self.options.device)
+        term = PairGains(ground)
         picks, history = greedy(
             term, k, first=int(first_picks([len(data)], self.options.seed)[0]),
-            record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value()},
+            **stochastic_arguments(self.options, ground.device),
+            record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value(),
+                              "elapsed_s": s.elapsed_s},
             single_thread=True)  # one matrix-vector product per step
         return (*picks_output(len(data), picks), history)

@@ -9,7 +9,8 @@
   objective against the value beside the joint greedy's (each ablation-<knob>.json there);
   ablation-direct.png: each method's objective and time (ablation-direct.json). 3 timing.png: wall
   time against N, log-log, measured and extrapolated (or killed at the budget, then extrapolated)
-  marked apart (timing.json). 4-7: from the
+  marked apart (timing.json); 3-anytime-<metric>-<N>.png: every selector's objective against wall
+  time on the same axes (figures/anytime.py). 4-7: from the
   pipeline demo's files (figures/pipeline.py).
 """
 
@@ -30,10 +31,10 @@ from datamask.data import atomic_output  # noqa: E402
 from reproduce.experiments.records import (DirectResult, SweepResult, TimingResult,  # noqa: E402
                                            of_metric, read_result)
 
-from . import pipeline  # noqa: E402
+from . import anytime, pipeline  # noqa: E402
 
 
-ROLE_COLORS = {"learner": "C0", "fast": "C1", "reference": "C3"}
+ROLE_COLORS = {"learner": "C0", "fast": "C1", "reference": "C3", "scalable": "C2"}
 
 
 def save(fig, output: str, name: str) -> list[str]:
@@ -49,12 +50,14 @@ def save(fig, output: str, name: str) -> list[str]:
 
 
 def curves(timing: TimingResult):
-    """Figure 1: per metric, at the largest N where a greedy was measured."""
+    """Figure 1: per metric, at the largest N where the learner and a greedy were measured."""
     metrics = timing.metrics
     fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 3.4 * len(metrics)), squeeze=False)
     for row, metric in zip(axes, metrics):
         runs = of_metric(timing.runs, metric)
-        n = max(r.n for r in runs if r.role != "learner" and r.status == "measured")
+        learned = {r.n for r in runs if r.role == "learner" and r.status == "measured"}
+        n = max(r.n for r in runs if r.role != "learner" and r.status == "measured"
+                and r.n in learned)
         learner = next(r for r in runs if r.n == n and r.role == "learner")
         steps = [p.step for p in learner.curve]
         seconds = [p.elapsed_s for p in learner.curve]
@@ -193,8 +196,8 @@ def timing_plot(timing: TimingResult):
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         runs = of_metric(timing.runs, metric)
-        for label, role in dict.fromkeys((r.label, r.role) for r in runs):
-            color = ROLE_COLORS[role]
+        for i, (label, role) in enumerate(dict.fromkeys((r.label, r.role) for r in runs)):
+            color = ROLE_COLORS[role] if role != "scalable" else f"C{4 + i}"
             mine = sorted((r.n, r.wall_s, r.status) for r in runs if r.label == label)
             fit = timing.fits[metric].get(label)
             name = label + (f" (fit N^{fit.exponent:.2f})" if fit else "")
@@ -231,6 +234,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     if timing:
         written += save(curves(timing), args.output, "1-curves")
         written += save(timing_plot(timing), args.output, "3-timing")
+        for metric, n in anytime.panels(timing):
+            written += save(anytime.anytime(timing, metric, n), args.output,
+                            f"3-anytime-{metric}-{n}")
     for path in sorted(glob.glob(os.path.join(args.results, "ablation-*.json"))):
         experiment = os.path.basename(path)[:-len(".json")]
         result = read_result(args.results, experiment)

@@ -7,6 +7,7 @@ from .facility import CoverageGains, FacilityLocation, clipped_cosine, kernel_ro
 from .joint import Joint, JointGains, TermScale, random_masks
 from .pair_similarity import PairGains, PairSimilarity, pair_cosine_sum
 from .quality import Quality, QualityGains
+from .sparse_facility import KnnKernel, SparseCoverageGains, SparseFacilityLocation, knn_kernel
 
 # The diversity metrics by the names of the original --algorithm flag.
 DIVERSITY = {"Pair_simi": PairSimilarity, "Facility": FacilityLocation, "DiSF": DiSF}
@@ -23,8 +24,9 @@ def diversity(name: str) -> SetFunction:
 
 
 __all__ = [
-    "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet", "Joint",
-    "JointGains", "PairGains", "PairSimilarity", "Quality", "QualityGains", "ScatterState",
-    "SetFunction", "TermScale", "as_batch", "clipped_cosine", "collapse_score", "diversity",
-    "kernel_rows", "pair_cosine_sum", "random_masks", "similarity_rows",
+    "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet",
+    "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality", "QualityGains",
+    "ScatterState", "SetFunction", "SparseCoverageGains", "SparseFacilityLocation", "TermScale",
+    "as_batch", "clipped_cosine", "collapse_score", "diversity", "kernel_rows", "knn_kernel",
+    "pair_cosine_sum", "random_masks", "similarity_rows",
 ]

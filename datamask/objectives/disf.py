@@ -130,6 +130,9 @@ class CollapseGains:
         self.features = features.double()
         self.state = ScatterState(self.features.shape[1], torch.float64, features.device)
 
+    def __len__(self) -> int:
+        return len(self.features)
+
     def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
         rows = self.features if idx is None else self.features[idx]
         if self.state.count == 0:

@@ -104,6 +104,9 @@ class JointGains:
         self.quality = QualityGains(ground)
         self.diversity = diversity
 
+    def __len__(self) -> int:
+        return self.n
+
     def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
         if self.diversity is None:
             return torch.zeros(self.n if idx is None else len(idx), device=self.quality.quality.device)

@@ -52,6 +52,9 @@ class PairGains:
         self.sum_sq = torch.zeros((), device=ground.device)
         self.count = 0
 
+    def __len__(self) -> int:
+        return len(self.unit)
+
     def gains(self, idx: torch.Tensor | None = None) -> torch.Tensor:
         unit = self.unit if idx is None else self.unit[idx]
         return -(unit @ self.running)

@@ -17,7 +17,7 @@ import torch
 
 from datamask.data import Dataset, atomic_output, write_json_atomic
 from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner
-from datamask.objectives import DIVERSITY, GroundSet, diversity
+from datamask.objectives import DIVERSITY, FacilityLocation, GroundSet, diversity
 from datamask.selectors import make_selector
 from datamask.shared import resolve_device
 from datamask.synthetic import synthetic_dataset
@@ -120,11 +120,18 @@ def start_of_last_run(items: Iterable[T], holds: Callable[[T], bool]) -> T | Non
     return start
 
 
-def metric_scorer(data: Dataset, metric: str, device: str = "cpu") -> Callable[[np.ndarray], float]:
+def metric_scorer(data: Dataset, metric: str, device: str = "cpu", cover_rows: int | None = None,
+                  seed: int = 0) -> Callable[[np.ndarray], float]:
     """The diversity set function `metric` of a selection mask, on the whole input. (Report would
-    also fit the joint's term scale on full-size random masks: too slow for a curve at large N.)"""
+    also fit the joint's term scale on full-size random masks: too slow for a curve at large N.)
+    Past `cover_rows` rows, Facility covers a seeded uniform sample of that many rows (an
+    unbiased estimate: its exact cost grows with N times k)."""
     ground = GroundSet.from_arrays(data.features, data.quality, resolve_device(device))
     function = diversity(metric)
+    if metric == "Facility" and cover_rows is not None and len(data) > cover_rows:
+        generator = torch.Generator().manual_seed(seed)
+        function = FacilityLocation(cover=torch.randperm(len(data), generator=generator)[
+            :cover_rows].sort().values.to(ground.device))
     return lambda mask: function(ground, torch.as_tensor(np.flatnonzero(mask))).item()
 
 
@@ -152,8 +159,30 @@ def warm_up_learner(dim: int, ratio: float, metrics, seed: int = 0, **config) ->
 
 
 def greedy_run(data: Dataset, ratio: float, name: str, **params) -> dict:
+    """One greedy selection; `picks`: (row, seconds into its loop) of each step, for the greedies
+    of `datamask.greedy` (whose records carry the clock), else empty."""
     selection = make_selector(name, **params).select(data, ratio)
-    return {"wall_s": selection.wall_time_s, "selected": selection.selected}
+    picks = [(r["row"], r["elapsed_s"]) for r in selection.history if "elapsed_s" in r]
+    return {"wall_s": selection.wall_time_s, "selected": selection.selected, "picks": picks}
+
+
+def greedy_curve(result: dict, score: Callable[[np.ndarray], float], n: int,
+                 points: int) -> list[CurvePoint] | None:
+    """A greedy's anytime curve: `score` of its first t picks (fewer than k rows: what stopping
+    it there gives) at about `points` steps, against its wall time then (the time before its
+    loop, a kernel's say, counted in). None without a per-step clock."""
+    picks = result.get("picks")
+    if not picks:
+        return None
+    rows = np.array([row for row, _ in picks])
+    setup_s = result["wall_s"] - picks[-1][1]
+    steps = sorted(set(np.linspace(0, len(picks) - 1, max(2, points)).round().astype(int)))
+    curve = []
+    for step in steps:
+        mask = np.zeros(n, dtype=bool)
+        mask[rows[:step + 1]] = True
+        curve.append(CurvePoint(int(step), setup_s + picks[step][1], score(mask)))
+    return curve
 
 
 def _greedy_child(conn, data_args: dict, ratio: float, name: str, params: dict, repeats: int,

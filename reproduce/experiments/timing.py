@@ -2,6 +2,7 @@
 
     python -m reproduce.experiments.timing [--sizes 1000 2000 5000 20000 100000] [--budget_s 300]
         [--metrics DiSF Facility Pair_simi] [--steps 500] [--output runs/experiments]
+        [--learner_max_n Facility=20000] [--score_rows 20000] [--greedy_points 10]
 
 The paper (DiSF objective, 100k rows, GPU): greedy 78 h, DATAMASK ~50 min, a time ratio of 1.07%.
 Here, per diversity metric and per N, on the same synthetic rows in one process: the reference
@@ -14,16 +15,27 @@ the budget and its time extrapolated too (status 'killed'). The two smallest siz
 the end, as a fit needs two. Each measured time is the fastest of up to --repeats runs that fit in
 the budget together, against the noise of a shared CPU.
 
+At the paper's scale (up to 1M x 384) the scalable greedies (role 'scalable') join: the stochastic
+greedy (Mirzasoleiman et al. 2015) for Pair_simi, and for Facility the lazy and stochastic greedies
+on a sparse kNN kernel (faiss IVF). Past --learner_max_n the learner is not run either: its time is
+extrapolated from its own fit. Past --score_rows rows, Facility is scored on a seeded uniform
+sample of that many covered rows (an unbiased estimate of the objective on all rows; the exact
+one costs N k d per score). Every run with a per-step clock (the learner, the greedies of
+datamask.greedy) also gets an anytime curve: the objective on all rows against wall time, a
+greedy's being that of its first t picks (what stopping it then would give).
+
 `timing.json` schema (records.TimingResult):
 - machine: cpu, cores, torch_threads, torch, device, gpu, python; config: the flags; paper: the
   paper's timing figures
 - runs: one per (metric, n, label): metric, n, label ('datamask' or the greedy's), selector,
-  params, role ('learner' | 'reference' | 'fast'), status ('measured' | 'extrapolated' |
+  params, role ('learner' | 'reference' | 'fast' | 'scalable'), status ('measured' | 'extrapolated' |
   'killed'), wall_s (measured: the fastest of `repeats` runs; else the fit's prediction, or for a
   run killed with no fit the budget, a lower bound), objective (null unless measured),
   random_objective (a random selection's, same N);
-  the learner's also curve: [{step, elapsed_s, objective}]
-- fits: {metric: {label: {exponent, coef, sizes} | null}}: t = coef * N^exponent, seconds
+  curve: [{step, elapsed_s, objective}] (the learner's; a greedy's of its first step + 1 picks),
+  null without a per-step clock
+- fits: {metric: {label: {exponent, coef, sizes} | null}}: t = coef * N^exponent, seconds (the
+  learner's under 'datamask')
 - comparisons: one per (metric, n, greedy label): time_ratio (learner / greedy), objective_ratio
   (learner / greedy, raw; <1 is worse for a positive objective, >1 worse for a negative one),
   gain_ratio ((learner - random) / (greedy - random): 1 = as good as the greedy), greedy_status,
@@ -35,9 +47,9 @@ from __future__ import annotations
 
 from datamask.synthetic import synthetic_dataset
 
-from .common import (experiment_main, experiment_parser, fastest, greedy_run, greedy_runs_killable,
-                     learner_params, learner_run, lr_of, machine, metric_scorer, power_law,
-                     start_of_last_run, warm_up_learner)
+from .common import (experiment_main, experiment_parser, fastest, greedy_curve, greedy_run,
+                     greedy_runs_killable, learner_params, learner_run, lr_of, machine,
+                     metric_scorer, power_law, start_of_last_run, warm_up_learner)
 from .records import Comparison, Fit, PaperTiming, TimingResult, TimingRun
 
 # metric -> greedies optimising it: (label, selector, params, role)
@@ -48,6 +60,16 @@ GREEDIES = {
                  ("facility-greedy lazy", "facility-greedy", {"optimizer": "lazy"}, "fast")],
     "Pair_simi": [("pair-greedy", "pair-greedy", {}, "fast")],
 }
+# the greedies practitioners use at a million rows (README, "Baselines")
+SCALABLE = {
+    "Facility": [("facility-knn-greedy lazy", "facility-knn-greedy", {"index": "ivf"}, "scalable"),
+                 ("facility-knn-greedy stochastic", "facility-knn-greedy",
+                  {"index": "ivf", "optimizer": "stochastic"}, "scalable")],
+    "Pair_simi": [("pair-greedy stochastic", "pair-greedy", {"optimizer": "stochastic"},
+                   "scalable")],
+}
+for _metric, _greedies in SCALABLE.items():
+    GREEDIES[_metric] += _greedies
 PAPER = PaperTiming(metric="DiSF", n=100_000, greedy_s=78 * 3600, datamask_s=50 * 60,
                     time_ratio=50 / (78 * 60), device="GPU")
 
@@ -66,14 +88,27 @@ def parse(argv):
     parser.add_argument("--max_n", nargs="*", default=[], metavar="METRIC=N",
                         help="run METRIC only up to N rows (e.g. Facility=20000: its learner "
                              "takes ~8 s a step at 100k rows on 2 CPU cores)")
+    parser.add_argument("--learner_max_n", nargs="*", default=[], metavar="METRIC=N",
+                        help="run METRIC's learner only up to N rows, its time extrapolated past "
+                             "it (e.g. Facility=20000), while the greedies go on")
+    parser.add_argument("--score_rows", type=int, default=20000,
+                        help="past this many rows, score Facility on a seeded sample of this "
+                             "many covered rows")
+    parser.add_argument("--greedy_points", type=int, default=10,
+                        help="points on each greedy's anytime curve")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
-        args.max_n = {metric: int(n) for metric, n in (e.split("=") for e in args.max_n)}
-    except ValueError:
-        parser.error(f"--max_n: expected METRIC=N entries, got {args.max_n}")
-    if set(args.max_n) - set(GREEDIES):
-        parser.error(f"--max_n: unknown metric in {sorted(args.max_n)}; known: {list(GREEDIES)}")
+    for flag in ("max_n", "learner_max_n"):
+        entries = getattr(args, flag)
+        try:
+            caps = {metric: int(n) for metric, n in (e.split("=") for e in entries)}
+        except ValueError:
+            parser.error(f"--{flag}: expected METRIC=N entries, got {entries}")
+        if set(caps) - set(GREEDIES):
+            parser.error(f"--{flag}: unknown metric in {sorted(caps)}; known: {list(GREEDIES)}")
+        setattr(args, flag, caps)
+    if args.score_rows < 1:
+        parser.error(f"--score_rows must be at least 1, got {args.score_rows}")
     return args
 
 
@@ -97,7 +132,7 @@ def run(args) -> TimingResult:
         for metric in args.metrics:
             if n > args.max_n.get(metric, n):
                 continue
-            score = metric_scorer(data, metric)
+            score = metric_scorer(data, metric, cover_rows=args.score_rows, seed=args.seed)
             random_value = score(greedy_run(data, args.ratio, "random", seed=args.seed)["selected"])
             for label, name, params, role in GREEDIES[metric]:
                 fit = fit_of(runs, metric, label)
@@ -121,9 +156,19 @@ def run(args) -> TimingResult:
                     print(f"N={n} {metric} {label}: killed at {args.budget_s:g} s", flush=True)
                     continue
                 record("measured", result["wall_s"], repeats=result["runs"],
-                       objective=score(result["selected"]))
+                       objective=score(result["selected"]),
+                       curve=greedy_curve(result, score, n, args.greedy_points))
                 print(f"N={n} {metric} {label}: {result['wall_s']:.2f} s", flush=True)
             config = learner_params(args, 0.0, algorithm=metric, seed=args.seed)
+            if n > args.learner_max_n.get(metric, n):
+                fit = fit_of(runs, metric, "datamask")
+                if fit:
+                    runs.append(TimingRun(metric=metric, n=n, label="datamask",
+                                          selector="datamask", params=config, role="learner",
+                                          status="extrapolated", wall_s=fit.predict(n),
+                                          random_objective=random_value, objective=None))
+                print(f"N={n} {metric} datamask: not run (--learner_max_n)", flush=True)
+                continue
             result = fastest(lambda: learner_run(data, args.ratio, score, args.eval_points,
                                                  **config), args.repeats, args.budget_s)
             runs.append(TimingRun(metric=metric, n=n, label="datamask", selector="datamask",
@@ -132,8 +177,9 @@ def run(args) -> TimingResult:
                                   repeats=result["runs"], objective=score(result["selected"]),
                                   curve=result["curve"]))
             print(f"N={n} {metric} datamask: {result['wall_s']:.2f} s", flush=True)
-    # final fits, over every size each greedy finished
-    fits = {m: {label: fit_of(runs, m, label) for label, *_ in GREEDIES[m]} for m in args.metrics}
+    # final fits, over every size each greedy (and the learner) finished
+    fits = {m: {label: fit_of(runs, m, label) for label in [g[0] for g in GREEDIES[m]]
+                + ["datamask"]} for m in args.metrics}
     comparisons = compare(runs)
     return TimingResult(experiment="timing", machine=machine("cpu"), config=vars(args),
                         paper=PAPER, runs=runs, fits=fits, comparisons=comparisons,
@@ -149,12 +195,14 @@ def compare(runs: list[TimingRun]) -> list[Comparison]:
                                                                          learner.n):
                 continue
             g, l_, rnd = greedy.objective, learner.objective, learner.random_objective
-            reached = [p.elapsed_s for p in learner.curve if g is not None and p.objective >= g]
+            reached = [p.elapsed_s for p in learner.curve or []
+                       if g is not None and p.objective >= g]
+            unknown = g is None or l_ is None
             out.append(Comparison(
                 metric=learner.metric, n=learner.n, greedy=greedy.label, greedy_role=greedy.role,
                 greedy_status=greedy.status, time_ratio=learner.wall_s / greedy.wall_s,
-                objective_ratio=None if g is None or g == 0 else l_ / g,
-                gain_ratio=None if g is None or g == rnd else (l_ - rnd) / (g - rnd),
+                objective_ratio=None if unknown or g == 0 else l_ / g,
+                gain_ratio=None if unknown or g == rnd else (l_ - rnd) / (g - rnd),
                 time_to_greedy_objective_s=reached[0] if reached else None))
     return out
 
@@ -185,7 +233,11 @@ def markdown(results: TimingResult) -> str:
         f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}, lr "
         f"{lr_of(cfg)}; budget "
         f"{cfg['budget_s']:g} s per greedy run" + "".join(
-            f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items())
+            f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
+            f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
+            for m, n in cfg.get("learner_max_n", {}).items())
+        + (f"; past N = {cfg['score_rows']:,}, Facility scored on a seeded sample of "
+           f"{cfg['score_rows']:,} covered rows (unbiased)" if "score_rows" in cfg else "")
         + ". Objective: the metric's set function on all N rows (higher is better). gain ratio = "
         "(learner - random) / (greedy - random).", "",
         f"Paper: DiSF, N = {paper.n:,}, {paper.device}: greedy 78 h, DATAMASK ~50 min, time "
