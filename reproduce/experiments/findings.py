@@ -266,7 +266,7 @@ def knob_claims(result: SweepResult) -> list[str]:
 def variant_claims(result: SweepResult) -> list[str]:
     """One variant knob: gain ratio and steps per value and metric, and the rank rule's verdict."""
     paper_value = result.config["values"][0]
-    lines = [f"`--{result.knob}` (paper: {result.paper}; {paper_value} is the paper's):", "",
+    lines = [f"`--{result.knob}` ({result.paper}; {paper_value} is the paper's):", "",
              "| metric | value | objective | gain ratio | wall s | steps |",
              "|---|---|---:|---:|---:|---:|"]
     for s in result.summary:
