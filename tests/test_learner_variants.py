@@ -136,17 +136,24 @@ def test_each_variant_is_seeded_repeatable_and_keeps_the_budget(algorithm, optio
     assert first.steps_taken == len(first.history) <= 30
 
 
-def test_row_credit_moves_only_the_sampled_rows_by_their_standardised_credit():
-    gen = torch.Generator().manual_seed(3)
-    data = synthetic_dataset(200, dim=8, n_clusters=4, seed=3)
+def one_step(algorithm: str, seed: int, lr: float, **options):
+    """One policy_step from all-zero logits on 200 clustered rows: (logits, shape, config)."""
+    gen = torch.Generator().manual_seed(seed)
+    data = synthetic_dataset(200, dim=8, n_clusters=4, seed=seed)
     ground = GroundSet.from_arrays(data.features, data.quality)
-    config = LearnerConfig(algorithm="Pair_simi", partial=0.25, credit="row", seed=3, device="cpu")
+    config = LearnerConfig(algorithm=algorithm, seed=seed, device="cpu", **options)
     shape = Shape.of(config, data.quality)
-    objective = Joint(PairSimilarity(), 0.5, TermScale(0.0, 1.0, 0.0, 1.0))
+    metric = PairSimilarity() if algorithm == "Pair_simi" else FacilityLocation()
+    objective = Joint(metric, 0.5, TermScale(0.0, 1.0, 0.0, 1.0))
     logits = torch.zeros(200)
-    policy_step(logits, ground, objective, shape, 16, 1.0, gen, "simple", "row")
-    moved = logits != 0
-    assert 0 < moved.sum() <= shape.n_step
+    update = AdaptiveAscent(logits) if config.update == "adam" else None
+    policy_step(logits, ground, objective, shape, 16, lr, gen, "simple", config.credit, update)
+    return logits, shape, update
+
+
+def test_row_credit_moves_only_the_sampled_rows_by_their_standardised_credit():
+    logits, shape, _ = one_step("Pair_simi", 3, 1.0, partial=0.25, credit="row")
+    assert 0 < (logits != 0).sum() <= shape.n_step
     # the credits are standardised over the (mask, row) pairs: they sum to 0 over all pairs
     assert logits.sum().item() == pytest.approx(0.0, abs=1e-4)
 
@@ -154,15 +161,7 @@ def test_row_credit_moves_only_the_sampled_rows_by_their_standardised_credit():
 def test_first_adam_step_moves_each_sampled_logit_by_the_rate():
     """Bias-corrected, Adam's first step is lr * g / (|g| + eps): every logit a step moves goes
     up or down by the rate, and the others stay."""
-    gen = torch.Generator().manual_seed(4)
-    data = synthetic_dataset(200, dim=8, n_clusters=4, seed=4)
-    ground = GroundSet.from_arrays(data.features, data.quality)
-    config = LearnerConfig(algorithm="Facility", partial=0.5, update="adam", seed=4, device="cpu")
-    shape = Shape.of(config, data.quality)
-    objective = Joint(FacilityLocation(), 0.5, TermScale(0.0, 1.0, 0.0, 1.0))
-    logits = torch.zeros(200)
-    update = AdaptiveAscent(logits)
-    policy_step(logits, ground, objective, shape, 16, 0.25, gen, "simple", "mask", update)
+    logits, shape, update = one_step("Facility", 4, 0.25, partial=0.5, update="adam")
     moved = logits[logits != 0]
     assert 0 < len(moved) <= shape.n_step
     torch.testing.assert_close(moved.abs(), torch.full_like(moved, 0.25), atol=1e-5, rtol=0)

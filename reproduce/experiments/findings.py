@@ -42,7 +42,7 @@ from eval.verdict import verdict_markdown
 from .common import lr_setting
 from .records import DirectResult, SweepResult, SweepSummary, TimingResult, best_of, of_metric
 from .records import read_result
-from .sweep import KNOBS, VARIANT_KNOBS, gain_ratio
+from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
 
@@ -270,12 +270,9 @@ def variant_claims(result: SweepResult) -> list[str]:
              "| metric | value | objective | gain ratio | wall s | steps |",
              "|---|---|---:|---:|---:|---:|"]
     for s in result.summary:
-        ratio = gain_ratio(result, s)
-        steps = [r.steps_taken for r in of_metric(result.runs, s.metric)
-                 if r.value == s.value and r.steps_taken is not None]
+        ratio, steps = ratio_and_steps(result, s)
         lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
-                     f"{s.objective_std:.3f} | {'-' if ratio is None else f'{ratio:.3f}'} | "
-                     f"{s.wall_s_mean:.3g} | {f'{np.mean(steps):.0f}' if steps else '-'} |")
+                     f"{s.objective_std:.3f} | {ratio} | {s.wall_s_mean:.3g} | {steps} |")
     overall = overall_best(result)
     lines += ["", f"- Lowest mean rank over {', '.join(result.metrics)}: {overall}; "
               + ("the paper's value stays." if overall == paper_value

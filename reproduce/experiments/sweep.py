@@ -192,13 +192,10 @@ def markdown(results: SweepResult) -> str:
              "steps | stable | quality | " + " | ".join(diversity_cols) + " |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|" + "---:|" * len(diversity_cols)]
     for s in results.summary:
-        ratio = gain_ratio(results, s)
-        steps = [r.steps_taken for r in of_metric(results.runs, s.metric)
-                 if r.value == s.value and r.steps_taken is not None]
+        ratio, steps = ratio_and_steps(results, s)
         lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
-                     f"{s.objective_std:.3f} | {'-' if ratio is None else f'{ratio:.3f}'} | "
-                     f"{s.start_mean:.3f} | {s.wall_s_mean:.3g} | "
-                     f"{f'{np.mean(steps):.0f}' if steps else '-'} | "
+                     f"{s.objective_std:.3f} | {ratio} | {s.start_mean:.3f} | "
+                     f"{s.wall_s_mean:.3g} | {steps} | "
                      f"{'yes' if s.stable else 'no'} | {s.means['quality']:.3f} | "
                      + " | ".join(f"{s.means[m]:.4g}" for m in diversity_cols) + " |")
     lines += ["", "Joint greedy on the same objective: " + "; ".join(
@@ -219,6 +216,15 @@ def gain_ratio(results: SweepResult, summary: SweepSummary) -> float | None:
     level = next((g for g in of_metric(results.greedy, summary.metric)
                   if np.isclose(g.lamb, float(lamb))), None)
     return summary.objective_mean / level.objective if level and level.objective else None
+
+
+def ratio_and_steps(results: SweepResult, summary: SweepSummary) -> tuple[str, str]:
+    """A summary row's gain ratio and mean steps taken as table cells ('-' where unknown)."""
+    ratio = gain_ratio(results, summary)
+    steps = [r.steps_taken for r in of_metric(results.runs, summary.metric)
+             if r.value == summary.value and r.steps_taken is not None]
+    return ("-" if ratio is None else f"{ratio:.3f}",
+            f"{np.mean(steps):.0f}" if steps else "-")
 
 
 main = experiment_main(parse, run, markdown)
