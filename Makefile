@@ -166,8 +166,20 @@ LR_FLAG = $(if $(EXP_LR),--lr $(EXP_LR))
 # whole input's), and ablation-direct (one-shot selectors); `make findings` states what holds.
 ABLATION_KNOBS := G lamb partial init lr steps logprob scale_on
 ABLATION_TARGETS := $(addprefix ablation-,$(ABLATION_KNOBS))
+# Learner variants beyond the paper (#17 part 2), each a LearnerConfig flag: per-row credit, the
+# covered-row sample of Facility, Adam, the stopping rule. Fixed before running: VARIANT_N rows of
+# VARIANT_DIM-d in VARIANT_CLUSTERS clusters (the issue's prototype shape), datamask select's other
+# defaults (G 128, partial 0.1, lamb 0.5, constant 10), ABLATION_STEPS steps, ABLATION_SEEDS; a
+# variant wins by the learning rate's rule: lowest mean rank of the mean final objective over
+# the metrics, ties to the paper's value (listed first). `make findings` states the verdict.
+VARIANT_KNOBS := credit update cover_sample patience
+VARIANT_TARGETS := $(addprefix ablation-,$(VARIANT_KNOBS))
+VARIANT_N ?= 3000
+VARIANT_DIM ?= 32
+VARIANT_CLUSTERS ?= 30
 
-.PHONY: reproduce-timing reproduce-timing-scale $(ABLATION_TARGETS) ablation-direct ablations figures findings
+.PHONY: reproduce-timing reproduce-timing-scale $(ABLATION_TARGETS) $(VARIANT_TARGETS) ablation-variants ablation-direct \
+	ablations figures findings
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
@@ -187,7 +199,14 @@ ablation-direct: install
 	$(EXP).direct --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --steps $(ABLATION_STEPS) \
 		$(LR_FLAG) --output $(EXP_DIR)
 
-ablations: $(ABLATION_TARGETS) ablation-direct
+$(VARIANT_TARGETS): ablation-%: install
+	$(EXP).sweep --knob $* --seeds $(ABLATION_SEEDS) --n $(VARIANT_N) --dim $(VARIANT_DIM) \
+		--clusters $(VARIANT_CLUSTERS) --steps $(ABLATION_STEPS) \
+		$(if $(filter cover_sample,$*),--metrics Facility) $(LR_FLAG) --output $(EXP_DIR)
+
+ablation-variants: $(VARIANT_TARGETS)
+
+ablations: $(ABLATION_TARGETS) ablation-direct ablation-variants
 
 findings: install
 	$(EXP).findings --results $(EXP_DIR)

@@ -74,6 +74,22 @@ class LearnerConfig:
                                    "Facility)", choices=("step", "input"))
     readoff: str = option("topk", "final subset: top-k of the final logits, or one draw from the "
                                   "final policy", choices=("topk", "sample"))
+    credit: str = option("mask", "what a step's advantages credit: each sampled mask as a "
+                                 "whole (paper), or each selected row of each mask with its "
+                                 "marginal contribution to it (exact for Facility, Pair_simi "
+                                 "and quality, first-order for DiSF), standardised over the "
+                                 "step's (mask, row) pairs", choices=("mask", "row"))
+    cover_sample: float = option(0.0, "Facility only, with --partial 1: masks over all "
+                                      "candidates, their coverage measured on this fraction of "
+                                      "them, drawn afresh each step (an unbiased estimate of the "
+                                      "same function); 0 = off, coverage on all candidates",
+                                 low=0.0, high=1.0)
+    update: str = option("ascent", "the logit update: plain gradient ascent (paper), or Adam "
+                                   "(per-logit adaptive step, moments of the rows a step "
+                                   "moves; a logit moves by about the rate per step, so give "
+                                   "it a smaller --max_lr)", choices=("ascent", "adam"))
+    patience: int = option(0, "stop once the top-k read-off has not changed for this many "
+                              "steps (at most --n_epochs); 0 = always run --n_epochs", low=0)
     seed: int = option(0, "same seed, same device: same selection", original=True)
     device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)",
                          original=True)
@@ -88,6 +104,15 @@ class LearnerConfig:
         if not (self.max_lr > 0 and self.min_lr >= 0):  # a negative rate descends the objective
             raise UserError(f"--max_lr must be positive and --min_lr 0 or more, got "
                             f"{self.max_lr} and {self.min_lr}")
+        if self.credit == "row" and self.logprob == "exact":
+            raise UserError("--credit row scatters each row's advantage onto its own logit, "
+                            "the --logprob simple gradient; it has no --logprob exact form")
+        if self.cover_sample > 0 and self.algorithm != "Facility":
+            raise UserError(f"--cover_sample samples the rows Facility's coverage is measured "
+                            f"on; --algorithm {self.algorithm} has no such rows")
+        if self.cover_sample > 0 and self.partial < 1:
+            raise UserError(f"--cover_sample draws masks over all candidates: give --partial 1 "
+                            f"with it (got --partial {self.partial})")
 
 
 @dataclass
@@ -96,6 +121,7 @@ class LearnResult:
     logits: np.ndarray  # (N,) float32 final logits; -inf for rows removed by quality pruning
     history: list[dict] = field(default_factory=list)  # one record per step
     wall_time_s: float = 0.0  # optimisation time, excluding any `evaluate` callback
+    steps_taken: int = 0  # n_epochs, or fewer where --patience stopped the run
 
 
 def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr: float) -> float:
@@ -181,6 +207,8 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
         raise UserError(f"{path}: not a datamask checkpoint (it holds a {type(state).__name__} "
                         f"without the learner's state)")
     saved, now = state["config"], asdict(config)
+    # a setting added after the checkpoint was made took its default there
+    saved = dict(asdict(LearnerConfig()), **saved)
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
@@ -227,6 +255,7 @@ class Shape:
     pool: np.ndarray
     n_step: int
     k_step: int
+    n_cover: int  # rows Facility's coverage is measured on in a step (--cover_sample)
 
     @classmethod
     def of(cls, config: LearnerConfig, quality: np.ndarray) -> "Shape":
@@ -241,25 +270,68 @@ class Shape:
         if config.algorithm == "DiSF" and k_step < 2:
             raise UserError(
                 f"--partial {config.partial} leaves {k_step} row per DiSF mask; raise it")
-        return cls(n_total, k_total, pool, n_step, k_step)
+        n_cover = max(1, round(config.cover_sample * n_pool)) if config.cover_sample else n_pool
+        return cls(n_total, k_total, pool, n_step, k_step, n_cover)
 
 
 def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape: Shape,
-                n_rollout: int, lr: float, gen: torch.Generator, logprob: str) -> torch.Tensor:
-    """One step of DATAMASK, in place on `logits`; returns the objective of its G masks."""
+                n_rollout: int, lr: float, gen: torch.Generator, logprob: str,
+                credit: str = "mask", update: "AdaptiveAscent | None" = None) -> torch.Tensor:
+    """One step of DATAMASK, in place on `logits`; returns the objective of its G masks.
+    The defaults are the paper's step; `credit`, `update` and `shape.n_cover` are the variants
+    of `LearnerConfig` (credit, update, cover_sample)."""
     rows, step_ground, step_logits = None, ground, logits
     if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
         rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
         step_ground, step_logits = ground.subset(rows), logits[rows]
+    if shape.n_cover < len(step_ground):  # `cover_sample`: coverage on n_cover random rows
+        cover = torch.randperm(len(step_ground), generator=gen, device=logits.device)
+        objective = objective.covering(cover[:shape.n_cover])
     idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen)  # (G, k_step): G masks
-    scores = objective.batch(step_ground, idx)  # (G,)
-    advantages = (scores - scores.mean()) / (scores.std(unbiased=False) + 1e-8)
-    grad = policy_gradient(step_logits, idx, advantages, logprob)
-    if rows is None:  # logit ascent
+    if credit == "row":
+        scores, contributions = objective.batch_with_credit(step_ground, idx)  # (G,), (G, k)
+        advantages = standardised(contributions)
+        grad = torch.zeros_like(step_logits).index_add_(
+            0, idx.reshape(-1), advantages.reshape(-1)) / len(idx)
+    else:
+        scores = objective.batch(step_ground, idx)  # (G,)
+        grad = policy_gradient(step_logits, idx, standardised(scores), logprob)
+    if update is not None:
+        update.apply(logits, rows, grad, lr)
+    elif rows is None:  # logit ascent
         logits.add_(grad, alpha=lr)
     else:
         logits.index_add_(0, rows, grad, alpha=lr)
     return scores
+
+
+def standardised(values: torch.Tensor) -> torch.Tensor:
+    """The group's advantages: values minus their mean, over their population std (+ 1e-8)."""
+    return (values - values.mean()) / (values.std(unbiased=False) + 1e-8)
+
+
+class AdaptiveAscent:
+    """`--update adam`: Adam (Kingma & Ba, 2015) ascending the logits. Each logit keeps its own
+    moments and count, updated only on the steps that move it (a `partial` step moves only its
+    rows), so each is bias-corrected by its own count."""
+
+    BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+
+    def __init__(self, logits: torch.Tensor, state: dict | None = None):
+        fresh = {name: torch.zeros_like(logits) for name in ("moment", "second", "count")}
+        self.state = {name: value.to(logits.device) for name, value in (state or fresh).items()}
+
+    def apply(self, logits: torch.Tensor, rows: torch.Tensor | None, grad: torch.Tensor,
+              lr: float) -> None:
+        if rows is None:
+            rows = torch.arange(len(logits), device=logits.device)
+        moment, second, count = (self.state[name] for name in ("moment", "second", "count"))
+        moment[rows] = self.BETA1 * moment[rows] + (1 - self.BETA1) * grad
+        second[rows] = self.BETA2 * second[rows] + (1 - self.BETA2) * grad.square()
+        count[rows] += 1
+        mean = moment[rows] / (1 - self.BETA1 ** count[rows])
+        spread = (second[rows] / (1 - self.BETA2 ** count[rows])).sqrt_().add_(self.EPS)
+        logits.index_add_(0, rows, mean / spread, alpha=lr)
 
 
 def read_off(logits: torch.Tensor, quality: torch.Tensor, shape: Shape, gen: torch.Generator,
@@ -283,6 +355,9 @@ class Progress:
     step: int = 0
     elapsed_s: float = 0.0
     history: list[dict] = field(default_factory=list)
+    adam: dict | None = None  # AdaptiveAscent's moments (--update adam)
+    unchanged: int = 0  # steps the read-off has not changed for (--patience)
+    last_readoff: np.ndarray | None = None
 
 
 class MaskLearner:
@@ -318,12 +393,18 @@ class MaskLearner:
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         run = self._start(state, ground, shape, metric, gen)
         objective = Joint(metric, cfg.lamb, run.scale)
+        update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
 
         def save() -> None:
+            variants = {"adam": None if update is None else update.state,
+                        "unchanged": run.unchanged,
+                        "last_readoff": None if run.last_readoff is None
+                        else torch.from_numpy(run.last_readoff)}
             save_checkpoint(checkpoint_path, {
                 "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
                 "logits": run.logits.cpu(), "generator": gen.get_state(),
-                "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history})
+                "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
+                "variants": variants})
 
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
@@ -336,14 +417,19 @@ class MaskLearner:
                 start = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
                 scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
-                                     cfg.logprob)
+                                     cfg.logprob, cfg.credit, update)
                 stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
                 run.elapsed_s += time.perf_counter() - start
                 run.step = step + 1
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],
                           "objective_max": stats[1], "elapsed_s": run.elapsed_s}
+                stop = False
+                if cfg.patience:
+                    stop = self._settled(run, read_off(run.logits, ground.quality, shape, gen,
+                                                       "topk"))
+                    record["unchanged"] = run.unchanged
                 if evaluate is not None and eval_every and (
-                        step % eval_every == 0 or step == cfg.n_epochs - 1):
+                        step % eval_every == 0 or step == cfg.n_epochs - 1 or stop):
                     record.update(evaluate(read_off(run.logits, ground.quality, shape, gen,
                                                     "topk")))
                 run.history.append(record)
@@ -352,8 +438,11 @@ class MaskLearner:
                 bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
                 if checkpoint_path and checkpoint_every and run.step % checkpoint_every == 0:
                     save()
+                if stop:
+                    break
+        steps_taken = len(run.history)
         if checkpoint_path:
-            run.step = cfg.n_epochs
+            run.step = cfg.n_epochs  # a stopped run is complete: resuming it runs no step
             save()
 
         start = time.perf_counter()
@@ -361,7 +450,14 @@ class MaskLearner:
         run.elapsed_s += time.perf_counter() - start
         full_logits = np.full(shape.n_total, -np.inf, dtype=np.float32)
         full_logits[shape.pool] = run.logits.cpu().numpy()
-        return LearnResult(selected, full_logits, run.history, run.elapsed_s)
+        return LearnResult(selected, full_logits, run.history, run.elapsed_s, steps_taken)
+
+    def _settled(self, run: Progress, readoff: np.ndarray) -> bool:
+        """Count the steps the read-off has stayed the same; True once that reaches --patience."""
+        same = run.last_readoff is not None and np.array_equal(readoff, run.last_readoff)
+        run.unchanged = run.unchanged + 1 if same else 0
+        run.last_readoff = readoff
+        return run.unchanged >= self.config.patience
 
     def _start(self, state: dict | None, ground: GroundSet, shape: Shape, metric: SetFunction,
                gen: torch.Generator) -> Progress:
@@ -369,10 +465,18 @@ class MaskLearner:
         cfg = self.config
         if state is not None:
             gen.set_state(state["generator"])
+            variants = state.get("variants") or {}
+            last = variants.get("last_readoff")
             return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
-                            state["step"], state["elapsed_s"], state["history"])
+                            state["step"], state["elapsed_s"], state["history"],
+                            variants.get("adam"), variants.get("unchanged", 0),
+                            None if last is None else last.numpy())
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
+        elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores
+            cover = torch.randperm(len(ground), generator=gen, device=ground.device)
+            scale = TermScale.fit(ground, shape.k_step, metric.covering(cover[:shape.n_cover]),
+                                  gen)
         else:
             scale = TermScale.fit(ground, shape.k_step, metric, gen,
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)

@@ -73,6 +73,12 @@ class SetFunction:
         """Values of the G masks in `idx` (G, k) as a (G,) float32 tensor."""
         raise NotImplementedError
 
+    def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (G,) and each selected row's marginal contribution to its mask (G, k), for the
+        learner's per-row credit (`--credit row`)."""
+        raise NotImplementedError(f"{self.name} has no per-row credit")
+
     def __call__(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         batch, single = as_batch(idx)
         values = self.batch(ground, batch)

@@ -58,6 +58,37 @@ class DiSF(SetFunction):
                 out[chunk] = -gram_collapse_score(x, self.eps)
         return out
 
+    def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (G,) and a first-order marginal contribution of each selected row (G, k): the
+        derivative of the value in a soft weight w_i on the row (its weight in the mean and the
+        scatter), at w = 1, by one backward pass per chunk of masks. Removing the row sets w_i to
+        0, so f(S) - f(S - {i}) is about df/dw_i."""
+        n_masks, k = idx.shape
+        if k < 2:
+            raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
+        d = ground.features.shape[1]
+        values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
+        credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.features.dtype)
+        side = min(k, d)  # autograd keeps about three times the forward's temporaries
+        for chunk in mask_chunks(n_masks, 3 * ground.features.element_size()
+                                 * (2 * k * d + 2 * side * side), self.memory_bytes):
+            x = ground.features[idx[chunk]]
+            with torch.enable_grad():
+                weight = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device,
+                                    requires_grad=True)
+                mean = (weight.unsqueeze(2) * x).sum(dim=1, keepdim=True) / weight.sum(
+                    dim=1, keepdim=True).unsqueeze(2)
+                rows = (x - mean) * weight.sqrt().unsqueeze(2)  # scatter = rows^T rows
+                if 3 * k >= 2 * d:
+                    score = collapse_score(rows.transpose(1, 2) @ rows / (k - 1), self.eps)
+                else:
+                    score = gram_collapse_score(rows, self.eps)
+                (grad,) = torch.autograd.grad(-score.sum(), weight)
+            values[chunk] = -score.detach()
+            credit[chunk] = grad
+        return values, credit
+
 
 def gram_collapse_score(centred: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """collapse_score from centred rows (..., k, d) through the (k, k) Gram matrix of the rows

@@ -31,16 +31,45 @@ class FacilityLocation(SetFunction):
         self.memory_bytes = memory_bytes
         self.cover = cover
 
+    def covering(self, cover: torch.Tensor | None) -> "FacilityLocation":
+        """The same function, its coverage measured on the rows `cover` of the ground set."""
+        return FacilityLocation(self.memory_bytes, cover)
+
+    def covered_unit(self, ground: GroundSet) -> torch.Tensor:
+        return ground.unit if self.cover is None else ground.unit[self.cover]
+
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         n_masks, k = idx.shape
-        covered = ground.unit if self.cover is None else ground.unit[self.cover]
-        n = len(covered)
+        covered = self.covered_unit(ground)
         out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         # max and clip commute (clip is monotone), so clip the (G, n) maxima, not the (G, n, k) sims.
-        for chunk in mask_chunks(n_masks, 4 * n * k, self.memory_bytes):
+        for chunk in mask_chunks(n_masks, 4 * len(covered) * k, self.memory_bytes):
             sims = torch.matmul(covered, ground.unit[idx[chunk]].transpose(1, 2))  # (c, n, k)
             out[chunk] = sims.amax(dim=2).clamp_min_(0).mean(dim=1)
         return out
+
+    def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (G,) and each selected row's exact marginal contribution (G, k): f(S) minus
+        f(S without the row), i.e. over the covered rows it is the best for, its clipped
+        similarity minus that of the second best selected row (0 when it is alone)."""
+        n_masks, k = idx.shape
+        covered = self.covered_unit(ground)
+        values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
+        credit = torch.zeros(n_masks, k, device=idx.device, dtype=ground.features.dtype)
+        for chunk in mask_chunks(n_masks, 8 * len(covered) * k, self.memory_bytes):
+            sims = torch.matmul(covered, ground.unit[idx[chunk]].transpose(1, 2)).clamp_min_(0)
+            if k == 1:
+                best, owner = sims[..., 0], torch.zeros(sims.shape[:2], dtype=torch.long,
+                                                        device=idx.device)
+                margin = best
+            else:
+                top = sims.topk(2, dim=2)  # (c, n, 2): best and second best selected row
+                best, owner = top.values[..., 0], top.indices[..., 0]
+                margin = best - top.values[..., 1]
+            values[chunk] = best.mean(dim=1)
+            credit[chunk].scatter_add_(1, owner, margin)
+        return values, credit / len(covered)
 
 
 GAIN_CHUNK_BYTES = 64 * 2**20  # similarity rows scored at once by a full pass of `CoverageGains`

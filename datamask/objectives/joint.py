@@ -89,6 +89,27 @@ class Joint(SetFunction):
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         return self.combine(*self.terms(ground, idx))
 
+    def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (G,) and each selected row's marginal contribution (G, k) on the joint's
+        scale: the terms' contributions weighted and divided by their spreads (the means
+        cancel in a difference); a term weighted 0 is skipped."""
+        values = torch.zeros(idx.shape[0], device=idx.device)
+        credit = torch.zeros(idx.shape, device=idx.device)
+        for term, weight, mean, std in (
+                (self.quality, self.lamb, self.scale.quality_mean, self.scale.quality_std),
+                (self.diversity, 1 - self.lamb, self.scale.diversity_mean,
+                 self.scale.diversity_std)):
+            if weight > 0:
+                term_values, term_credit = term.batch_with_credit(ground, idx)
+                values += weight * (term_values - mean) / std
+                credit += (weight / std) * term_credit
+        return values, credit
+
+    def covering(self, cover: torch.Tensor | None) -> "Joint":
+        """The same objective with Facility's coverage measured on the ground rows `cover`."""
+        return Joint(self.diversity.covering(cover), self.lamb, self.scale)
+
 
 class JointGains:
     """The joint objective in incremental form for the greedy engine (`datamask.greedy`).

@@ -38,6 +38,30 @@ class PairSimilarity(SetFunction):
             out[chunk] = pair_cosine_sum(mask @ unit, mask @ sq_norms)
         return out / -(k * (k - 1) / 2)
 
+    def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (G,) and each selected row's exact removal gain (G, k), f(S) - f(S - {i}):
+        row i's cosines to the others are e_i . s - ||e_i||^2, read off one GEMM of the unit
+        rows with the G running sums; f(S - {i}) divides what is left by (k-1)(k-2)/2 pairs."""
+        n_masks, k = idx.shape
+        if k < 2:
+            zeros = torch.zeros(n_masks, device=idx.device)
+            return zeros, zeros.unsqueeze(1)
+        unit = ground.unit
+        sq_norms = unit.square().sum(dim=1)
+        values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
+        credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.features.dtype)
+        for chunk in mask_chunks(n_masks, 4 * (len(ground) + unit.shape[1]), self.memory_bytes):
+            mask = torch.zeros(idx[chunk].shape[0], len(ground), device=idx.device)
+            mask.scatter_(1, idx[chunk], 1.0)
+            sums = mask @ unit  # (c, d)
+            pair_sum = pair_cosine_sum(sums, mask @ sq_norms)  # (c,)
+            own = (unit @ sums.T).T.gather(1, idx[chunk]) - sq_norms[idx[chunk]]  # (c, k)
+            values[chunk] = pair_sum / -(k * (k - 1) / 2)
+            rest = (pair_sum.unsqueeze(1) - own) / -((k - 1) * (k - 2) / 2) if k > 2 else 0.0
+            credit[chunk] = values[chunk].unsqueeze(1) - rest
+        return values, credit
+
 
 class PairGains:
     """Pair_simi in incremental form for the greedy engine (`datamask.greedy`).

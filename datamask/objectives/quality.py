@@ -13,6 +13,16 @@ class Quality(SetFunction):
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         return ground.quality[idx].mean(dim=1)
 
+    def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (G,) and each selected row's removal gain (G, k): the mean quality minus the
+        mean without the row, (q_i - mean) / (k - 1); for a single row, its quality."""
+        quality = ground.quality[idx]
+        values = quality.mean(dim=1)
+        if idx.shape[1] == 1:
+            return values, quality
+        return values, (quality - values.unsqueeze(1)) / (idx.shape[1] - 1)
+
 
 class QualityGains:
     """Mean quality in incremental form for the greedy engine (`datamask.greedy`): exact and

@@ -19,6 +19,9 @@ Each claim is tested by a stated rule, so that a rerun on other data can flip it
 - the exact Plackett-Luce log-probability against the simple one: objective and time ratios;
 - one-shot selectors against the learner: the best one-shot per metric and its gap;
 - lamb, partial, init and steps: the best value and the range of objectives;
+- the learner variants beyond the paper (credit, update, cover_sample, patience; issue #17): each
+  value's gain ratio against the joint greedy per metric, and the learning rate's rule: the value
+  with the lowest mean rank over the metrics wins, ties to the paper's value (listed first);
 - downstream (`make downstream`, downstream/tables/table2.json): the verdict of eval/verdict.py's
   rule, fixed before any downstream result (the control separated or not, each method against
   random, the paper's ordering).
@@ -39,7 +42,7 @@ from eval.verdict import verdict_markdown
 from .common import lr_setting
 from .records import DirectResult, SweepResult, SweepSummary, TimingResult, best_of, of_metric
 from .records import read_result
-from .sweep import KNOBS
+from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
 
@@ -260,6 +263,23 @@ def knob_claims(result: SweepResult) -> list[str]:
     return lines
 
 
+def variant_claims(result: SweepResult) -> list[str]:
+    """One variant knob: gain ratio and steps per value and metric, and the rank rule's verdict."""
+    paper_value = result.config["values"][0]
+    lines = [f"`--{result.knob}` ({result.paper}; {paper_value} is the paper's):", "",
+             "| metric | value | objective | gain ratio | wall s | steps |",
+             "|---|---|---:|---:|---:|---:|"]
+    for s in result.summary:
+        ratio, steps = ratio_and_steps(result, s)
+        lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
+                     f"{s.objective_std:.3f} | {ratio} | {s.wall_s_mean:.3g} | {steps} |")
+    overall = overall_best(result)
+    lines += ["", f"- Lowest mean rank over {', '.join(result.metrics)}: {overall}; "
+              + ("the paper's value stays." if overall == paper_value
+                 else f"**{overall} wins** over the paper's {paper_value}.")]
+    return lines
+
+
 def downstream_claims(results: str) -> list[str]:
     """The downstream verdict as eval/verdict.py's rule states it, from the committed table."""
     path = os.path.join(results, "downstream", "tables", "table2.json")
@@ -307,6 +327,9 @@ def report(results: str, figures: str) -> str:
     for knob in ("partial", "init", "scale_on"):
         lines += section(None, f"ablation-{knob}", ablations[knob], knob_claims)
         lines += figure(figures, results, f"2-ablation-{knob}-values")
+    lines += ["## Learner variants beyond the paper (`make ablation-variants`)", ""]
+    for knob in VARIANT_KNOBS:
+        lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)
     lines += ["## Downstream: does a selection train a better model? (`make downstream`)", ""]
     lines += downstream_claims(results)
     return "\n".join(lines)

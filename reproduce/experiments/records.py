@@ -231,6 +231,7 @@ class SweepRun(Record):
     objective: float
     final: dict[str, float]
     curve: list[CurvePoint]
+    steps_taken: int | None = None  # fewer than n_epochs where --patience stopped it
 
 
 @dataclass

@@ -8,7 +8,10 @@ Knobs of the paper: G (n_rollout; paper: 32..512, divergence below 128), lamb (1
 --prune_ratio first; the paper reports selection time 18 h -> 10 h -> 7 h). Knobs it left open
 (issue #7): lr ('schedule:max_lr:min_lr', schedule linear | cosine | constant), steps (n_epochs),
 logprob (simple | exact), scale_on (step | input: the mask shape the terms' spreads are fitted
-at). Every run optimises the joint objective at its lamb, on the same synthetic rows; its curve
+at). Learner variants beyond the paper (issue #17), each a LearnerConfig flag: credit (mask | row),
+update ('ascent' at --lr, or 'adam:RATE', Adam at a constant RATE), cover_sample (Facility only: 0
+is the paper's --partial; a fraction F draws masks over all candidates with coverage measured on
+F of them), patience (0 = off; the run's steps taken are recorded). Every run optimises the joint objective at its lamb, on the same synthetic rows; its curve
 and final selection are scored by `datamask.report.Report` on all N rows (on that scale a random
 selection scores ~0). The joint greedy on the same objective (each metric, each lamb) is run once
 beside them as the yardstick.
@@ -55,8 +58,15 @@ KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` s
     "steps": ([100, 300, 600], "not ablated"),
     "logprob": (["simple", "exact"], "the simplified form only (sum of log-softmax)"),
     "scale_on": (["step", "input"], "not stated (how the two terms are put on one scale)"),
+    "credit": (["mask", "row"], "not in the paper (each mask is credited as a whole)"),
+    "update": (["ascent", "adam:0.3", "adam:1"], "not in the paper (plain logit ascent)"),
+    "cover_sample": ([0.0, 0.01, 0.04], "not in the paper (partial samples the candidates, "
+                                         "which also shrinks the covered set)"),
+    "patience": ([0, 10, 30], "not in the paper (a fixed number of steps)"),
 }
-TEXT_KNOBS = ("init", "lr", "logprob", "scale_on")
+TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update")
+VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience")  # beyond the paper (#17)
+FACILITY_ONLY = ("cover_sample",)  # knobs that only Facility has
 
 
 def knob_params(knob: str, value, args) -> dict:
@@ -70,6 +80,13 @@ def knob_params(knob: str, value, args) -> dict:
         change = {"init": init, "prune_ratio": args.prune_ratio if prune else 0.0}
     elif knob == "lr":
         change = lr_params(value)
+    elif knob == "update":
+        name, _, rate = value.partition(":")
+        change = {"update": name, **(lr_params(f"constant:{rate}:{rate}") if rate else {})}
+    elif knob == "cover_sample":
+        change = {"cover_sample": float(value), **({"partial": 1.0} if float(value) else {})}
+    elif knob == "patience":
+        change = {"patience": int(value)}
     else:  # lamb, partial, logprob, scale_on: the learner's own name
         change = {knob: value if knob in TEXT_KNOBS else float(value)}
     return learner_params(args, **dict({"lamb": args.lamb}, **change))
@@ -86,6 +103,8 @@ def parse(argv):
     default, _ = KNOBS[args.knob]
     kind = str if args.knob in TEXT_KNOBS else float
     args.values = [kind(v) for v in args.values] if args.values else default
+    if args.knob in FACILITY_ONLY and args.metrics != ["Facility"]:
+        parser.error(f"--knob {args.knob} applies to Facility only: give --metrics Facility")
     if args.knob == "lr":
         for value in args.values:
             try:
@@ -113,7 +132,8 @@ def run(args) -> SweepResult:
                 final = report(result["selected"])
                 runs.append(SweepRun(metric=metric, value=value, seed=seed,
                                      params=dict(params, seed=seed), wall_s=result["wall_s"],
-                                     objective=final[key], final=final, curve=result["curve"]))
+                                     objective=final[key], final=final, curve=result["curve"],
+                                     steps_taken=len(result["steps"])))
                 print(f"{metric} {args.knob}={value} seed {seed}: {final[key]:.3f} in "
                       f"{result['wall_s']:.2f} s", flush=True)
     greedy = []
@@ -164,14 +184,18 @@ def markdown(results: SweepResult) -> str:
              f"seeds {cfg['seeds']}, CPU; defaults otherwise lamb {cfg['lamb']:g}, G "
              f"{cfg['n_rollout']}, partial {cfg['partial']:g}, lr {lr_of(cfg)}. "
              "Objective: the joint objective at "
-             "the run's lamb on all N rows (random ~ 0, higher is better); mean +- std over seeds.",
-             "", f"| metric | {knob} | objective | first-step objective | wall s | stable | "
-             "quality | "
-             + " | ".join(diversity_cols) + " |",
-             "|---|---|---:|---:|---:|---|---:|" + "---:|" * len(diversity_cols)]
+             "the run's lamb on all N rows (random ~ 0, higher is better); mean +- std over seeds. "
+             "Gain ratio: the mean objective over the joint greedy's on the same objective (the "
+             "scale puts random masks' mean at 0, so this is (learner - random) / (greedy - "
+             "random)). Steps: mean steps taken.",
+             "", f"| metric | {knob} | objective | gain ratio | first-step objective | wall s | "
+             "steps | stable | quality | " + " | ".join(diversity_cols) + " |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|" + "---:|" * len(diversity_cols)]
     for s in results.summary:
+        ratio, steps = ratio_and_steps(results, s)
         lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
-                     f"{s.objective_std:.3f} | {s.start_mean:.3f} | {s.wall_s_mean:.3g} | "
+                     f"{s.objective_std:.3f} | {ratio} | {s.start_mean:.3f} | "
+                     f"{s.wall_s_mean:.3g} | {steps} | "
                      f"{'yes' if s.stable else 'no'} | {s.means['quality']:.3f} | "
                      + " | ".join(f"{s.means[m]:.4g}" for m in diversity_cols) + " |")
     lines += ["", "Joint greedy on the same objective: " + "; ".join(
@@ -183,6 +207,24 @@ def markdown(results: SweepResult) -> str:
               + "; ".join(f"{m}: {v if v is not None else 'none'}"
                           for m, v in results.smallest_stable.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def gain_ratio(results: SweepResult, summary: SweepSummary) -> float | None:
+    """The summary's mean objective over the joint greedy's at its metric and lamb (None when
+    the greedy was not run or scored 0)."""
+    lamb = summary.value if results.knob == "lamb" else results.config["lamb"]
+    level = next((g for g in of_metric(results.greedy, summary.metric)
+                  if np.isclose(g.lamb, float(lamb))), None)
+    return summary.objective_mean / level.objective if level and level.objective else None
+
+
+def ratio_and_steps(results: SweepResult, summary: SweepSummary) -> tuple[str, str]:
+    """A summary row's gain ratio and mean steps taken as table cells ('-' where unknown)."""
+    ratio = gain_ratio(results, summary)
+    steps = [r.steps_taken for r in of_metric(results.runs, summary.metric)
+             if r.value == summary.value and r.steps_taken is not None]
+    return ("-" if ratio is None else f"{ratio:.3f}",
+            f"{np.mean(steps):.0f}" if steps else "-")
 
 
 main = experiment_main(parse, run, markdown)
