@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="downstream", help="train config (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a train/model setting for every run")
-    p.add_argument("--select_ratio", type=float, default=0.25, help="(default: %(default)s)")
+    p.add_argument("--select_ratio", type=float, default=0.10,
+                   help="(default: %(default)s, the paper's FineWeb-Mask ratio; point C of "
+                   "reproduce/results/downstream/sweep-plan.md)")
     p.add_argument("--block_size", type=int, default=5000,
                    help="select's rows per block (default: %(default)s)")
     p.add_argument("--select_seed", type=int, default=0,
