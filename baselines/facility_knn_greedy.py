@@ -14,14 +14,22 @@ import time
 from dataclasses import dataclass
 
 from datamask.data import Dataset
-from datamask.greedy import OPTIMIZERS, greedy
+from datamask.greedy import greedy
 from datamask.objectives import SparseCoverageGains, knn_kernel
 from datamask.objectives.sparse_facility import INDEXES
 from datamask.options import option
 from datamask.selectors import Selector
 
-from .common import (check, device_option, epsilon_option, ground_set, picks_output, seed_option,
-                     stochastic_arguments)
+from .common import (
+    check,
+    device_option,
+    epsilon_option,
+    ground_set,
+    picks_output,
+    seed_option,
+    stochastic_arguments,
+)
+from .facility_greedy import optimizer_option
 
 
 @dataclass
@@ -33,8 +41,7 @@ class FacilityKnnGreedyOptions:
     nlist: int | None = option(None, "ivf: lists the rows are clustered into", low=1,
                                default_text="4 sqrt(N), at most N / 39")
     nprobe: int = option(16, "ivf: lists searched per row", low=1)
-    optimizer: str = option("lazy", "lazy (Minoux) or naive greedy, same picks; stochastic: "
-                            "faster, within 1 - 1/e - epsilon", choices=OPTIMIZERS)
+    optimizer: str = optimizer_option()
     epsilon: float = epsilon_option()
     seed: int = seed_option()
     device: str = device_option()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .base import GroundSet, SetFunction
+from .base import GroundSet, SetFunction, mask_chunks
 from .facility import CoverageGains
 
 INDEXES = ("flat", "ivf")
@@ -131,15 +131,15 @@ class SparseFacilityLocation(SetFunction):
             raise ValueError(f"the kNN kernel has {kernel.n} rows, the ground set {len(ground)}")
         n_masks, k = idx.shape
         out = torch.empty(n_masks, device=idx.device)
-        step = max(1, self.memory_bytes // (4 * kernel.n + 16 * k * kernel.neighbours))
-        for begin in range(0, n_masks, step):
-            chunk = idx[begin:begin + step]
-            positions, segment = kernel.entries(chunk.reshape(-1))
+        for chunk in mask_chunks(n_masks, 4 * kernel.n + 16 * k * kernel.neighbours,
+                                 self.memory_bytes):
+            rows = idx[chunk]
+            positions, segment = kernel.entries(rows.reshape(-1))
             mask_of_entry = segment // k
-            best = torch.zeros(len(chunk) * kernel.n, device=idx.device)
+            best = torch.zeros(len(rows) * kernel.n, device=idx.device)
             best.scatter_reduce_(0, mask_of_entry * kernel.n + kernel.covered[positions],
                                  kernel.similarity[positions], "amax")
-            out[begin:begin + len(chunk)] = best.view(len(chunk), kernel.n).sum(dim=1) / kernel.n
+            out[chunk] = best.view(len(rows), kernel.n).sum(dim=1) / kernel.n
         return out
 
 
