@@ -41,6 +41,16 @@ def resolvable_difference(sd: float, n: int) -> float:
     return t_quantile(n) * sd / math.sqrt(n)
 
 
+def seeds_to_resolve(mean: float, sd: float, most: int = 10_000) -> int | None:
+    """The fewest seeds n at which a paired difference with this mean and spread would be
+    resolved (t(0.975, n - 1) * sd / sqrt(n) < |mean|): the power estimate printed beside an
+    unresolved control. Both inputs are estimates from the seeds run, so it is a guide, not a
+    guarantee. None when the mean is 0 or more than `most` seeds would be needed."""
+    if sd == 0:
+        return 2 if mean != 0 else None
+    return next((n for n in range(2, most + 1) if resolvable_difference(sd, n) < abs(mean)), None)
+
+
 def paired_difference(method: dict, reference: dict) -> dict:
     """t_interval of method[seed] - reference[seed] over the seeds both have, plus `seeds` and
     `resolved` (the interval excludes 0)."""

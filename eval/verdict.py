@@ -7,7 +7,7 @@ part's outcome and the sentences the report prints; `verdict_markdown` formats t
 
 from __future__ import annotations
 
-from .stats import paired_difference
+from .stats import paired_difference, seeds_to_resolve
 
 PRIMARY = "bpb macro"
 RULE = """\
@@ -38,6 +38,17 @@ def classify(diff: dict) -> str:
     return "below 0" if diff["high"] < 0 else "above 0"
 
 
+def _seeds_needed(d: dict) -> str:
+    """How many seeds the control's observed difference would need at its observed spread."""
+    if d["sd"] is None:
+        return ""
+    needed = seeds_to_resolve(d["mean"], d["sd"])
+    size = f"about {needed}" if needed is not None else "more than 10,000"
+    return (f" At the spread measured (paired sd {d['sd']:.4f} over {d['n']} seeds), the "
+            f"observed difference {d['mean']:+.4f} would need {size} seeds per method to be "
+            f"resolved (an estimate from {d['n']} seeds).")
+
+
 def verdict(table: dict, reference: str = "random", control: str = "control",
             paper_prefix: str = "datamask") -> dict:
     """Apply RULE to the tables' JSON: {rule, control, vs_random, ordering, lines}."""
@@ -65,7 +76,8 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                         else f"no interval with {d['n']} shared seed(s)")
             lines.append(f"Power: the positive control is NOT separated from random ({interval}):"
                          f" the model or token budget is too small to resolve anything at this "
-                         f"scale; unresolved differences below say nothing either way.")
+                         f"scale; unresolved differences below say nothing either way."
+                         + _seeds_needed(d))
     else:
         status = None
         lines.append(f"Power: no '{control}' run, so this run's power is untested; unresolved "

@@ -228,6 +228,17 @@ def test_paired_difference_uses_shared_seeds_and_flags_resolution():
     assert paired_difference({7: 2.5}, reference)["n"] == 0
 
 
+def test_seeds_to_resolve_is_the_first_n_whose_interval_excludes_the_mean():
+    from eval.stats import resolvable_difference, seeds_to_resolve
+
+    # sweep point C's control - random: mean +0.0218, paired sd 0.0645 over 3 seeds
+    n = seeds_to_resolve(0.0218, 0.0645)
+    assert n == 37
+    assert resolvable_difference(0.0645, n) < 0.0218 <= resolvable_difference(0.0645, n - 1)
+    assert seeds_to_resolve(-0.0218, 0.0645) == n  # the sign does not matter
+    assert seeds_to_resolve(0.2, 0.01) == 2 and seeds_to_resolve(0.0, 0.05) is None
+
+
 def fabricated_record(method, seed, bpb, acc, prob):
     """A result file as evaluate writes one (inputs for the tables; not results of any run)."""
     return {"method": method, "seed": seed, "checkpoint": f"/nowhere/{method}/seed{seed}",
@@ -294,6 +305,7 @@ def test_verdict_says_when_the_control_is_not_separated(tmp_path):
     v = json.loads((tmp_path / "tables" / "table2.json").read_text())["verdict"]
     assert not v["control"]["separated"]
     assert "too small to resolve anything" in v["lines"][0]
+    assert "observed difference +0.0000 would need more than 10,000 seeds" in v["lines"][0]
     assert v["ordering"]["datamask"]["outcome"] == "holds"  # resolved below random, the only other
 
 
