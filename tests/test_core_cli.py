@@ -313,3 +313,17 @@ def test_train_defaults_are_the_demo_config():
     from reproduce.train import ModelConfig, TrainConfig, load_config
 
     assert load_config("demo", {}) == (ModelConfig(), TrainConfig())
+
+
+def test_the_downstream_configs_keep_the_budgets_their_comments_state():
+    """Every shipped config loads, and the two downstream configs read the token budget their
+    comments (and the README) give: max_steps x batch_size x (seq_len + 1)."""
+    from pathlib import Path
+
+    from reproduce.train import load_config, token_budget
+
+    for path in sorted((Path(__file__).parents[1] / "reproduce" / "configs").glob("*.yaml")):
+        load_config(path.stem, {})
+    for name, tokens in (("downstream", 1_233_600), ("downstream-gpu", 8_208_000)):
+        model, train = load_config(name, {})
+        assert token_budget(model, train) == tokens
