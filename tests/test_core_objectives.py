@@ -120,20 +120,3 @@ def test_random_masks_are_uniform_subsets():
     assert all(len(set(m.tolist())) == 3 for m in masks[:200])
     freq = torch.bincount(masks.reshape(-1), minlength=10).double() / 20000
     assert torch.allclose(freq, torch.full((10,), 0.3, dtype=torch.float64), atol=0.015)
-
-
-def test_subset_gathers_features_only_when_read():
-    """A partial step's subset copies only the forms its metric reads: Pair_simi reads the unit
-    rows, so a ground set that has no features at all still scores it; DiSF gathers them."""
-    gen = torch.Generator().manual_seed(3)
-    features, quality = torch.randn(60, 5, generator=gen), torch.rand(60, generator=gen)
-    rows = torch.randperm(60, generator=gen)[:25]
-    idx = torch.stack([torch.randperm(25, generator=gen)[:6] for _ in range(4)])
-    full = GroundSet(features, quality)
-    unit_only = GroundSet(None, quality, torch.nn.functional.normalize(features, dim=1))
-    expected = PairSimilarity().batch(full.subset(rows), idx)
-    assert torch.equal(PairSimilarity().batch(unit_only.subset(rows), idx), expected)
-    part = full.subset(rows)
-    assert torch.equal(part.features, features[rows])
-    assert torch.equal(DiSF().batch(part, idx), DiSF().batch(GroundSet(features[rows],
-                                                                     quality[rows]), idx))

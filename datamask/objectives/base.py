@@ -16,30 +16,19 @@ class GroundSet:
 
     `unit` (each row L2-normalised; 0 for an all-zero row) is computed on first use and cached:
     the cosine metrics need it, DiSF does not, and a 1M x 768 block should not be held twice
-    when only one form is used. For the same reason a `subset` gathers only the forms already
-    computed and gathers `features` on first use: a Pair_simi step on 100k of 1M rows x 384-d
-    would otherwise copy 154 MB it never reads. `from_arrays` shares memory with a float32 numpy
-    array on CPU.
+    when only one form is used. `from_arrays` shares memory with a float32 numpy array on CPU.
     """
 
-    def __init__(self, features: torch.Tensor | None, quality: torch.Tensor,
+    def __init__(self, features: torch.Tensor, quality: torch.Tensor,
                  unit: torch.Tensor | None = None):
-        self._features = features  # (n, d) float32; None in a subset until first read
+        self.features = features  # (n, d) float32
         self.quality = quality  # (n,) float32
         self._unit = unit
-        self._gather_from: tuple[GroundSet, torch.Tensor] | None = None
 
     @classmethod
     def from_arrays(cls, features, quality, device: str | torch.device = "cpu") -> "GroundSet":
         return cls(torch.as_tensor(features, dtype=torch.float32, device=device),
                    torch.as_tensor(quality, dtype=torch.float32, device=device))
-
-    @property
-    def features(self) -> torch.Tensor:
-        if self._features is None:
-            parent, rows = self._gather_from
-            self._features, self._gather_from = parent.features[rows], None
-        return self._features
 
     @property
     def unit(self) -> torch.Tensor:
@@ -48,21 +37,16 @@ class GroundSet:
         return self._unit
 
     def __len__(self) -> int:
-        return self.quality.shape[0]
+        return self.features.shape[0]
 
     @property
     def device(self) -> torch.device:
-        return self.quality.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.quality.dtype
+        return self.features.device
 
     def subset(self, rows: torch.Tensor) -> "GroundSet":
         """The ground set restricted to `rows` (the learner's `partial` subsets, greedy batches)."""
-        part = GroundSet(None, self.quality[rows], None if self._unit is None else self._unit[rows])
-        part._gather_from = (self, rows)
-        return part
+        unit = None if self._unit is None else self._unit[rows]
+        return GroundSet(self.features[rows], self.quality[rows], unit)
 
 
 def as_batch(idx: torch.Tensor) -> tuple[torch.Tensor, bool]:

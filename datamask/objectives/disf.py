@@ -44,7 +44,7 @@ class DiSF(SetFunction):
         if k < 2:
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
         d = ground.features.shape[1]
-        out = torch.empty(n_masks, device=idx.device, dtype=ground.dtype)
+        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         itemsize = ground.features.element_size()
         side = min(k, d)
         for chunk in mask_chunks(n_masks, itemsize * (2 * k * d + 2 * side * side),
@@ -68,8 +68,8 @@ class DiSF(SetFunction):
         if k < 2:
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
         d = ground.features.shape[1]
-        values = torch.empty(n_masks, device=idx.device, dtype=ground.dtype)
-        credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.dtype)
+        values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
+        credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.features.dtype)
         side = min(k, d)  # autograd keeps about three times the forward's temporaries
         for chunk in mask_chunks(n_masks, 3 * ground.features.element_size()
                                  * (2 * k * d + 2 * side * side), self.memory_bytes):

@@ -41,7 +41,7 @@ class FacilityLocation(SetFunction):
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         n_masks, k = idx.shape
         covered = self.covered_unit(ground)
-        out = torch.empty(n_masks, device=idx.device, dtype=ground.dtype)
+        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         # max and clip commute (clip is monotone), so clip the (G, n) maxima, not the (G, n, k) sims.
         for chunk in mask_chunks(n_masks, 4 * len(covered) * k, self.memory_bytes):
             sims = torch.matmul(covered, ground.unit[idx[chunk]].transpose(1, 2))  # (c, n, k)
@@ -55,8 +55,8 @@ class FacilityLocation(SetFunction):
         similarity minus that of the second best selected row (0 when it is alone)."""
         n_masks, k = idx.shape
         covered = self.covered_unit(ground)
-        values = torch.empty(n_masks, device=idx.device, dtype=ground.dtype)
-        credit = torch.zeros(n_masks, k, device=idx.device, dtype=ground.dtype)
+        values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
+        credit = torch.zeros(n_masks, k, device=idx.device, dtype=ground.features.dtype)
         for chunk in mask_chunks(n_masks, 8 * len(covered) * k, self.memory_bytes):
             sims = torch.matmul(covered, ground.unit[idx[chunk]].transpose(1, 2)).clamp_min_(0)
             if k == 1:

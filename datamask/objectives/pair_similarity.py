@@ -31,7 +31,7 @@ class PairSimilarity(SetFunction):
             return torch.zeros(n_masks, device=idx.device)
         unit = ground.unit
         sq_norms = unit.square().sum(dim=1)
-        out = torch.empty(n_masks, device=idx.device, dtype=ground.dtype)
+        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         for chunk in mask_chunks(n_masks, 4 * len(ground), self.memory_bytes):
             mask = torch.zeros(idx[chunk].shape[0], len(ground), device=idx.device)
             mask.scatter_(1, idx[chunk], 1.0)
@@ -49,8 +49,8 @@ class PairSimilarity(SetFunction):
             return zeros, zeros.unsqueeze(1)
         unit = ground.unit
         sq_norms = unit.square().sum(dim=1)
-        values = torch.empty(n_masks, device=idx.device, dtype=ground.dtype)
-        credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.dtype)
+        values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
+        credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.features.dtype)
         for chunk in mask_chunks(n_masks, 4 * (len(ground) + unit.shape[1]), self.memory_bytes):
             mask = torch.zeros(idx[chunk].shape[0], len(ground), device=idx.device)
             mask.scatter_(1, idx[chunk], 1.0)
