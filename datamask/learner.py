@@ -287,7 +287,8 @@ def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape
     if shape.n_cover < len(step_ground):  # `cover_sample`: coverage on n_cover random rows
         cover = torch.randperm(len(step_ground), generator=gen, device=logits.device)
         objective = objective.covering(cover[:shape.n_cover])
-    idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen)  # (G, k_step): G masks
+    idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen,  # (G, k_step): G masks
+                      ordered=logprob == "exact")
     if credit == "row":
         scores, contributions = objective.batch_with_credit(step_ground, idx)  # (G,), (G, k)
         advantages = standardised(contributions)

@@ -12,11 +12,13 @@ import torch
 
 
 def gumbel_topk(logits: torch.Tensor, k: int, n_samples: int,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """`n_samples` masks of k rows each, as a (n_samples, k) index tensor in draw order."""
+                generator: torch.Generator | None = None, ordered: bool = True) -> torch.Tensor:
+    """`n_samples` masks of k rows each, as a (n_samples, k) index tensor, in draw order when
+    `ordered` (the exact Plackett-Luce probability needs it; the sets do not, and sorting the
+    k keys is ~40% of the top-k at 100k candidates)."""
     gumbel = torch.empty(n_samples, logits.shape[0], device=logits.device)
     gumbel.exponential_(generator=generator).log_().neg_()  # -log(Exp(1)) ~ Gumbel(0, 1)
-    return (logits.unsqueeze(0) + gumbel).topk(k, dim=1, sorted=True).indices
+    return (logits.unsqueeze(0) + gumbel).topk(k, dim=1, sorted=ordered).indices
 
 
 def simple_log_prob(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -120,3 +120,27 @@ def test_random_masks_are_uniform_subsets():
     assert all(len(set(m.tolist())) == 3 for m in masks[:200])
     freq = torch.bincount(masks.reshape(-1), minlength=10).double() / 20000
     assert torch.allclose(freq, torch.full((10,), 0.3, dtype=torch.float64), atol=0.015)
+
+
+def test_pair_similarity_counts_an_all_zero_row_as_no_direction(case):
+    """A zero row has cosine 0 with every row and no unit vector: its pairs add 0 to the sum,
+    and its removal gain is the change in the mean over the pairs left."""
+    features, quality, masks = case
+    features = features.copy()
+    features[masks[0][0]] = 0.0
+    unit = np.zeros_like(features, dtype=np.float64)
+    nonzero = np.linalg.norm(features, axis=1) > 0
+    unit[nonzero] = features[nonzero] / np.linalg.norm(features[nonzero], axis=1, keepdims=True)
+
+    def pair_value(rows):
+        return -np.mean([unit[i] @ unit[j] for i, j in itertools.combinations(rows, 2)])
+
+    ground = GroundSet.from_arrays(features, quality)
+    values, credit = PairSimilarity().batch_with_credit(ground, torch.as_tensor(masks))
+    expected = [pair_value(list(m)) for m in masks]
+    removal = [[pair_value(list(m)) - pair_value([r for r in m if r != i]) for i in m]
+               for m in masks]
+    np.testing.assert_allclose(PairSimilarity()(ground, torch.as_tensor(masks)).numpy(), expected,
+                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(values.numpy(), expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(credit.numpy(), removal, rtol=1e-3, atol=1e-6)

@@ -66,3 +66,12 @@ def test_simple_log_prob_is_sum_of_log_softmax():
     idx = torch.tensor([[0, 3, 5], [1, 2, 4]])
     expected = torch.log_softmax(LOGITS, 0)[idx].sum(1)
     torch.testing.assert_close(simple_log_prob(LOGITS, idx), expected)
+
+
+def test_unordered_draws_are_the_ordered_draws_as_sets():
+    """The learner's simple log-probability needs only the sets: an unsorted top-k from the same
+    generator state selects exactly the rows of the ordered one."""
+    logits = torch.randn(500, generator=torch.Generator().manual_seed(5))
+    ordered = gumbel_topk(logits, 40, 16, torch.Generator().manual_seed(6))
+    unordered = gumbel_topk(logits, 40, 16, torch.Generator().manual_seed(6), ordered=False)
+    assert torch.equal(ordered.sort(dim=1).values, unordered.sort(dim=1).values)
