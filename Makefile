@@ -20,7 +20,8 @@ $(STAMP): requirements.txt pyproject.toml
 # The main job: the downstream experiment at demo size (see `downstream` below): a small pool,
 # four methods (DATAMASK, quality top-k, random, the positive control), 3 training seeds each, a
 # table with 95% CIs that says what this size resolves. Fits 15 minutes on 2 CPU cores (measured:
-# 9 min 10 s from a fresh clone with the install, caches warm; 433 s of it the demo).
+# 9 min 10 s from a fresh clone with the install, caches warm, CI beside it; 7 min 48 s on a
+# quiet box, 368 s of it the demo).
 DEMO_DIR ?= runs/demo
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
 DEMO_METHODS ?= datamask-Pair_simi quality-topk random control
