@@ -43,19 +43,10 @@ class DiSF(SetFunction):
         n_masks, k = idx.shape
         if k < 2:
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
-        d = ground.features.shape[1]
         out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
-        itemsize = ground.features.element_size()
-        side = min(k, d)
-        for chunk in mask_chunks(n_masks, itemsize * (2 * k * d + 2 * side * side),
-                                 self.memory_bytes):
+        for chunk in mask_chunks(n_masks, mask_bytes(ground, k), self.memory_bytes):
             x = ground.features[idx[chunk]]  # (c, k, d), a fresh copy: centre it in place
-            x.sub_(x.mean(dim=1, keepdim=True))
-            if 3 * k >= 2 * d:  # measured on CPU (d = 384): the Gram path wins below ~2d/3
-                cov = torch.bmm(x.transpose(1, 2), x).div_(k - 1)  # (c, d, d)
-                out[chunk] = -collapse_score(cov, self.eps)
-            else:
-                out[chunk] = -gram_collapse_score(x, self.eps)
+            out[chunk] = -centred_collapse_score(x.sub_(x.mean(dim=1, keepdim=True)), self.eps)
         return out
 
     def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
@@ -67,12 +58,10 @@ class DiSF(SetFunction):
         n_masks, k = idx.shape
         if k < 2:
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
-        d = ground.features.shape[1]
         values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.features.dtype)
-        side = min(k, d)  # autograd keeps about three times the forward's temporaries
-        for chunk in mask_chunks(n_masks, 3 * ground.features.element_size()
-                                 * (2 * k * d + 2 * side * side), self.memory_bytes):
+        # autograd keeps about three times the forward's temporaries
+        for chunk in mask_chunks(n_masks, 3 * mask_bytes(ground, k), self.memory_bytes):
             x = ground.features[idx[chunk]]
             with torch.enable_grad():
                 weight = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device,
@@ -80,14 +69,27 @@ class DiSF(SetFunction):
                 mean = (weight.unsqueeze(2) * x).sum(dim=1, keepdim=True) / weight.sum(
                     dim=1, keepdim=True).unsqueeze(2)
                 rows = (x - mean) * weight.sqrt().unsqueeze(2)  # scatter = rows^T rows
-                if 3 * k >= 2 * d:
-                    score = collapse_score(rows.transpose(1, 2) @ rows / (k - 1), self.eps)
-                else:
-                    score = gram_collapse_score(rows, self.eps)
+                score = centred_collapse_score(rows, self.eps)
                 (grad,) = torch.autograd.grad(-score.sum(), weight)
             values[chunk] = -score.detach()
             credit[chunk] = grad
         return values, credit
+
+
+def mask_bytes(ground: GroundSet, k: int) -> int:
+    """Temporaries of scoring one k-row mask: its (k, d) rows twice and a (side, side) matrix
+    twice, side = min(k, d) (the covariance or the Gram matrix)."""
+    d, side = ground.features.shape[1], min(k, ground.features.shape[1])
+    return ground.features.element_size() * (2 * k * d + 2 * side * side)
+
+
+def centred_collapse_score(centred: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """collapse_score of centred rows (..., k, d) by the cheaper path: the (d, d) covariances
+    for k >= 2d/3, else the (k, k) Gram matrices (measured on CPU, d = 384)."""
+    k, d = centred.shape[-2:]
+    if 3 * k >= 2 * d:
+        return collapse_score(centred.transpose(-1, -2) @ centred / (k - 1), eps)
+    return gram_collapse_score(centred, eps)
 
 
 def gram_collapse_score(centred: torch.Tensor, eps: float = EPS) -> torch.Tensor:
