@@ -93,18 +93,16 @@ class Joint(SetFunction):
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """Values (G,) and each selected row's marginal contribution (G, k) on the joint's
         scale: the terms' contributions weighted and divided by their spreads (the means
-        cancel in a difference); a term weighted 0 is skipped."""
-        values = torch.zeros(idx.shape[0], device=idx.device)
-        credit = torch.zeros(idx.shape, device=idx.device)
-        for term, weight, mean, std in (
-                (self.quality, self.lamb, self.scale.quality_mean, self.scale.quality_std),
-                (self.diversity, 1 - self.lamb, self.scale.diversity_mean,
-                 self.scale.diversity_std)):
-            if weight > 0:
-                term_values, term_credit = term.batch_with_credit(ground, idx)
-                values += weight * (term_values - mean) / std
-                credit += (weight / std) * term_credit
-        return values, credit
+        cancel in a difference); a term weighted 0 is skipped, as in `terms`."""
+        skipped = (torch.zeros(idx.shape[0], device=idx.device),
+                   torch.zeros(idx.shape, device=idx.device))
+        qual, qual_credit = (self.quality.batch_with_credit(ground, idx) if self.lamb > 0
+                             else skipped)
+        div, div_credit = (self.diversity.batch_with_credit(ground, idx) if self.lamb < 1
+                           else skipped)
+        s = self.scale
+        return self.combine(qual, div), (self.lamb / s.quality_std * qual_credit
+                                         + (1 - self.lamb) / s.diversity_std * div_credit)
 
     def covering(self, cover: torch.Tensor | None) -> "Joint":
         """The same objective with Facility's coverage measured on the ground rows `cover`."""
