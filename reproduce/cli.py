@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -83,7 +82,7 @@ def cmd_tokenize(args) -> None:
 
 def cmd_train(args) -> None:
     from .common import parse_value
-    from .train import load_config, train
+    from .train import Ranks, load_config, train
 
     overrides = {}
     for item in args.set or []:
@@ -94,7 +93,7 @@ def cmd_train(args) -> None:
     model_cfg, train_cfg = load_config(args.config, overrides)
     summary = train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg,
                     train_cfg, progress=not args.no_progress)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary, not one per rank
+    if Ranks.from_environment().rank == 0:  # under torchrun, one summary, not one per rank
         _print(summary)
 
 

@@ -155,6 +155,12 @@ class Ranks:
     world_size: int = 1
     local_rank: int = 0
 
+    @classmethod
+    def from_environment(cls) -> "Ranks":
+        """The ranks torchrun set (RANK, WORLD_SIZE, LOCAL_RANK); 0 of 1 without it."""
+        return cls(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                   int(os.environ.get("LOCAL_RANK", "0")))
+
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
@@ -164,8 +170,7 @@ def join_job(requested_device: str) -> tuple[Ranks, torch.device]:
     """The ranks torchrun set (RANK, WORLD_SIZE, LOCAL_RANK) and this rank's device; with more
     than one rank, the process group is started (nccl on CUDA, one GPU per local rank; gloo on
     CPU)."""
-    ranks = Ranks(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
-                  int(os.environ.get("LOCAL_RANK", "0")))
+    ranks = Ranks.from_environment()
     device = resolve_device(requested_device)
     if not ranks.distributed:
         return ranks, device
@@ -293,8 +298,7 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
     optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                                   weight_decay=cfg.weight_decay)
     budget = token_budget(model_cfg, cfg, ranks.world_size)
-    order = window_order(len(data), cfg.max_steps * cfg.grad_accum * cfg.batch_size
-                         * ranks.world_size, cfg.seed)
+    order = window_order(len(data), budget // (model_cfg.seq_len + 1), cfg.seed)
 
     log, started = [], time.time()
     module.train()
