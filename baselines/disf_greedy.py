@@ -89,7 +89,6 @@ class BatchedDiSF(Selector):
         (DiSF is undefined on one row): min collapse is max gain, ties to the lowest row."""
         return greedy(self._gains(x), picks, first=first,
                       record=lambda s: -s.value.item() if s.step else None)
-        raise NotImplementedError
 
     def _select(self, data: Dataset, k: int):
         features = ground_set(data, self.options.device).features.double()

@@ -15,7 +15,8 @@ raw terms come from exact incremental forms that equal the objective module's (t
   `memory_gb`, else its rows are computed on demand.
 These are the terms of `datamask.objectives` (`JointGains` and the diversity terms) run by the
 loop of `datamask.greedy`. `--optimizer stochastic` (every metric) scores a seeded random sample
-of (N / k) ln(1 / epsilon) rows per step instead of all of them. Ties go to the lowest row, so lamb = 1 picks exactly the quality top-k.
+of (N / k) ln(1 / epsilon) rows per step instead of all of them. Ties go to the lowest row, so
+lamb = 1 picks exactly the quality top-k.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from datamask.data import Dataset
 from datamask.greedy import greedy
 from datamask.objectives import PairGains
-from datamask.selectors import Selector
-
 from datamask.options import option
+from datamask.selectors import Selector
 
 from .common import (device_option, epsilon_option, first_picks, ground_set, picks_output,
                      seed_option, stochastic_arguments)
