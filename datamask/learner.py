@@ -88,8 +88,12 @@ class LearnerConfig:
                                    "(per-logit adaptive step, moments of the rows a step "
                                    "moves; a logit moves by about the rate per step, so give "
                                    "it a smaller --max_lr)", choices=("ascent", "adam"))
-    patience: int = option(0, "stop once the top-k read-off has not changed for this many "
-                              "steps (at most --n_epochs); 0 = always run --n_epochs", low=0)
+    patience: int = option(0, "stopping rule's window: stop once the mean objective of the "
+                              "last this many steps' masks rose by less than --min_gain of its "
+                              "rise since the first step over the window before; 0 = always "
+                              "run --n_epochs", low=0)
+    min_gain: float = option(0.01, "the stopping rule's threshold, a fraction of the rise so far "
+                                   "(used with --patience)", low=0.0, high=1.0, open_low=True)
     seed: int = option(0, "same seed, same device: same selection", original=True)
     device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)",
                          original=True)
@@ -335,6 +339,20 @@ class AdaptiveAscent:
         logits.index_add_(0, rows, mean / spread, alpha=lr)
 
 
+def plateaued(recent: list[float], window: int, min_gain: float, first: float) -> bool:
+    """The stopping rule (--patience, --min_gain): the mean step objective of the last `window`
+    steps (the end of `recent`) rose by less than `min_gain` of its rise since the first step
+    (`first`) over the `window` steps before. The step objective (the mean over a step's G masks) is already computed, so watching
+    it costs nothing; the window averages out the noise of each step's random rows and masks. A
+    run that has not risen at all is not stopped: it has not started to learn."""
+    if not window or len(recent) < 2 * window:
+        return False
+    last = sum(recent[-window:]) / window
+    before = sum(recent[-2 * window:-window]) / window
+    rise = last - first
+    return rise > 0 and last - before < min_gain * rise
+
+
 def read_off(logits: torch.Tensor, quality: torch.Tensor, shape: Shape, gen: torch.Generator,
              how: str) -> np.ndarray:
     """The selection (N,) bool: the top-k logits, or one Gumbel-top-k draw from the policy."""
@@ -357,8 +375,6 @@ class Progress:
     elapsed_s: float = 0.0
     history: list[dict] = field(default_factory=list)
     adam: dict | None = None  # AdaptiveAscent's moments (--update adam)
-    unchanged: int = 0  # steps the read-off has not changed for (--patience)
-    last_readoff: np.ndarray | None = None
 
 
 class MaskLearner:
@@ -397,10 +413,7 @@ class MaskLearner:
         update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
 
         def save() -> None:
-            variants = {"adam": None if update is None else update.state,
-                        "unchanged": run.unchanged,
-                        "last_readoff": None if run.last_readoff is None
-                        else torch.from_numpy(run.last_readoff)}
+            variants = {"adam": None if update is None else update.state}
             save_checkpoint(checkpoint_path, {
                 "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
                 "logits": run.logits.cpu(), "generator": gen.get_state(),
@@ -424,16 +437,14 @@ class MaskLearner:
                 run.step = step + 1
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],
                           "objective_max": stats[1], "elapsed_s": run.elapsed_s}
-                stop = False
-                if cfg.patience:
-                    stop = self._settled(run, read_off(run.logits, ground.quality, shape, gen,
-                                                       "topk"))
-                    record["unchanged"] = run.unchanged
+                run.history.append(record)
+                stop = bool(cfg.patience) and plateaued(
+                    [r["objective_mean"] for r in run.history[-2 * cfg.patience:]],
+                    cfg.patience, cfg.min_gain, first=run.history[0]["objective_mean"])
                 if evaluate is not None and eval_every and (
                         step % eval_every == 0 or step == cfg.n_epochs - 1 or stop):
                     record.update(evaluate(read_off(run.logits, ground.quality, shape, gen,
                                                     "topk")))
-                run.history.append(record)
                 if log_file:
                     log_file.write(json.dumps(record) + "\n")
                 bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
@@ -453,13 +464,6 @@ class MaskLearner:
         full_logits[shape.pool] = run.logits.cpu().numpy()
         return LearnResult(selected, full_logits, run.history, run.elapsed_s, steps_taken)
 
-    def _settled(self, run: Progress, readoff: np.ndarray) -> bool:
-        """Count the steps the read-off has stayed the same; True once that reaches --patience."""
-        same = run.last_readoff is not None and np.array_equal(readoff, run.last_readoff)
-        run.unchanged = run.unchanged + 1 if same else 0
-        run.last_readoff = readoff
-        return run.unchanged >= self.config.patience
-
     def _start(self, state: dict | None, ground: GroundSet, shape: Shape, metric: SetFunction,
                gen: torch.Generator) -> Progress:
         """A fresh run (term scale fitted, initial logits), or the checkpoint's, generator too."""
@@ -467,11 +471,9 @@ class MaskLearner:
         if state is not None:
             gen.set_state(state["generator"])
             variants = state.get("variants") or {}
-            last = variants.get("last_readoff")
             return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
                             state["step"], state["elapsed_s"], state["history"],
-                            variants.get("adam"), variants.get("unchanged", 0),
-                            None if last is None else last.numpy())
+                            variants.get("adam"))
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores

@@ -21,7 +21,10 @@ Each claim is tested by a stated rule, so that a rerun on other data can flip it
 - lamb, partial, init and steps: the best value and the range of objectives;
 - the learner variants beyond the paper (credit, update, cover_sample, patience; issue #17): each
   value's gain ratio against the joint greedy per metric, and the learning rate's rule: the value
-  with the lowest mean rank over the metrics wins, ties to the paper's value (listed first);
+  with the lowest mean rank over the metrics wins, ties to the paper's value (listed first). A
+  stopping rule can only lose objective, so patience has its own rule: of the windows that keep at
+  least KEEPS (99%) of the never-stopping run's mean objective on every metric, the one with the
+  fewest mean steps wins; none keeping it, 0 (off) stays;
 - downstream (`make downstream`, downstream/tables/table2.json): the verdict of eval/verdict.py's
   rule, fixed before any downstream result (the control separated or not, each method against
   random, the paper's ordering).
@@ -45,6 +48,7 @@ from .records import read_result
 from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
+KEEPS = 0.99  # share of the never-stopping run's objective a stopping rule must keep to win
 
 
 def missing(experiment: str) -> list[str]:
@@ -273,11 +277,37 @@ def variant_claims(result: SweepResult) -> list[str]:
         ratio, steps = ratio_and_steps(result, s)
         lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
                      f"{s.objective_std:.3f} | {ratio} | {s.wall_s_mean:.3g} | {steps} |")
-    overall = overall_best(result)
-    lines += ["", f"- Lowest mean rank over {', '.join(result.metrics)}: {overall}; "
+    if result.knob == "patience":
+        overall = fewest_steps_keeping(result)
+        rule = (f"Fewest mean steps among the windows keeping >= {KEEPS:.0%} of the "
+                f"never-stopping run's objective on every metric")
+    else:
+        overall = overall_best(result)
+        rule = f"Lowest mean rank over {', '.join(result.metrics)}"
+    lines += ["", f"- {rule}: {overall}; "
               + ("the paper's value stays." if overall == paper_value
                  else f"**{overall} wins** over the paper's {paper_value}.")]
     return lines
+
+
+def fewest_steps_keeping(result: SweepResult):
+    """The stopping rule's verdict: the value (the first listed is the never-stopping one) with
+    the fewest mean steps taken, over all metrics and seeds, among those whose mean objective is
+    at least KEEPS of the never-stopping value's on every metric (objectives are gains over a
+    random selection); that value itself when no other keeps it."""
+    never = result.config["values"][0]
+    kept = []
+    for value in result.config["values"][1:]:
+        keeps = all(
+            s.objective_mean >= KEEPS * ref.objective_mean
+            for metric in result.metrics
+            for ref in of_metric(result.summary, metric) if ref.value == never
+            for s in of_metric(result.summary, metric) if s.value == value)
+        if keeps:
+            kept.append(value)
+    steps = {value: np.mean([r.steps_taken for r in result.runs if r.value == value])
+             for value in kept}
+    return min(kept, key=lambda value: steps[value]) if kept else never
 
 
 def downstream_claims(results: str) -> list[str]:

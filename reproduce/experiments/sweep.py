@@ -11,7 +11,8 @@ logprob (simple | exact), scale_on (step | input: the mask shape the terms' spre
 at). Learner variants beyond the paper (issue #17), each a LearnerConfig flag: credit (mask | row),
 update ('ascent' at --lr, or 'adam:RATE', Adam at a constant RATE), cover_sample (Facility only: 0
 is the paper's --partial; a fraction F draws masks over all candidates with coverage measured on
-F of them), patience (0 = off; the run's steps taken are recorded). Every run optimises the
+F of them), patience (the stopping rule's window at --min_gain's default; 0 = off; the run's
+steps taken are recorded). Every run optimises the
 joint objective at its lamb, on the same synthetic rows; its curve and final selection are scored
 by `datamask.report.Report` on all N rows (on that scale a random selection scores ~0). The joint
 greedy on the same objective (each metric, each lamb) is run once beside them as the yardstick.
@@ -62,7 +63,7 @@ KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` s
     "update": (["ascent", "adam:0.3", "adam:1"], "not in the paper (plain logit ascent)"),
     "cover_sample": ([0.0, 0.01, 0.04], "not in the paper (partial samples the candidates, "
                                          "which also shrinks the covered set)"),
-    "patience": ([0, 10, 30], "not in the paper (a fixed number of steps)"),
+    "patience": ([0, 25, 50, 100], "not in the paper (a fixed number of steps)"),
 }
 TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update")
 VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience")  # beyond the paper (#17)
