@@ -144,3 +144,17 @@ def test_pair_similarity_counts_an_all_zero_row_as_no_direction(case):
                                rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(values.numpy(), expected, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(credit.numpy(), removal, rtol=1e-3, atol=1e-6)
+
+
+def test_facility_kernel_and_per_mask_paths_agree(case):
+    """Masks holding more rows than the ground set gather their similarities from one kernel;
+    with a budget too small for that kernel, each chunk of masks takes its own GEMM. Values and
+    per-row credits are the same either way."""
+    features, quality, masks = case
+    ground = GroundSet.from_arrays(features, quality)
+    idx = torch.as_tensor(np.concatenate([masks] * 4))  # 24 masks x 9 rows > 40 rows
+    gathered, per_mask = FacilityLocation(), FacilityLocation(memory_bytes=1)
+    torch.testing.assert_close(gathered(ground, idx), per_mask(ground, idx))
+    for got, want in zip(gathered.batch_with_credit(ground, idx),
+                         per_mask.batch_with_credit(ground, idx)):
+        torch.testing.assert_close(got, want)

@@ -338,3 +338,17 @@ def test_make_target_of_each_knob_has_the_knobs_name(knob):
     everything = subprocess.run(["make", "-n", "-s", "ablations"], cwd=ROOT, capture_output=True,
                                 text=True, check=True).stdout
     assert f"--knob {knob} " in everything
+
+
+def test_timing_learner_stopped_by_the_rule_says_how_many_steps(tmp_path):
+    """--patience reaches the timing's learner, and its table gives the steps each run took."""
+    result = timing.main([*TOY, "--sizes", "200", "300", "--metrics", "Pair_simi", "--budget_s",
+                          "60", "--steps", "400", "--patience", "5", "--repeats", "1",
+                          "--output", str(tmp_path)])
+    learners = [r for r in result.runs if r.role == "learner"]
+    assert all(r.params["patience"] == 5 for r in learners)
+    text = (tmp_path / "timing.md").read_text()
+    assert "at most 400 steps, stopped by the rule of --patience 5" in text
+    for run in learners:
+        taken = run.curve[-1].step + 1
+        assert taken < 400 and f"| {run.n} | datamask ({taken} steps) |" in text

@@ -3,8 +3,8 @@
 f(S) = (1/|V|) sum_{v in V} max_{u in S} max(cos(v, u), 0), with V the whole ground set (the
 current block or `partial` subset). Clipping the cosine at 0 keeps the similarity non-negative,
 which makes f monotone submodular (greedy is within 1 - 1/e). The similarities are computed per
-chunk of masks as one batched GEMM (V x d times d x k), never as an n x n kernel, so memory stays
-bounded for any n.
+chunk of masks as one batched GEMM (k x d times d x V), or gathered from an n x V kernel when many
+masks share rows and that kernel fits the memory budget, so memory stays bounded for any n.
 """
 
 from __future__ import annotations
@@ -38,14 +38,29 @@ class FacilityLocation(SetFunction):
     def covered_unit(self, ground: GroundSet) -> torch.Tensor:
         return ground.unit if self.cover is None else ground.unit[self.cover]
 
-    def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+    def similarities(self, ground: GroundSet, idx: torch.Tensor, copies: int):
+        """(chunk, sims) per chunk of the masks `idx` (G, k): the cosines (c, k, n_cover) of each
+        mask's rows to the covered rows, not yet clipped (clip commutes with max, so callers clip
+        what they reduce to). When the masks hold more rows than the ground set (G k > n: at
+        `partial` 0.1 each row is in ~G/10 masks), they are gathered from one kernel of every
+        ground row against the covered rows, each computed once; else one GEMM per chunk. Both
+        give the same numbers. `copies`: temporaries the caller keeps per similarity."""
         n_masks, k = idx.shape
         covered = self.covered_unit(ground)
-        out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
-        # max and clip commute (clip is monotone), so clip the (G, n) maxima, not the (G, n, k) sims.
-        for chunk in mask_chunks(n_masks, 4 * len(covered) * k, self.memory_bytes):
-            sims = torch.matmul(covered, ground.unit[idx[chunk]].transpose(1, 2))  # (c, n, k)
-            out[chunk] = sims.amax(dim=2).clamp_min_(0).mean(dim=1)
+        kernel_bytes = 4 * len(ground) * len(covered)
+        use_kernel = n_masks * k > len(ground) and 2 * kernel_bytes <= self.memory_bytes
+        kernel = ground.unit @ covered.T if use_kernel else None
+        spare = self.memory_bytes - (kernel_bytes if use_kernel else 0)
+        for chunk in mask_chunks(n_masks, 4 * copies * len(covered) * k, spare):
+            if kernel is None:
+                yield chunk, ground.unit[idx[chunk]] @ covered.T
+            else:
+                yield chunk, kernel[idx[chunk]]
+
+    def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(len(idx), device=idx.device, dtype=ground.features.dtype)
+        for chunk, sims in self.similarities(ground, idx, copies=1):
+            out[chunk] = sims.amax(dim=1).clamp_min_(0).mean(dim=1)
         return out
 
     def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
@@ -54,22 +69,21 @@ class FacilityLocation(SetFunction):
         f(S without the row), i.e. over the covered rows it is the best for, its clipped
         similarity minus that of the second best selected row (0 when it is alone)."""
         n_masks, k = idx.shape
-        covered = self.covered_unit(ground)
         values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         credit = torch.zeros(n_masks, k, device=idx.device, dtype=ground.features.dtype)
-        for chunk in mask_chunks(n_masks, 8 * len(covered) * k, self.memory_bytes):
-            sims = torch.matmul(covered, ground.unit[idx[chunk]].transpose(1, 2)).clamp_min_(0)
+        n_cover = len(self.covered_unit(ground))
+        for chunk, sims in self.similarities(ground, idx, copies=2):
             if k == 1:
-                best, owner = sims[..., 0], torch.zeros(sims.shape[:2], dtype=torch.long,
-                                                        device=idx.device)
+                best = sims[:, 0].clamp_min(0)
+                owner = torch.zeros_like(best, dtype=torch.long)
                 margin = best
             else:
-                top = sims.topk(2, dim=2)  # (c, n, 2): best and second best selected row
-                best, owner = top.values[..., 0], top.indices[..., 0]
-                margin = best - top.values[..., 1]
+                top = sims.topk(2, dim=1)  # (c, 2, n_cover): best and second best selected row
+                best, owner = top.values[:, 0].clamp_min(0), top.indices[:, 0]
+                margin = best - top.values[:, 1].clamp_min(0)
             values[chunk] = best.mean(dim=1)
             credit[chunk].scatter_add_(1, owner, margin)
-        return values, credit / len(covered)
+        return values, credit / n_cover
 
 
 GAIN_CHUNK_BYTES = 64 * 2**20  # similarity rows scored at once by a full pass of `CoverageGains`

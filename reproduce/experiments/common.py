@@ -83,6 +83,10 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
     parser.add_argument("--clusters", type=int, default=64, help="clusters of the synthetic rows")
     parser.add_argument("--ratio", type=float, default=0.1, help="select_ratio")
     parser.add_argument("--steps", type=int, default=steps, help="learner n_epochs")
+    parser.add_argument("--patience", type=int, default=0,
+                        help="the learner's stopping rule window at --min_gain's default "
+                             "(datamask select --patience); 0 = always run --steps, so that "
+                             "experiments compare fixed step counts unless told otherwise")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -105,7 +109,8 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     """LearnerConfig keywords from an experiment's flags, at `lamb`, on the CPU; `overrides`
     (algorithm, seed, a swept knob) win."""
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
-              "partial": args.partial, "device": "cpu", **lr_params(args.lr)}
+              "patience": args.patience, "partial": args.partial, "device": "cpu",
+              **lr_params(args.lr)}
     return dict(params, **overrides)
 
 

@@ -223,6 +223,14 @@ def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def steps_text(cfg: dict) -> str:
+    """The learner's step budget as the run had it: fixed, or cut short by the stopping rule."""
+    if not cfg.get("patience"):
+        return f"{cfg['steps']} steps"
+    return (f"at most {cfg['steps']} steps, stopped by the rule of --patience {cfg['patience']} "
+            f"(the learner's steps are in brackets)")
+
+
 def markdown(results: TimingResult) -> str:
     cfg, paper = results.config, results.paper
     lines = [
@@ -230,7 +238,7 @@ def markdown(results: TimingResult) -> str:
         results.machine.line(), "",
         f"Synthetic rows ({cfg['dim']}-d, {cfg['clusters']} clusters, seed {cfg['seed']}), "
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
-        f"G {cfg['n_rollout']}, {cfg['steps']} steps, partial {cfg['partial']:g}, lr "
+        f"G {cfg['n_rollout']}, {steps_text(cfg)}, partial {cfg['partial']:g}, lr "
         f"{lr_of(cfg)}; budget "
         f"{cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
@@ -266,7 +274,10 @@ def markdown(results: TimingResult) -> str:
                          number(comp.gain_ratio),
                          "not reached" if comp.time_to_greedy_objective_s is None
                          else f"{comp.time_to_greedy_objective_s:.3g}"]
-            lines.append(f"| {run.n} | {run.label} | {wall} | {obj} | " + " | ".join(cells)
+            label = run.label
+            if run.role == "learner" and cfg.get("patience") and run.curve:
+                label += f" ({run.curve[-1].step + 1} steps)"
+            lines.append(f"| {run.n} | {label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
         fitted = [f"{label}: t ~ N^{fit.exponent:.2f} (sizes {fit.sizes})"
                   for label, fit in fits.items() if fit]
