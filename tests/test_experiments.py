@@ -352,3 +352,11 @@ def test_timing_learner_stopped_by_the_rule_says_how_many_steps(tmp_path):
     for run in learners:
         taken = run.curve[-1].step + 1
         assert taken < 400 and f"| {run.n} | datamask ({taken} steps) |" in text
+
+
+def test_timing_learner_takes_facility_cover_sample(tmp_path):
+    result = timing.main([*TOY, "--sizes", "200", "300", "--metrics", "Facility", "--budget_s",
+                          "60", "--partial", "1", "--cover_sample", "0.2", "--repeats", "1",
+                          "--output", str(tmp_path)])
+    assert all(r.params["cover_sample"] == 0.2 for r in result.runs if r.role == "learner")
+    assert "partial 1, cover_sample 0.2, lr" in (tmp_path / "timing.md").read_text()

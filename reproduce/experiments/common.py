@@ -87,6 +87,9 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                         help="the learner's stopping rule window at --min_gain's default "
                              "(datamask select --patience); 0 = always run --steps, so that "
                              "experiments compare fixed step counts unless told otherwise")
+    parser.add_argument("--cover_sample", type=float, default=0.0,
+                        help="Facility's learner only, with --partial 1 (datamask select "
+                             "--cover_sample): coverage measured on this fraction of the rows")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -109,7 +112,8 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     """LearnerConfig keywords from an experiment's flags, at `lamb`, on the CPU; `overrides`
     (algorithm, seed, a swept knob) win."""
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
-              "patience": args.patience, "partial": args.partial, "device": "cpu",
+              "patience": args.patience, "partial": args.partial,
+              "cover_sample": args.cover_sample, "device": "cpu",
               **lr_params(args.lr)}
     return dict(params, **overrides)
 

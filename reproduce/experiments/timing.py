@@ -238,7 +238,9 @@ def markdown(results: TimingResult) -> str:
         results.machine.line(), "",
         f"Synthetic rows ({cfg['dim']}-d, {cfg['clusters']} clusters, seed {cfg['seed']}), "
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
-        f"G {cfg['n_rollout']}, {steps_text(cfg)}, partial {cfg['partial']:g}, lr "
+        f"G {cfg['n_rollout']}, {steps_text(cfg)}, partial {cfg['partial']:g}"
+        + (f", cover_sample {cfg['cover_sample']:g}" if cfg.get("cover_sample") else "")
+        + ", lr "
         f"{lr_of(cfg)}; budget "
         f"{cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
