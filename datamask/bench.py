@@ -4,7 +4,8 @@ Measured in one process, side by side: the fp32 GEMM rate of this machine, then 
 the learner's time per step and the useful GFLOP/s of one batched objective evaluation (G masks
 on a partial subset). Useful FLOPs count only the matrix products the metric needs (DiSF: the
 (G, d, d) scatter, 2 G k d^2; Facility: the similarities of every ground row to every selected
-row, 2 G n k d; Pair_simi: the G sums of k vectors, G k d). Times are medians of repeats; on a
+row, 2 G n k d, or to every ground row once, 2 n^2 d, when the masks hold more rows than that and
+share them; Pair_simi: the G sums of k vectors, G k d). Times are medians of repeats; on a
 shared machine read the ratios, not the absolute numbers.
 """
 
@@ -45,7 +46,7 @@ def gemm_gflops(device: torch.device, size: int = 2048, repeats: int = 5) -> flo
 
 
 def useful_flops(metric: str, n_masks: int, n: int, k: int, d: int) -> float:
-    return {"DiSF": 2 * n_masks * k * d * d, "Facility": 2 * n_masks * n * k * d,
+    return {"DiSF": 2 * n_masks * k * d * d, "Facility": 2 * min(n_masks * k, n) * n * d,
             "Pair_simi": n_masks * k * d}[metric]
 
 
