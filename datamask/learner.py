@@ -342,9 +342,10 @@ class AdaptiveAscent:
 def plateaued(recent: list[float], window: int, min_gain: float, first: float) -> bool:
     """The stopping rule (--patience, --min_gain): the mean step objective of the last `window`
     steps (the end of `recent`) rose by less than `min_gain` of its rise since the first step
-    (`first`) over the `window` steps before. The step objective (the mean over a step's G masks) is already computed, so watching
-    it costs nothing; the window averages out the noise of each step's random rows and masks. A
-    run that has not risen at all is not stopped: it has not started to learn."""
+    (`first`) over the `window` steps before. The step objective (the mean over a step's G
+    masks) is computed anyway, so watching it costs nothing; the window averages out the noise
+    of each step's random rows and masks. A run that has not risen at all is not stopped: it has
+    not started to learn."""
     if not window or len(recent) < 2 * window:
         return False
     last = sum(recent[-window:]) / window

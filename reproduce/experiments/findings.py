@@ -295,16 +295,10 @@ def fewest_steps_keeping(result: SweepResult):
     the fewest mean steps taken, over all metrics and seeds, among those whose mean objective is
     at least KEEPS of the never-stopping value's on every metric (objectives are gains over a
     random selection); that value itself when no other keeps it."""
-    never = result.config["values"][0]
-    kept = []
-    for value in result.config["values"][1:]:
-        keeps = all(
-            s.objective_mean >= KEEPS * ref.objective_mean
-            for metric in result.metrics
-            for ref in of_metric(result.summary, metric) if ref.value == never
-            for s in of_metric(result.summary, metric) if s.value == value)
-        if keeps:
-            kept.append(value)
+    never, *windows = result.config["values"]
+    objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
+    kept = [value for value in windows
+            if all(objective[m, value] >= KEEPS * objective[m, never] for m in result.metrics)]
     steps = {value: np.mean([r.steps_taken for r in result.runs if r.value == value])
              for value in kept}
     return min(kept, key=lambda value: steps[value]) if kept else never
