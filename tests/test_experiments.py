@@ -360,3 +360,28 @@ def test_timing_learner_takes_facility_cover_sample(tmp_path):
                           "--output", str(tmp_path)])
     assert all(r.params["cover_sample"] == 0.2 for r in result.runs if r.role == "learner")
     assert "partial 1, cover_sample 0.2, lr" in (tmp_path / "timing.md").read_text()
+
+
+def test_scale_goal_verdicts_follow_the_goal_runs(tmp_path):
+    """The goal section reads each run's folder under scale-goals/, says which are missing, and
+    its verdict flips with the numbers: a DiSF learner made faster than the greedy meets the goal."""
+    committed = ROOT / "reproduce" / "results" / findings.SCALE_GOALS / "disf-stop" / "timing.json"
+    data = json.loads(committed.read_text())
+    folder = tmp_path / findings.SCALE_GOALS / "disf-stop"
+    folder.mkdir(parents=True)
+    (folder / "timing.json").write_text(json.dumps(data))
+    text = "\n".join(findings.scale_goal_claims(str(tmp_path)))
+    runs = {(r["n"], r["label"]): r for r in data["runs"] if r["metric"] == "DiSF"}
+    learner, greedy = runs[100_000, "datamask"], runs[100_000, "disf-greedy-fast"]
+    ratio = learner["wall_s"] / greedy["wall_s"]
+    assert f"{ratio:.2f}x `disf-greedy-fast`'s" in text and ratio > 1
+    assert "final time <= the greedy's at a better objective: **not met**" in text
+    assert "- DiSF at N = 1,000,000: not measured" in text
+    assert "- Facility at N = 1,000,000: not measured" in text
+    assert "- Pair_simi at N = 20,000: learner >= 0.99 of `pair-greedy`'s gain: not measured" in text
+    for run in data["runs"]:  # the same learner, twice as fast as the greedy
+        if (run["metric"], run["n"], run["label"]) == ("DiSF", 100_000, "datamask"):
+            run["wall_s"] = greedy["wall_s"] / 2
+    (folder / "timing.json").write_text(json.dumps(data))
+    text = "\n".join(findings.scale_goal_claims(str(tmp_path)))
+    assert "0.50x `disf-greedy-fast`'s" in text and "objective: **met**" in text
