@@ -367,9 +367,16 @@ def scale_goal_claims(results: str) -> list[str]:
                      + ("never reaches the greedy's objective." if passed is None else
                         f"is past the greedy's objective at {passed:.4g} s "
                         f"({passed / greedy.wall_s:.0%} of the greedy's time)."))
+    lines += disf_steps_claims(run["disf-stop"])
     for name in ("facility-20k/default", "facility-20k/cover"):
         learner = timing_run(run[name], "Facility", 20_000, "datamask")
         greedy = timing_run(run[name], "Facility", 20_000, "facility-greedy lazy")
+        if greedy and name.endswith("default"):
+            lines.append(f"- Facility at N = 20,000, the room a learner has: a random selection "
+                         f"covers {greedy.random_objective:.4f}, the lazy greedy "
+                         f"{greedy.objective:.4f}; the whole gain is "
+                         f"{(greedy.objective - greedy.random_objective) / greedy.objective:.2%} "
+                         "of the objective.")
         lines.append(f"- Facility at N = 20,000 (`{name}/`): learner >= {FACILITY_GOAL} of the "
                      "lazy greedy's gain: "
                      + (f"{gain(learner, greedy):.3f} at {steps_of(learner)} steps "
@@ -378,6 +385,19 @@ def scale_goal_claims(results: str) -> list[str]:
                         if learner and greedy else "not measured."))
     lines += facility_step_claims(run["facility-100k"])
     return lines + [""]
+
+
+def disf_steps_claims(result: TimingResult | None) -> list[str]:
+    """Why DiSF's final time falls behind as N grows: the steps the stopping rule let each run
+    take, and the seconds each step cost."""
+    learners = sorted((r for r in (result.runs if result else [])
+                       if r.metric == "DiSF" and r.role == "learner" and r.status == "measured"),
+                      key=lambda r: r.n)
+    if not learners:
+        return []
+    return ["- DiSF, why: steps to the stopping rule's plateau and seconds a step, by N: "
+            + "; ".join(f"{r.n:,}: {steps_of(r)} steps, {r.wall_s / steps_of(r):.3g} s"
+                        for r in learners) + "."]
 
 
 def pair_at_scale_claims(result: TimingResult | None, n: int = 1_000_000) -> list[str]:
