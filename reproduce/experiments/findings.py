@@ -325,7 +325,7 @@ def steps_of(learner: TimingRun) -> int:
     return learner.curve[-1].step + 1
 
 
-def verdict(met: bool) -> str:
+def goal_verdict(met: bool) -> str:
     return "**met**" if met else "**not met**"
 
 
@@ -344,10 +344,12 @@ def scale_goal_claims(results: str) -> list[str]:
     for n in (20_000, 100_000):
         learner = timing_run(run["scale-pair2000"], "Pair_simi", n, "datamask")
         greedy = timing_run(run["scale-pair2000"], "Pair_simi", n, "pair-greedy")
+        outcome = "not measured (`scale-pair2000/`)."
+        if learner and greedy:
+            outcome = (f"{gain(learner, greedy):.3f} at {steps_of(learner)} steps, "
+                       f"{goal_verdict(gain(learner, greedy) >= PAIR_GOAL)}.")
         lines.append(f"- Pair_simi at N = {n:,}: learner >= {PAIR_GOAL} of `pair-greedy`'s gain: "
-                     + (f"{gain(learner, greedy):.3f} at {steps_of(learner)} steps, "
-                        f"{verdict(gain(learner, greedy) >= PAIR_GOAL)}." if learner and greedy
-                        else "not measured (`scale-pair2000/`)."))
+                     + outcome)
     lines += pair_at_scale_claims(run["pair-1m"])
     for n, name, greedy_name in ((100_000, "disf-stop", "disf-stop"),
                                  (1_000_000, "disf-1m", "disf-1m-greedy")):
@@ -363,7 +365,7 @@ def scale_goal_claims(results: str) -> list[str]:
                      f"({steps_of(learner)} steps), {ratio:.2f}x `disf-greedy-fast`'s "
                      f"{greedy.wall_s:.4g} s, at gain ratio {gain(learner, greedy):.2f}; final "
                      f"time <= the greedy's at a better objective: "
-                     f"{verdict(ratio <= 1 and gain(learner, greedy) > 1)}. Its curve "
+                     f"{goal_verdict(ratio <= 1 and gain(learner, greedy) > 1)}. Its curve "
                      + ("never reaches the greedy's objective." if passed is None else
                         f"is past the greedy's objective at {passed:.4g} s "
                         f"({passed / greedy.wall_s:.0%} of the greedy's time)."))
@@ -381,7 +383,7 @@ def scale_goal_claims(results: str) -> list[str]:
                      "lazy greedy's gain: "
                      + (f"{gain(learner, greedy):.3f} at {steps_of(learner)} steps "
                         f"({learner.wall_s:.4g} s against {greedy.wall_s:.3g} s), "
-                        f"{verdict(gain(learner, greedy) >= FACILITY_GOAL)}."
+                        f"{goal_verdict(gain(learner, greedy) >= FACILITY_GOAL)}."
                         if learner and greedy else "not measured."))
     lines += facility_step_claims(run["facility-100k"])
     return lines + [""]
