@@ -38,6 +38,9 @@ class FacilityLocation(SetFunction):
     def covered_unit(self, ground: GroundSet) -> torch.Tensor:
         return ground.unit if self.cover is None else ground.unit[self.cover]
 
+    def covered_count(self, ground: GroundSet) -> int:
+        return len(ground) if self.cover is None else len(self.cover)
+
     def similarities(self, ground: GroundSet, idx: torch.Tensor, copies: int):
         """(chunk, sims) per chunk of the masks `idx` (G, k): the cosines (c, k, n_cover) of each
         mask's rows to the covered rows, not yet clipped (clip commutes with max, so callers clip
@@ -71,7 +74,6 @@ class FacilityLocation(SetFunction):
         n_masks, k = idx.shape
         values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         credit = torch.zeros(n_masks, k, device=idx.device, dtype=ground.features.dtype)
-        n_cover = len(self.covered_unit(ground))
         for chunk, sims in self.similarities(ground, idx, copies=2):
             if k == 1:
                 best = sims[:, 0].clamp_min(0)
@@ -83,7 +85,7 @@ class FacilityLocation(SetFunction):
                 margin = best - top.values[:, 1].clamp_min(0)
             values[chunk] = best.mean(dim=1)
             credit[chunk].scatter_add_(1, owner, margin)
-        return values, credit / n_cover
+        return values, credit / self.covered_count(ground)
 
 
 GAIN_CHUNK_BYTES = 64 * 2**20  # similarity rows scored at once by a full pass of `CoverageGains`
