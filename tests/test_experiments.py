@@ -378,7 +378,8 @@ def test_scale_goal_verdicts_follow_the_goal_runs(tmp_path):
     assert "final time <= the greedy's at a better objective: **not met**" in text
     assert "- DiSF at N = 1,000,000: not measured" in text
     assert "- Facility at N = 1,000,000: not measured" in text
-    assert "- Pair_simi at N = 20,000: learner >= 0.99 of `pair-greedy`'s gain: not measured" in text
+    assert ("- Pair_simi at N = 20,000 (`scale-pair2000/`): learner >= 0.99 of `pair-greedy`'s "
+            "gain: not measured.") in text
     for run in data["runs"]:  # the same learner, twice as fast as the greedy
         if (run["metric"], run["n"], run["label"]) == ("DiSF", 100_000, "datamask"):
             run["wall_s"] = greedy["wall_s"] / 2

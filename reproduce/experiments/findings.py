@@ -47,6 +47,7 @@ from .records import (DirectResult, SweepResult, SweepSummary, TimingResult, Tim
                       of_metric)
 from .records import read_result
 from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
+from .timing import comparison, measured, steps_taken
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
 KEEPS = 0.99  # share of the never-stopping run's objective a stopping rule must keep to win
@@ -311,18 +312,8 @@ PAIR_GOAL, FACILITY_GOAL = 0.99, 0.95  # the issue's gain-ratio goals
 
 def timing_run(result: TimingResult | None, metric: str, n: int, label: str) -> TimingRun | None:
     """The measured run of `label` at (metric, n) in a timing result, if there is one."""
-    return next((r for r in (result.runs if result else [])
-                 if (r.metric, r.n, r.label, r.status) == (metric, n, label, "measured")), None)
-
-
-def gain(learner: TimingRun, greedy: TimingRun) -> float:
-    """(learner - random) / (greedy - random), both scored by the same function on all rows."""
-    return ((learner.objective - learner.random_objective)
-            / (greedy.objective - learner.random_objective))
-
-
-def steps_of(learner: TimingRun) -> int:
-    return learner.curve[-1].step + 1
+    return next((r for r in measured(result.runs if result else [], metric, label)
+                 if r.n == n), None)
 
 
 def goal_verdict(met: bool) -> str:
@@ -342,14 +333,8 @@ def scale_goal_claims(results: str) -> list[str]:
     run["scale-pair2000"] = read_result(os.path.join(results, "scale-pair2000"), "timing")
     lines = [f"Plans and verdict rules: `{SCALE_GOALS}/plan.md`, written before the runs.", ""]
     for n in (20_000, 100_000):
-        learner = timing_run(run["scale-pair2000"], "Pair_simi", n, "datamask")
-        greedy = timing_run(run["scale-pair2000"], "Pair_simi", n, "pair-greedy")
-        outcome = "not measured (`scale-pair2000/`)."
-        if learner and greedy:
-            outcome = (f"{gain(learner, greedy):.3f} at {steps_of(learner)} steps, "
-                       f"{goal_verdict(gain(learner, greedy) >= PAIR_GOAL)}.")
-        lines.append(f"- Pair_simi at N = {n:,}: learner >= {PAIR_GOAL} of `pair-greedy`'s gain: "
-                     + outcome)
+        lines.append(gain_goal_claim(run, "scale-pair2000", "Pair_simi", n, "pair-greedy",
+                                     PAIR_GOAL))
     lines += pair_at_scale_claims(run["pair-1m"])
     for n, name, greedy_name in ((100_000, "disf-stop", "disf-stop"),
                                  (1_000_000, "disf-1m", "disf-1m-greedy")):
@@ -358,20 +343,18 @@ def scale_goal_claims(results: str) -> list[str]:
         if not (learner and greedy):
             lines.append(f"- DiSF at N = {n:,}: not measured (`{name}/`, `{greedy_name}/`).")
             continue
-        ratio = learner.wall_s / greedy.wall_s
-        passed = next((p.elapsed_s for p in learner.curve if p.objective >= greedy.objective),
-                      None)
+        versus = comparison(learner, greedy)  # across two runs at 1M: the greedy ran alone
+        ratio, passed = versus.time_ratio, versus.time_to_greedy_objective_s
         lines.append(f"- DiSF at N = {n:,}: the learner ends in {learner.wall_s:.4g} s "
-                     f"({steps_of(learner)} steps), {ratio:.2f}x `disf-greedy-fast`'s "
-                     f"{greedy.wall_s:.4g} s, at gain ratio {gain(learner, greedy):.2f}; final "
+                     f"({steps_taken(learner)} steps), {ratio:.2f}x `disf-greedy-fast`'s "
+                     f"{greedy.wall_s:.4g} s, at gain ratio {versus.gain_ratio:.2f}; final "
                      f"time <= the greedy's at a better objective: "
-                     f"{goal_verdict(ratio <= 1 and gain(learner, greedy) > 1)}. Its curve "
+                     f"{goal_verdict(ratio <= 1 and versus.gain_ratio > 1)}. Its curve "
                      + ("never reaches the greedy's objective." if passed is None else
                         f"is past the greedy's objective at {passed:.4g} s "
                         f"({passed / greedy.wall_s:.0%} of the greedy's time)."))
     lines += disf_steps_claims(run["disf-stop"])
     for name in ("facility-20k/default", "facility-20k/cover"):
-        learner = timing_run(run[name], "Facility", 20_000, "datamask")
         greedy = timing_run(run[name], "Facility", 20_000, "facility-greedy lazy")
         if greedy and name.endswith("default"):
             lines.append(f"- Facility at N = 20,000, the room a learner has: a random selection "
@@ -379,14 +362,22 @@ def scale_goal_claims(results: str) -> list[str]:
                          f"{greedy.objective:.4f}; the whole gain is "
                          f"{(greedy.objective - greedy.random_objective) / greedy.objective:.2%} "
                          "of the objective.")
-        lines.append(f"- Facility at N = 20,000 (`{name}/`): learner >= {FACILITY_GOAL} of the "
-                     "lazy greedy's gain: "
-                     + (f"{gain(learner, greedy):.3f} at {steps_of(learner)} steps "
-                        f"({learner.wall_s:.4g} s against {greedy.wall_s:.3g} s), "
-                        f"{goal_verdict(gain(learner, greedy) >= FACILITY_GOAL)}."
-                        if learner and greedy else "not measured."))
+        lines.append(gain_goal_claim(run, name, "Facility", 20_000, "facility-greedy lazy",
+                                     FACILITY_GOAL))
     lines += facility_step_claims(run["facility-100k"])
     return lines + [""]
+
+
+def gain_goal_claim(run: dict, name: str, metric: str, n: int, label: str, goal: float) -> str:
+    """A gain-ratio goal: the learner of run `name` against its greedy `label` at (metric, n)."""
+    learner = timing_run(run[name], metric, n, "datamask")
+    greedy = timing_run(run[name], metric, n, label)
+    outcome = "not measured."
+    if learner and greedy:
+        gain = comparison(learner, greedy).gain_ratio
+        outcome = (f"{gain:.3f} at {steps_taken(learner)} steps ({learner.wall_s:.4g} s against "
+                   f"{greedy.wall_s:.3g} s), {goal_verdict(gain >= goal)}.")
+    return f"- {metric} at N = {n:,} (`{name}/`): learner >= {goal} of `{label}`'s gain: {outcome}"
 
 
 def disf_steps_claims(result: TimingResult | None) -> list[str]:
@@ -398,7 +389,7 @@ def disf_steps_claims(result: TimingResult | None) -> list[str]:
     if not learners:
         return []
     return ["- DiSF, why: steps to the stopping rule's plateau and seconds a step, by N: "
-            + "; ".join(f"{r.n:,}: {steps_of(r)} steps, {r.wall_s / steps_of(r):.3g} s"
+            + "; ".join(f"{r.n:,}: {steps_taken(r)} steps, {r.wall_s / steps_taken(r):.3g} s"
                         for r in learners) + "."]
 
 
@@ -410,7 +401,7 @@ def pair_at_scale_claims(result: TimingResult | None, n: int = 1_000_000) -> lis
     if learner is None:
         return [f"- Pair_simi at N = {n:,}: not measured (`pair-1m/`)."]
     lines = [f"- Pair_simi at N = {n:,}: the learner takes {learner.wall_s:.4g} s "
-             f"({steps_of(learner)} steps)."]
+             f"({steps_taken(learner)} steps)."]
     for c in (c for c in result.comparisons if (c.metric, c.n) == ("Pair_simi", n)):
         if c.gain_ratio is None:
             lines.append(f"  `{c.greedy}`: {c.greedy_status}, learner / greedy time "
@@ -430,7 +421,7 @@ def facility_step_claims(result: TimingResult | None, n: int = 100_000,
     learner = timing_run(result, "Facility", n, "datamask")
     if learner is None:
         return [f"- Facility at N = {target:,}: not measured (`facility-100k/`)."]
-    step = learner.wall_s / steps_of(learner)
+    step = learner.wall_s / steps_taken(learner)
     lines = [f"- Facility at N = {target:,}, why the learner is not compared there: at N = {n:,} "
              f"one learner step takes {step:.3g} s, carried to {target:,} by N^2 "
              f"{step * (target / n) ** 2:.3g} s."]

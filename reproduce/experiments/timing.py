@@ -194,17 +194,26 @@ def compare(runs: list[TimingRun]) -> list[Comparison]:
             if greedy.role == "learner" or (greedy.metric, greedy.n) != (learner.metric,
                                                                          learner.n):
                 continue
-            g, l_, rnd = greedy.objective, learner.objective, learner.random_objective
-            reached = [p.elapsed_s for p in learner.curve or []
-                       if g is not None and p.objective >= g]
-            unknown = g is None or l_ is None
-            out.append(Comparison(
-                metric=learner.metric, n=learner.n, greedy=greedy.label, greedy_role=greedy.role,
-                greedy_status=greedy.status, time_ratio=learner.wall_s / greedy.wall_s,
-                objective_ratio=None if unknown or g == 0 else l_ / g,
-                gain_ratio=None if unknown or g == rnd else (l_ - rnd) / (g - rnd),
-                time_to_greedy_objective_s=reached[0] if reached else None))
+            out.append(comparison(learner, greedy))
     return out
+
+
+def comparison(learner: TimingRun, greedy: TimingRun) -> Comparison:
+    """The learner against one greedy (ratios None where the greedy has no objective)."""
+    g, l_, rnd = greedy.objective, learner.objective, learner.random_objective
+    reached = [p.elapsed_s for p in learner.curve or [] if g is not None and p.objective >= g]
+    unknown = g is None or l_ is None
+    return Comparison(
+        metric=learner.metric, n=learner.n, greedy=greedy.label, greedy_role=greedy.role,
+        greedy_status=greedy.status, time_ratio=learner.wall_s / greedy.wall_s,
+        objective_ratio=None if unknown or g == 0 else l_ / g,
+        gain_ratio=None if unknown or g == rnd else (l_ - rnd) / (g - rnd),
+        time_to_greedy_objective_s=reached[0] if reached else None)
+
+
+def steps_taken(learner: TimingRun) -> int:
+    """The steps a learner run took: its curve ends at the last step."""
+    return learner.curve[-1].step + 1
 
 
 def crossover(comparisons: list[Comparison], metrics) -> dict:
@@ -276,7 +285,7 @@ def markdown(results: TimingResult) -> str:
                          else f"{comp.time_to_greedy_objective_s:.3g}"]
             label = run.label
             if run.role == "learner" and cfg.get("patience") and run.curve:
-                label += f" ({run.curve[-1].step + 1} steps)"
+                label += f" ({steps_taken(run)} steps)"
             lines.append(f"| {run.n} | {label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
         fitted = [f"{label}: t ~ N^{fit.exponent:.2f} (sizes {fit.sizes})"
