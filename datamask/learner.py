@@ -25,13 +25,15 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
-from .objectives import DIVERSITY, GroundSet, Joint, SetFunction, TermScale, diversity
+from .objectives import (DIVERSITY, GroundSet, Joint, SetFunction, TermScale, diversity,
+                         random_probes)
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
 from .shared import resolve_device, top_rows
 
 LR_SCHEDULES = ("linear", "cosine", "constant")
+AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -84,6 +86,12 @@ class LearnerConfig:
                                       "them, drawn afresh each step (an unbiased estimate of the "
                                       "same function); 0 = off, coverage on all candidates",
                                  low=0.0, high=1.0)
+    probes: int = option(-1, "DiSF: estimate each mask's collapse score with this many random "
+                             "orthogonal directions shared by a step's masks (Hutchinson; "
+                             "unbiased, 4 k d p work a mask instead of 2 k d^2; at d or more the "
+                             "exact score is used); 0 = the exact score (paper); -1 = 64 for DiSF (the "
+                             "winner of make ablation-probes), exact for the other metrics",
+                         low=-1)
     update: str = option("ascent", "the logit update: plain gradient ascent (paper), or Adam "
                                    "(per-logit adaptive step, moments of the rows a step "
                                    "moves; a logit moves by about the rate per step, so give "
@@ -101,6 +109,12 @@ class LearnerConfig:
     def validate(self) -> None:
         validate(self)
 
+    def step_probes(self) -> int:
+        """The probes a step uses: --probes, with -1 resolved (AUTO_PROBES for DiSF, else 0)."""
+        if self.probes >= 0:
+            return self.probes
+        return AUTO_PROBES if self.algorithm == "DiSF" else 0
+
     def check_together(self) -> None:
         if not (math.isfinite(self.max_lr) and math.isfinite(self.min_lr)):
             raise UserError(f"--max_lr and --min_lr must be finite, got {self.max_lr} and "
@@ -114,6 +128,9 @@ class LearnerConfig:
         if self.cover_sample > 0 and self.algorithm != "Facility":
             raise UserError(f"--cover_sample samples the rows Facility's coverage is measured "
                             f"on; --algorithm {self.algorithm} has no such rows")
+        if self.probes > 0 and self.algorithm != "DiSF":
+            raise UserError(f"--probes estimates DiSF's collapse score; --algorithm "
+                            f"{self.algorithm} has no such score")
         if self.cover_sample > 0 and self.partial < 1:
             raise UserError(f"--cover_sample draws masks over all candidates: give --partial 1 "
                             f"with it (got --partial {self.partial})")
@@ -280,17 +297,22 @@ class Shape:
 
 def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape: Shape,
                 n_rollout: int, lr: float, gen: torch.Generator, logprob: str,
-                credit: str = "mask", update: "AdaptiveAscent | None" = None) -> torch.Tensor:
+                credit: str = "mask", update: "AdaptiveAscent | None" = None,
+                probes: int = 0) -> torch.Tensor:
     """One step of DATAMASK, in place on `logits`; returns the objective of its G masks.
-    The defaults are the paper's step; `credit`, `update` and `shape.n_cover` are the variants
-    of `LearnerConfig` (credit, update, cover_sample)."""
+    The defaults are the paper's step; `credit`, `update`, `probes` and `shape.n_cover` are the
+    variants of `LearnerConfig` (credit, update, probes, cover_sample)."""
     rows, step_ground, step_logits = None, ground, logits
     if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
         rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
         step_ground, step_logits = ground.subset(rows), logits[rows]
     if shape.n_cover < len(step_ground):  # `cover_sample`: coverage on n_cover random rows
         cover = torch.randperm(len(step_ground), generator=gen, device=logits.device)
-        objective = objective.covering(cover[:shape.n_cover])
+        objective = objective.with_diversity(objective.diversity.covering(cover[:shape.n_cover]))
+    dim = step_ground.features.shape[1]
+    if 0 < probes < dim:  # `probes`: DiSF estimated with directions drawn afresh each step
+        directions = random_probes(dim, probes, gen, logits.device)
+        objective = objective.with_diversity(objective.diversity.probing(directions))
     idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen,  # (G, k_step): G masks
                       ordered=logprob == "exact")
     if credit == "row":
@@ -432,7 +454,7 @@ class MaskLearner:
                 start = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
                 scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
-                                     cfg.logprob, cfg.credit, update)
+                                     cfg.logprob, cfg.credit, update, cfg.step_probes())
                 stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
                 run.elapsed_s += time.perf_counter() - start
                 run.step = step + 1

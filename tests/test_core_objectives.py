@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairSimilarity, Quality,
-                                 TermScale, random_masks)
+                                 TermScale, random_masks, random_probes)
 
 
 def brute_pair(features, rows):
@@ -68,6 +68,43 @@ def test_disf_gram_and_covariance_paths_match_brute_force(dim, k):
     values = DiSF()(ground, torch.as_tensor(masks)).numpy()
     expected = [brute_disf(features.astype(np.float64), list(m)) for m in masks]
     np.testing.assert_allclose(values, expected, rtol=1e-4, atol=1e-7)
+
+
+def disf_case(dim=24, k=30, n_masks=4, seed=0):
+    rng = np.random.default_rng(seed)
+    features = (rng.standard_normal((60, dim)) * rng.uniform(0.2, 3, dim) + 0.5).astype(np.float32)
+    masks = np.stack([rng.choice(60, k, replace=False) for _ in range(n_masks)])
+    return GroundSet.from_arrays(features, np.zeros(60, np.float32)), torch.as_tensor(masks)
+
+
+def test_random_probes_are_orthogonal_and_scaled_to_identity_on_average():
+    gen = torch.Generator().manual_seed(0)
+    probes = random_probes(24, 6, gen, "cpu")
+    torch.testing.assert_close(probes.T @ probes, 4.0 * torch.eye(6), atol=1e-5, rtol=0)
+    assert random_probes(24, 100, gen, "cpu").shape == (24, 24)  # never more than d
+    mean = sum(p @ p.T for p in (random_probes(24, 6, gen, "cpu") for _ in range(2000))) / 2000
+    torch.testing.assert_close(mean, torch.eye(24), atol=0.15, rtol=0)
+
+
+@pytest.mark.parametrize("k", [5, 30])
+def test_disf_probes_spanning_the_space_give_the_exact_score(k):
+    ground, masks = disf_case(k=k)
+    probes = random_probes(24, 24, torch.Generator().manual_seed(1), "cpu")
+    torch.testing.assert_close(DiSF().probing(probes)(ground, masks), DiSF()(ground, masks),
+                               rtol=1e-4, atol=1e-7)
+
+
+def test_disf_probe_estimate_is_unbiased():
+    """Averaged over many draws of 4 probes, the estimate comes within 4 standard errors of the
+    exact score, for each mask; one draw is far off (so the check has teeth)."""
+    ground, masks = disf_case()
+    gen = torch.Generator().manual_seed(2)
+    draws = torch.stack([DiSF().probing(random_probes(24, 4, gen, "cpu"))(ground, masks)
+                         for _ in range(3000)]).double()
+    exact = DiSF()(ground, masks).double()
+    error = (draws.mean(0) - exact).abs()
+    assert (error < 4 * draws.std(0) / len(draws) ** 0.5).all()
+    assert ((draws[0] - exact).abs() > 100 * error).any()
 
 
 @pytest.mark.parametrize("function_class", [PairSimilarity, FacilityLocation, DiSF])

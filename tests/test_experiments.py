@@ -362,6 +362,31 @@ def test_timing_learner_takes_facility_cover_sample(tmp_path):
     assert "partial 1, cover_sample 0.2, lr" in (tmp_path / "timing.md").read_text()
 
 
+def test_timing_learner_takes_disf_probes(tmp_path):
+    result = timing.main([*TOY, "--sizes", "200", "300", "--metrics", "DiSF", "--budget_s",
+                          "60", "--probes", "4", "--repeats", "1", "--output", str(tmp_path)])
+    assert all(r.params["probes"] == 4 for r in result.runs if r.role == "learner")
+    assert "partial 0.1, probes 4, lr" in (tmp_path / "timing.md").read_text()
+
+
+def test_one_run_at_scale_lists_the_greedies_where_the_learner_was_extrapolated(tmp_path):
+    """A learner past --learner_max_n has no objective: the claim gives its extrapolated time
+    and each greedy's own time and objective; a measured learner gets the comparisons."""
+    result = timing.main([*TOY, "--sizes", "200", "300", "600", "--metrics", "Facility",
+                          "--budget_s", "60", "--learner_max_n", "Facility=300", "--repeats", "1",
+                          "--output", str(tmp_path)])
+    text = "\n".join(findings.at_scale_claims(result, "Facility", "here", n=600))
+    learner = next(r for r in result.runs if (r.n, r.role) == (600, "learner"))
+    assert learner.status == "extrapolated"
+    assert f"the learner was not run, its time extrapolated to ~{learner.wall_s:.3g} s" in text
+    for run in (r for r in result.runs if r.n == 600 and r.status == "measured"):
+        assert f"`{run.label}`: {run.wall_s:.4g} s, objective {run.objective:.5g}" in text
+    measured = "\n".join(findings.at_scale_claims(result, "Facility", "here", n=300))
+    assert "the learner takes" in measured and "gain ratio" in measured
+    assert findings.at_scale_claims(None, "Facility", "here") == [
+        "- Facility at N = 1,000,000: not measured (`here/`)."]
+
+
 def test_scale_goal_verdicts_follow_the_goal_runs(tmp_path):
     """The goal section reads each run's folder under scale-goals/, says which are missing, and
     its verdict flips with the numbers: a DiSF learner made faster than the greedy meets the goal."""

@@ -9,9 +9,16 @@ Batched evaluation never forms Z or C. With k >= 2d/3 it forms the (G, d, d) cov
 bmm: since C = D^-1/2 Cov D^-1/2 with D = diag(var + eps), the score follows from Cov alone
 (collapse_score). With fewer rows (a learner step on a small partial ground set) it forms the (G, k, k)
 Gram matrices of the weighted rows instead, as ||Z^T Z||_F = ||Z Z^T||_F: k^2 d work, not k d^2.
+
+`probing(probes)` gives the learner a cheaper, unbiased estimate of the same score (--probes):
+sum_ij corr_ij^2 = ||C||_F^2 = E ||C Q||_F^2 for random Q (d, p) with E[Q Q^T] = I (Hutchinson's
+estimator of tr(C^2)), 4 k d p work a mask instead of 2 k d^2. The step's masks share one Q, so
+their estimates err together and the differences the advantages see err less than each value.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -35,9 +42,21 @@ def collapse_score(covariance: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 class DiSF(SetFunction):
     name = "DiSF"
 
-    def __init__(self, memory_bytes: int = 256 * 2**20, eps: float = EPS):
+    def __init__(self, memory_bytes: int = 256 * 2**20, eps: float = EPS,
+                 probes: torch.Tensor | None = None):
         self.memory_bytes = memory_bytes
         self.eps = eps
+        self.probes = probes  # (d, p) with E[probes probes^T] = I; None = the exact score
+
+    def probing(self, probes: torch.Tensor | None) -> "DiSF":
+        """The same function, each mask's score estimated with the shared `probes` (d, p)."""
+        return DiSF(self.memory_bytes, self.eps, probes)
+
+    def score(self, centred: torch.Tensor) -> torch.Tensor:
+        """Collapse scores of centred rows (..., k, d): exact, or estimated with the probes."""
+        if self.probes is None:
+            return centred_collapse_score(centred, self.eps)
+        return probed_collapse_score(centred, self.probes, self.eps)
 
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         n_masks, k = idx.shape
@@ -46,7 +65,7 @@ class DiSF(SetFunction):
         out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         for chunk in mask_chunks(n_masks, mask_bytes(ground, k), self.memory_bytes):
             x = ground.features[idx[chunk]]  # (c, k, d), a fresh copy: centre it in place
-            out[chunk] = -centred_collapse_score(x.sub_(x.mean(dim=1, keepdim=True)), self.eps)
+            out[chunk] = -self.score(x.sub_(x.mean(dim=1, keepdim=True)))
         return out
 
     def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
@@ -69,7 +88,7 @@ class DiSF(SetFunction):
                 mean = (weight.unsqueeze(2) * x).sum(dim=1, keepdim=True) / weight.sum(
                     dim=1, keepdim=True).unsqueeze(2)
                 rows = (x - mean) * weight.sqrt().unsqueeze(2)  # scatter = rows^T rows
-                score = centred_collapse_score(rows, self.eps)
+                score = self.score(rows)
                 (grad,) = torch.autograd.grad(-score.sum(), weight)
             values[chunk] = -score.detach()
             credit[chunk] = grad
@@ -102,6 +121,34 @@ def gram_collapse_score(centred: torch.Tensor, eps: float = EPS) -> torch.Tensor
     gram = scaled @ scaled.transpose(-1, -2)
     total = gram.square().sum(dim=(-2, -1)) / (k - 1) ** 2
     return (total - (var * weight).square().sum(dim=-1)) / SCALE
+
+
+def probed_collapse_score(centred: torch.Tensor, probes: torch.Tensor, eps: float = EPS
+                          ) -> torch.Tensor:
+    """Unbiased estimate of collapse_score from centred rows (..., k, d) and probes (d, p) with
+    E[probes probes^T] = I: ||C probes||_F^2 estimates ||C||_F^2 for the correlation matrix
+    C = D^1/2 X^T X D^1/2 / (k - 1), D = diag(w), formed as two thin products, never C itself.
+    With p = d orthonormal probes it is the exact score."""
+    k = centred.shape[-2]
+    var = centred.square().sum(dim=-2) / (k - 1)
+    weight = 1.0 / (var + eps)
+    root = weight.sqrt().unsqueeze(-1)  # (..., d, 1)
+    projected = centred @ (root * probes)  # (..., k, p)
+    image = (centred.transpose(-1, -2) @ projected) * root  # (..., d, p): (k - 1) C probes
+    total = image.square().sum(dim=(-2, -1)) / (k - 1) ** 2
+    return (total - (var * weight).square().sum(dim=-1)) / SCALE
+
+
+def random_probes(dim: int, count: int, generator: torch.Generator,
+                  device: torch.device | str) -> torch.Tensor:
+    """`count` random orthonormal directions in R^dim, scaled by sqrt(dim / count) so that
+    E[Q Q^T] = I (the orthonormal basis of a Gaussian matrix is rotation-invariant); at
+    count = dim they span the space and the estimate is exact. Orthogonal probes err less than
+    independent Gaussian ones."""
+    count = min(count, dim)
+    gaussian = torch.randn(dim, count, generator=generator, device=device)
+    basis, _ = torch.linalg.qr(gaussian)
+    return basis * math.sqrt(dim / count)
 
 
 CHUNK_BYTES = 256 * 2**20  # temporaries of one chunk of candidates scored by `collapse_with`

@@ -104,9 +104,10 @@ class Joint(SetFunction):
         return self.combine(qual, div), (self.lamb / s.quality_std * qual_credit
                                          + (1 - self.lamb) / s.diversity_std * div_credit)
 
-    def covering(self, cover: torch.Tensor | None) -> "Joint":
-        """The same objective with Facility's coverage measured on the ground rows `cover`."""
-        return Joint(self.diversity.covering(cover), self.lamb, self.scale)
+    def with_diversity(self, diversity: SetFunction) -> "Joint":
+        """The same objective, its diversity term replaced by an estimate of the same function
+        (Facility's coverage on a sample of rows, DiSF's score from probes), on the same scale."""
+        return Joint(diversity, self.lamb, self.scale)
 
 
 class JointGains:

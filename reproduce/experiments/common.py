@@ -90,6 +90,9 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
     parser.add_argument("--cover_sample", type=float, default=0.0,
                         help="Facility's learner only, with --partial 1 (datamask select "
                              "--cover_sample): coverage measured on this fraction of the rows")
+    parser.add_argument("--probes", type=int, default=0,
+                        help="DiSF's learner only (datamask select --probes): each mask's score "
+                             "estimated with this many shared random directions; 0 = exact")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -113,7 +116,7 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     (algorithm, seed, a swept knob) win."""
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
               "patience": args.patience, "partial": args.partial,
-              "cover_sample": args.cover_sample, "device": "cpu",
+              "cover_sample": args.cover_sample, "probes": args.probes, "device": "cpu",
               **lr_params(args.lr)}
     return dict(params, **overrides)
 

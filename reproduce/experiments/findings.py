@@ -19,12 +19,13 @@ Each claim is tested by a stated rule, so that a rerun on other data can flip it
 - the exact Plackett-Luce log-probability against the simple one: objective and time ratios;
 - one-shot selectors against the learner: the best one-shot per metric and its gap;
 - lamb, partial, init and steps: the best value and the range of objectives;
-- the learner variants beyond the paper (credit, update, cover_sample, patience; issue #17): each
+- the learner variants beyond the paper (credit, update, cover_sample, patience, probes; #17): each
   value's gain ratio against the joint greedy per metric, and the learning rate's rule: the value
   with the lowest mean rank over the metrics wins, ties to the paper's value (listed first). A
   stopping rule can only lose objective, so patience has its own rule: of the windows that keep at
   least KEEPS (99%) of the never-stopping run's mean objective on every metric, the one with the
-  fewest mean steps wins; none keeping it, 0 (off) stays;
+  fewest mean steps wins; none keeping it, 0 (off) stays. DiSF's probes likewise: of the probe
+  counts keeping 99% of the exact score's objective, the one with the fewest mean seconds wins;
 - downstream (`make downstream`, downstream/tables/table2.json): the verdict of eval/verdict.py's
   rule, fixed before any downstream result (the control separated or not, each method against
   random, the paper's ordering).
@@ -279,10 +280,11 @@ def variant_claims(result: SweepResult) -> list[str]:
         ratio, steps = ratio_and_steps(result, s)
         lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
                      f"{s.objective_std:.3f} | {ratio} | {s.wall_s_mean:.3g} | {steps} |")
-    if result.knob == "patience":
-        overall = fewest_steps_keeping(result)
-        rule = (f"Fewest mean steps among the windows keeping >= {KEEPS:.0%} of the "
-                f"never-stopping run's objective on every metric")
+    if result.knob in COST_CUTTERS:
+        cost, which, baseline = COST_CUTTERS[result.knob]
+        overall = cheapest_keeping(result, cost)
+        rule = (f"Fewest mean {which} among the values keeping >= {KEEPS:.0%} of the "
+                f"{baseline}'s objective on every metric")
     else:
         overall = overall_best(result)
         rule = f"Lowest mean rank over {', '.join(result.metrics)}"
@@ -292,18 +294,24 @@ def variant_claims(result: SweepResult) -> list[str]:
     return lines
 
 
-def fewest_steps_keeping(result: SweepResult):
-    """The stopping rule's verdict: the value (the first listed is the never-stopping one) with
-    the fewest mean steps taken, over all metrics and seeds, among those whose mean objective is
-    at least KEEPS of the never-stopping value's on every metric (objectives are gains over a
+def cheapest_keeping(result: SweepResult, cost: str):
+    """The verdict of a knob that can only lose objective to save time (the stopping rule,
+    DiSF's probes): the value (the first listed is the exact, never-stopping one) with the least
+    mean `cost` ('steps' taken or 'wall_s'), over all metrics and seeds, among those whose mean
+    objective is at least KEEPS of the first value's on every metric (objectives are gains over a
     random selection); that value itself when no other keeps it."""
-    never, *windows = result.config["values"]
+    exact, *cheaper = result.config["values"]
     objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
-    kept = [value for value in windows
-            if all(objective[m, value] >= KEEPS * objective[m, never] for m in result.metrics)]
-    steps = {value: np.mean([r.steps_taken for r in result.runs if r.value == value])
-             for value in kept}
-    return min(kept, key=lambda value: steps[value]) if kept else never
+    kept = [value for value in cheaper
+            if all(objective[m, value] >= KEEPS * objective[m, exact] for m in result.metrics)]
+    spent = {value: np.mean([r.steps_taken if cost == "steps" else r.wall_s
+                             for r in result.runs if r.value == value]) for value in kept}
+    return min(kept, key=lambda value: spent[value]) if kept else exact
+
+
+# knobs that trade objective for time -> (what they save, its words, what they are held against)
+COST_CUTTERS = {"patience": ("steps", "steps", "never-stopping run"),
+                "probes": ("wall_s", "seconds", "exact score")}
 
 
 SCALE_GOALS = "scale-goals"  # issue 17's goal runs, each a timing run in its own folder
@@ -325,27 +333,34 @@ def scale_goal_claims(results: str) -> list[str]:
     whose folder is missing says so): Pair_simi's gain at 20k and 100k (`scale-pair2000`),
     DiSF's final time against `disf-greedy-fast` at 100k and 1M, Facility's gain against the
     lazy greedy at 20k, and the cost of a Facility learner step against the sparse greedies'
-    whole run at 100k, carried to 1M (the step by N², each greedy by its own fitted law)."""
+    whole run at 100k, carried to 1M (the step by N², each greedy by its own fitted law); then
+    every metric at 1M from one run (`onerun-1m`)."""
     folder = os.path.join(results, SCALE_GOALS)
     run = {name: read_result(os.path.join(folder, name), "timing")
            for name in ("disf-stop", "disf-1m", "disf-1m-greedy", "facility-20k/default",
-                        "facility-20k/cover", "facility-100k", "pair-1m")}
+                        "facility-20k/cover", "facility-100k", "pair-1m", "onerun-1m",
+                        "disf-probes")}
     run["scale-pair2000"] = read_result(os.path.join(results, "scale-pair2000"), "timing")
     lines = [f"Plans and verdict rules: `{SCALE_GOALS}/plan.md`, written before the runs.", ""]
     for n in (20_000, 100_000):
         lines.append(gain_goal_claim(run, "scale-pair2000", "Pair_simi", n, "pair-greedy",
                                      PAIR_GOAL))
-    lines += pair_at_scale_claims(run["pair-1m"])
+    lines += at_scale_claims(run["pair-1m"], "Pair_simi", "pair-1m")
     for n, name, greedy_name in ((100_000, "disf-stop", "disf-stop"),
-                                 (1_000_000, "disf-1m", "disf-1m-greedy")):
+                                 (1_000_000, "disf-1m", "disf-1m-greedy"),
+                                 (100_000, "disf-probes", "disf-probes")):
         learner = timing_run(run[name], "DiSF", n, "datamask")
         greedy = timing_run(run[greedy_name], "DiSF", n, "disf-greedy-fast")
         if not (learner and greedy):
-            lines.append(f"- DiSF at N = {n:,}: not measured (`{name}/`, `{greedy_name}/`).")
+            where = {name: None, greedy_name: None}  # one folder or two, in order
+            lines.append(f"- DiSF at N = {n:,}: not measured ("
+                         + ", ".join(f"`{folder}/`" for folder in where) + ").")
             continue
+        probes = learner.params.get("probes")
         versus = comparison(learner, greedy)  # across two runs at 1M: the greedy ran alone
         ratio, passed = versus.time_ratio, versus.time_to_greedy_objective_s
-        lines.append(f"- DiSF at N = {n:,}: the learner ends in {learner.wall_s:.4g} s "
+        lines.append(f"- DiSF at N = {n:,}" + (f" with `--probes {probes}`" if probes else "")
+                     + f" (`{name}/`): the learner ends in {learner.wall_s:.4g} s "
                      f"({steps_taken(learner)} steps), {ratio:.2f}x `disf-greedy-fast`'s "
                      f"{greedy.wall_s:.4g} s, at gain ratio {versus.gain_ratio:.2f}; final "
                      f"time <= the greedy's at a better objective: "
@@ -365,6 +380,10 @@ def scale_goal_claims(results: str) -> list[str]:
         lines.append(gain_goal_claim(run, name, "Facility", 20_000, "facility-greedy lazy",
                                      FACILITY_GOAL))
     lines += facility_step_claims(run["facility-100k"])
+    lines += ["", "Every metric at N = 1,000,000 in one run (`onerun-1m/`, the issue's one-run "
+              "anytime figures; no goal of its own, runs 1-5's verdicts stand):", ""]
+    for metric in ("DiSF", "Facility", "Pair_simi"):
+        lines += at_scale_claims(run["onerun-1m"], metric, "onerun-1m")
     return lines + [""]
 
 
@@ -393,16 +412,29 @@ def disf_steps_claims(result: TimingResult | None) -> list[str]:
                         for r in learners) + "."]
 
 
-def pair_at_scale_claims(result: TimingResult | None, n: int = 1_000_000) -> list[str]:
-    """Pair_simi's learner against each greedy at `n` (no goal: the issue asks for the
+def at_scale_claims(result: TimingResult | None, metric: str, folder: str,
+                    n: int = 1_000_000) -> list[str]:
+    """The learner against each greedy at `n` in one timing run (no goal: the issue asks for the
     comparison): gain ratio where the greedy ran, time ratio, and when the learner's curve
-    reached the greedy's final objective."""
-    learner = timing_run(result, "Pair_simi", n, "datamask")
+    reached the greedy's final objective; where the learner was not run, its extrapolated time
+    and each greedy's measured time and objective."""
+    runs = [r for r in (result.runs if result else []) if (r.metric, r.n) == (metric, n)]
+    learner = next((r for r in runs if r.role == "learner"), None)
     if learner is None:
-        return [f"- Pair_simi at N = {n:,}: not measured (`pair-1m/`)."]
-    lines = [f"- Pair_simi at N = {n:,}: the learner takes {learner.wall_s:.4g} s "
+        return [f"- {metric} at N = {n:,}: not measured (`{folder}/`)."]
+    if learner.status != "measured":
+        lines = [f"- {metric} at N = {n:,} (`{folder}/`): the learner was not run, its time "
+                 f"extrapolated to ~{learner.wall_s:.3g} s."]
+        for r in runs:
+            if r.role != "learner":
+                done = (f"{r.wall_s:.4g} s, objective {r.objective:.5g} (random "
+                        f"{r.random_objective:.5g})" if r.status == "measured"
+                        else f"{r.status}, ~{r.wall_s:.3g} s")
+                lines.append(f"  `{r.label}`: {done}.")
+        return lines
+    lines = [f"- {metric} at N = {n:,} (`{folder}/`): the learner takes {learner.wall_s:.4g} s "
              f"({steps_taken(learner)} steps)."]
-    for c in (c for c in result.comparisons if (c.metric, c.n) == ("Pair_simi", n)):
+    for c in (c for c in result.comparisons if (c.metric, c.n) == (metric, n)):
         if c.gain_ratio is None:
             lines.append(f"  `{c.greedy}`: {c.greedy_status}, learner / greedy time "
                          f"{c.time_ratio:.3g}.")

@@ -11,7 +11,8 @@ logprob (simple | exact), scale_on (step | input: the mask shape the terms' spre
 at). Learner variants beyond the paper (issue #17), each a LearnerConfig flag: credit (mask | row),
 update ('ascent' at --lr, or 'adam:RATE', Adam at a constant RATE), cover_sample (Facility only: 0
 is the paper's --partial; a fraction F draws masks over all candidates with coverage measured on
-F of them), patience (the stopping rule's window at --min_gain's default; 0 = off; the run's
+F of them), probes (DiSF only: 0 is the exact collapse score; P estimates it with P shared random
+directions, cheaper at d = 384), patience (the stopping rule's window at --min_gain's default; 0 = off; the run's
 steps taken are recorded). Every run optimises the joint objective at its lamb, on the same
 synthetic rows; its curve and final selection are scored by `datamask.report.Report` on all N
 rows (on that scale a random selection scores ~0). The joint greedy on the same objective (each
@@ -64,10 +65,11 @@ KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` s
     "cover_sample": ([0.0, 0.01, 0.04], "not in the paper (partial samples the candidates, "
                                          "which also shrinks the covered set)"),
     "patience": ([0, 25, 50, 100], "not in the paper (a fixed number of steps)"),
+    "probes": ([0, 16, 32, 64], "not in the paper (the exact collapse score)"),
 }
 TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update")
-VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience")  # beyond the paper (#17)
-FACILITY_ONLY = ("cover_sample",)  # knobs that only Facility has
+VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience", "probes")  # beyond the paper
+ONE_METRIC = {"cover_sample": "Facility", "probes": "DiSF"}  # knobs that only one metric has
 
 
 def knob_params(knob: str, value, args) -> dict:
@@ -86,8 +88,8 @@ def knob_params(knob: str, value, args) -> dict:
         change = {"update": name, **(lr_params(f"constant:{rate}:{rate}") if rate else {})}
     elif knob == "cover_sample":
         change = {"cover_sample": float(value), **({"partial": 1.0} if float(value) else {})}
-    elif knob == "patience":
-        change = {"patience": int(value)}
+    elif knob in ("patience", "probes"):
+        change = {knob: int(value)}
     else:  # lamb, partial, logprob, scale_on: the learner's own name
         change = {knob: value if knob in TEXT_KNOBS else float(value)}
     return learner_params(args, **dict({"lamb": args.lamb}, **change))
@@ -100,12 +102,16 @@ def parse(argv):
     parser.add_argument("--values", nargs="+", help="default: the paper's range for the knob")
     parser.add_argument("--prune_ratio", type=float, default=0.5, help="for init '+prune'")
     parser.add_argument("--eval_points", type=int, default=20)
+    parser.add_argument("--no_greedy", dest="greedy", action="store_false",
+                        help="skip the joint greedy's yardstick (gain ratios then '-'): for DiSF "
+                             "it is the naive greedy, k N d^2 work, hours at 20,000 x 384")
     args = parser.parse_args(argv)
     default, _ = KNOBS[args.knob]
     kind = str if args.knob in TEXT_KNOBS else float
     args.values = [kind(v) for v in args.values] if args.values else default
-    if args.knob in FACILITY_ONLY and args.metrics != ["Facility"]:
-        parser.error(f"--knob {args.knob} applies to Facility only: give --metrics Facility")
+    only = ONE_METRIC.get(args.knob)
+    if only and args.metrics != [only]:
+        parser.error(f"--knob {args.knob} applies to {only} only: give --metrics {only}")
     if args.knob == "lr":
         for value in args.values:
             try:
@@ -138,7 +144,7 @@ def run(args) -> SweepResult:
                 print(f"{metric} {args.knob}={value} seed {seed}: {final[key]:.3f} in "
                       f"{result['wall_s']:.2f} s", flush=True)
     greedy = []
-    for metric in args.metrics:
+    for metric in args.metrics if args.greedy else []:
         for lamb, report in reports.items():
             result = greedy_run(data, args.ratio, "joint-greedy", algorithm=metric, lamb=lamb,
                                 seed=args.data_seed, device="cpu")
@@ -199,9 +205,10 @@ def markdown(results: SweepResult) -> str:
                      f"{s.wall_s_mean:.3g} | {steps} | "
                      f"{'yes' if s.stable else 'no'} | {s.means['quality']:.3f} | "
                      + " | ".join(f"{s.means[m]:.4g}" for m in diversity_cols) + " |")
-    lines += ["", "Joint greedy on the same objective: " + "; ".join(
-        f"{g.metric} (lamb {g.lamb:g}) {g.objective:.3f} in {g.wall_s:.3g} s"
-        for g in results.greedy) + ".",
+    levels = "; ".join(f"{g.metric} (lamb {g.lamb:g}) {g.objective:.3f} in {g.wall_s:.3g} s"
+                       for g in results.greedy)
+    lines += ["", "Joint greedy on the same objective: " + (levels or "not run (--no_greedy)")
+              + ".",
         "", "Best value (highest mean objective): "
         + "; ".join(f"{m}: {v}" for m, v in results.best.items()) + ".",
         "", "Smallest stable value (it and every later one): "

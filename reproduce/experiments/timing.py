@@ -249,6 +249,7 @@ def markdown(results: TimingResult) -> str:
         f"select_ratio {cfg['ratio']:g}; learner: lamb 0 (the diversity metric alone), "
         f"G {cfg['n_rollout']}, {steps_text(cfg)}, partial {cfg['partial']:g}"
         + (f", cover_sample {cfg['cover_sample']:g}" if cfg.get("cover_sample") else "")
+        + (f", probes {cfg['probes']}" if cfg.get("probes") else "")
         + f", lr {lr_of(cfg)}; budget {cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
             f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
