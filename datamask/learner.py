@@ -89,9 +89,9 @@ class LearnerConfig:
     probes: int = option(-1, "DiSF: estimate each mask's collapse score with this many random "
                              "orthogonal directions shared by a step's masks (Hutchinson; "
                              "unbiased, 4 k d p work a mask instead of 2 k d^2; at d or more the "
-                             "exact score is used); 0 = the exact score (paper); -1 = 64 for DiSF (the "
-                             "winner of make ablation-probes), exact for the other metrics",
-                         low=-1)
+                             "exact score is used); 0 = the exact score (paper); "
+                             f"-1 = {AUTO_PROBES} for DiSF (the winner of make ablation-probes), "
+                             "exact for the other metrics", low=-1)
     update: str = option("ascent", "the logit update: plain gradient ascent (paper), or Adam "
                                    "(per-logit adaptive step, moments of the rows a step "
                                    "moves; a logit moves by about the rate per step, so give "

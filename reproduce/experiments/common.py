@@ -92,7 +92,9 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                              "--cover_sample): coverage measured on this fraction of the rows")
     parser.add_argument("--probes", type=int, default=0,
                         help="DiSF's learner only (datamask select --probes): each mask's score "
-                             "estimated with this many shared random directions; 0 = exact")
+                             "estimated with this many shared random directions; default 0, the "
+                             "exact score, so that the committed runs' commands keep their "
+                             "meaning (datamask select's own default for DiSF is 64)")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),

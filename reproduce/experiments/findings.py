@@ -297,20 +297,20 @@ def variant_claims(result: SweepResult) -> list[str]:
 def cheapest_keeping(result: SweepResult, cost: str):
     """The verdict of a knob that can only lose objective to save time (the stopping rule,
     DiSF's probes): the value (the first listed is the exact, never-stopping one) with the least
-    mean `cost` ('steps' taken or 'wall_s'), over all metrics and seeds, among those whose mean
+    mean `cost` (the runs' 'steps_taken' or 'wall_s'), over all metrics and seeds, among those whose mean
     objective is at least KEEPS of the first value's on every metric (objectives are gains over a
     random selection); that value itself when no other keeps it."""
     exact, *cheaper = result.config["values"]
     objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
     kept = [value for value in cheaper
             if all(objective[m, value] >= KEEPS * objective[m, exact] for m in result.metrics)]
-    spent = {value: np.mean([r.steps_taken if cost == "steps" else r.wall_s
-                             for r in result.runs if r.value == value]) for value in kept}
+    spent = {value: np.mean([getattr(r, cost) for r in result.runs if r.value == value])
+             for value in kept}
     return min(kept, key=lambda value: spent[value]) if kept else exact
 
 
 # knobs that trade objective for time -> (what they save, its words, what they are held against)
-COST_CUTTERS = {"patience": ("steps", "steps", "never-stopping run"),
+COST_CUTTERS = {"patience": ("steps_taken", "steps", "never-stopping run"),
                 "probes": ("wall_s", "seconds", "exact score")}
 
 
@@ -352,9 +352,9 @@ def scale_goal_claims(results: str) -> list[str]:
         learner = timing_run(run[name], "DiSF", n, "datamask")
         greedy = timing_run(run[greedy_name], "DiSF", n, "disf-greedy-fast")
         if not (learner and greedy):
-            where = {name: None, greedy_name: None}  # one folder or two, in order
+            folders = dict.fromkeys((name, greedy_name))  # one folder or two, in order
             lines.append(f"- DiSF at N = {n:,}: not measured ("
-                         + ", ".join(f"`{folder}/`" for folder in where) + ").")
+                         + ", ".join(f"`{folder}/`" for folder in folders) + ").")
             continue
         probes = learner.params.get("probes")
         versus = comparison(learner, greedy)  # across two runs at 1M: the greedy ran alone
