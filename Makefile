@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo downstream demo-quick test test-slurm bench bench-baselines bench-soak clean
+.PHONY: install demo downstream demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks clean
 
 install: $(STAMP)
 
@@ -54,6 +54,9 @@ bench: install
 
 bench-soak: install
 	$(BIN)/python -m datamask.bench_soak
+
+bench-chunks: install
+	$(BIN)/python -m datamask.bench_chunks
 
 bench-baselines: install
 	$(BIN)/python -m baselines.bench

@@ -9,6 +9,7 @@ import torch
 
 from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairSimilarity, Quality,
                                  TermScale, random_masks, random_probes)
+from datamask.objectives.base import ACCELERATOR_CHUNK_BYTES, CPU_CHUNK_BYTES, chunk_bytes
 
 
 def brute_pair(features, rows):
@@ -114,6 +115,16 @@ def test_chunked_evaluation_is_the_same(case, function_class):
     whole = function_class()(ground, torch.as_tensor(masks))
     chunked = function_class(memory_bytes=1)(ground, torch.as_tensor(masks))  # one mask a chunk
     torch.testing.assert_close(whole, chunked)
+
+
+def test_disf_chunk_budget_follows_the_device_unless_given(case):
+    """CPU chunks stay small (allocations reused, not faulted in afresh); an accelerator's are
+    large; an explicit budget, and the one a probing copy inherits, wins."""
+    features, quality, _ = case
+    ground = GroundSet.from_arrays(features, quality)
+    assert DiSF().budget(ground) == chunk_bytes(torch.device("cpu")) == CPU_CHUNK_BYTES
+    assert chunk_bytes(torch.device("cuda")) == ACCELERATOR_CHUNK_BYTES > CPU_CHUNK_BYTES
+    assert DiSF(memory_bytes=1).probing(None).budget(ground) == 1
 
 
 def test_diversity_prefers_spread_selection():
