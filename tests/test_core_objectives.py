@@ -9,7 +9,7 @@ import torch
 
 from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairSimilarity, Quality,
                                  TermScale, random_masks, random_probes)
-from datamask.objectives.base import ACCELERATOR_CHUNK_BYTES, CPU_CHUNK_BYTES, chunk_bytes
+from datamask.objectives.base import CPU_CHUNK_BYTES, chunk_bytes
 
 
 def brute_pair(features, rows):
@@ -117,14 +117,13 @@ def test_chunked_evaluation_is_the_same(case, function_class):
     torch.testing.assert_close(whole, chunked)
 
 
-def test_disf_chunk_budget_follows_the_device_unless_given(case):
-    """CPU chunks stay small (allocations reused, not faulted in afresh); an accelerator's are
-    large; an explicit budget, and the one a probing copy inherits, wins."""
-    features, quality, _ = case
-    ground = GroundSet.from_arrays(features, quality)
-    assert DiSF().budget(ground) == chunk_bytes(torch.device("cpu")) == CPU_CHUNK_BYTES
-    assert chunk_bytes(torch.device("cuda")) == ACCELERATOR_CHUNK_BYTES > CPU_CHUNK_BYTES
-    assert DiSF(memory_bytes=1).probing(None).budget(ground) == 1
+def test_chunks_are_capped_on_cpu_only():
+    """On CPU a chunk holds at most CPU_CHUNK_BYTES (allocations reused, not faulted in afresh),
+    a smaller memory budget still wins; an accelerator's chunk is the whole budget."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert chunk_bytes(256 * 2**20, cpu) == CPU_CHUNK_BYTES < 256 * 2**20
+    assert chunk_bytes(1, cpu) == 1
+    assert chunk_bytes(256 * 2**20, cuda) == 256 * 2**20
 
 
 def test_diversity_prefers_spread_selection():

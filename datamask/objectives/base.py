@@ -71,15 +71,16 @@ def as_batch(idx: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 
 CPU_CHUNK_BYTES = 16 * 2**20
-ACCELERATOR_CHUNK_BYTES = 256 * 2**20
 
 
-def chunk_bytes(device: torch.device) -> int:
-    """The temporaries one chunk of masks may hold by default. On CPU, allocations stay under
-    glibc's largest mmap threshold (32 MiB), so freed ones are reused instead of being faulted in
-    and zeroed afresh every evaluation (make bench-chunks: a 256 MiB chunk costs DiSF's step
-    about 10^5 page faults and up to twice the time); on an accelerator, fewer larger kernels."""
-    return CPU_CHUNK_BYTES if device.type == "cpu" else ACCELERATOR_CHUNK_BYTES
+def chunk_bytes(memory_bytes: int, device: torch.device) -> int:
+    """The temporaries one chunk of masks may hold: the function's memory cap, and on CPU no
+    more than 16 MiB. There, allocations under glibc's largest mmap threshold (32 MiB) are reused
+    once freed, where larger ones are faulted in and zeroed afresh on every evaluation (make
+    bench-chunks: DiSF's and Facility's evaluations fault in ~10^5 pages with 256 MiB chunks, and
+    take up to twice the time); an accelerator prefers fewer, larger kernels. Pair_simi keeps its
+    whole budget: its chunk is one GEMM's operand, and there the larger GEMM wins."""
+    return min(memory_bytes, CPU_CHUNK_BYTES) if device.type == "cpu" else memory_bytes
 
 
 def mask_chunks(n_masks: int, bytes_per_mask: int, memory_bytes: int):

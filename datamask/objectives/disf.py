@@ -42,18 +42,15 @@ def collapse_score(covariance: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 class DiSF(SetFunction):
     name = "DiSF"
 
-    def __init__(self, memory_bytes: int | None = None, eps: float = EPS,
+    def __init__(self, memory_bytes: int = 256 * 2**20, eps: float = EPS,
                  probes: torch.Tensor | None = None):
-        self.memory_bytes = memory_bytes  # a chunk's temporaries; None = chunk_bytes(device)
+        self.memory_bytes = memory_bytes
         self.eps = eps
         self.probes = probes  # (d, p) with E[probes probes^T] = I; None = the exact score
 
     def probing(self, probes: torch.Tensor | None) -> "DiSF":
         """The same function, each mask's score estimated with the shared `probes` (d, p)."""
         return DiSF(self.memory_bytes, self.eps, probes)
-
-    def budget(self, ground: GroundSet) -> int:
-        return chunk_bytes(ground.device) if self.memory_bytes is None else self.memory_bytes
 
     def score(self, centred: torch.Tensor) -> torch.Tensor:
         """Collapse scores of centred rows (..., k, d): exact, or estimated with the probes."""
@@ -66,7 +63,8 @@ class DiSF(SetFunction):
         if k < 2:
             raise ValueError("DiSF needs at least 2 selected rows (it uses an unbiased variance)")
         out = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
-        for chunk in mask_chunks(n_masks, mask_bytes(ground, k), self.budget(ground)):
+        for chunk in mask_chunks(n_masks, mask_bytes(ground, k),
+                                 chunk_bytes(self.memory_bytes, ground.device)):
             x = ground.features[idx[chunk]]  # (c, k, d), a fresh copy: centre it in place
             out[chunk] = -self.score(x.sub_(x.mean(dim=1, keepdim=True)))
         return out
@@ -83,7 +81,8 @@ class DiSF(SetFunction):
         values = torch.empty(n_masks, device=idx.device, dtype=ground.features.dtype)
         credit = torch.empty(n_masks, k, device=idx.device, dtype=ground.features.dtype)
         # autograd keeps about three times the forward's temporaries
-        for chunk in mask_chunks(n_masks, 3 * mask_bytes(ground, k), self.budget(ground)):
+        for chunk in mask_chunks(n_masks, 3 * mask_bytes(ground, k),
+                                 chunk_bytes(self.memory_bytes, ground.device)):
             x = ground.features[idx[chunk]]
             with torch.enable_grad():
                 weight = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device,

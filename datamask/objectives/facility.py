@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .base import GroundSet, SetFunction, mask_chunks
+from .base import GroundSet, SetFunction, chunk_bytes, mask_chunks
 
 
 def clipped_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -53,7 +53,8 @@ class FacilityLocation(SetFunction):
         kernel_bytes = 4 * len(ground) * len(covered)
         use_kernel = n_masks * k > len(ground) and 2 * kernel_bytes <= self.memory_bytes
         kernel = ground.unit @ covered.T if use_kernel else None
-        spare = self.memory_bytes - (kernel_bytes if use_kernel else 0)
+        spare = chunk_bytes(self.memory_bytes - (kernel_bytes if use_kernel else 0),
+                            ground.device)
         for chunk in mask_chunks(n_masks, 4 * copies * len(covered) * k, spare):
             if kernel is None:
                 yield chunk, ground.unit[idx[chunk]] @ covered.T

@@ -339,7 +339,7 @@ def scale_goal_claims(results: str) -> list[str]:
     run = {name: read_result(os.path.join(folder, name), "timing")
            for name in ("disf-stop", "disf-1m", "disf-1m-greedy", "facility-20k/default",
                         "facility-20k/cover", "facility-100k", "pair-1m", "onerun-1m",
-                        "disf-probes")}
+                        "disf-probes", "disf-chunks-100k", "disf-chunks-1m")}
     run["scale-pair2000"] = read_result(os.path.join(results, "scale-pair2000"), "timing")
     lines = [f"Plans and verdict rules: `{SCALE_GOALS}/plan.md`, written before the runs.", ""]
     for n in (20_000, 100_000):
@@ -348,7 +348,9 @@ def scale_goal_claims(results: str) -> list[str]:
     lines += at_scale_claims(run["pair-1m"], "Pair_simi", "pair-1m")
     for n, name, greedy_name in ((100_000, "disf-stop", "disf-stop"),
                                  (1_000_000, "disf-1m", "disf-1m-greedy"),
-                                 (100_000, "disf-probes", "disf-probes")):
+                                 (100_000, "disf-probes", "disf-probes"),
+                                 (100_000, "disf-chunks-100k", "disf-chunks-100k"),
+                                 (1_000_000, "disf-chunks-1m", "disf-chunks-1m")):
         learner = timing_run(run[name], "DiSF", n, "datamask")
         greedy = timing_run(run[greedy_name], "DiSF", n, "disf-greedy-fast")
         if not (learner and greedy):
