@@ -196,6 +196,9 @@ def fingerprint(data: Dataset) -> dict:
     return cached
 
 
+# settings whose default is not how runs went before the setting existed: a checkpoint without
+# them ran like this, so resuming it at today's default is refused as a change, not run silently
+BEFORE_THEY_EXISTED = {"probes": 0}  # -1 now means 64 probes for DiSF; older runs were exact
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -227,9 +230,9 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
     if not isinstance(state, dict) or not set(CHECKPOINT_KEYS) <= set(state):
         raise UserError(f"{path}: not a datamask checkpoint (it holds a {type(state).__name__} "
                         f"without the learner's state)")
-    saved, now = state["config"], asdict(config)
-    # a setting added after the checkpoint was made took its default there
-    saved = dict(asdict(LearnerConfig()), **saved)
+    # a setting added after the checkpoint was made ran as it did before the setting existed
+    saved = {**asdict(LearnerConfig()), **BEFORE_THEY_EXISTED, **state["config"]}
+    now = asdict(config)
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)

@@ -86,3 +86,20 @@ def test_resume_without_checkpoint_starts_fresh(tmp_path, shard, capsys):
     assert main(["select", "--input", str(shard), "--output", str(out), "--n_epochs", "3",
                  "--no_progress", "--resume"]) == 0
     assert "no checkpoint" in capsys.readouterr().err and out.exists()
+
+
+def test_a_checkpoint_from_before_probes_resumes_exact_not_at_todays_default(tmp_path, shard,
+                                                                               capsys):
+    """--probes -1 (64 probes for DiSF) is the default now; a checkpoint saved before the flag
+    existed ran the exact score, so resuming it at the default is refused by name, and resuming
+    with --probes 0 goes on."""
+    out = tmp_path / "out.parquet"
+    args = ["select", "--input", str(shard), "--output", str(out), "--algorithm", "DiSF",
+            "--n_epochs", "3", "--no_progress"]
+    assert main(args + ["--probes", "0"]) == 0
+    state = torch.load(f"{out}.ckpt", weights_only=True)
+    del state["config"]["probes"]
+    torch.save(state, f"{out}.ckpt")
+    assert main(args + ["--resume"]) == 2
+    assert "--probes 0 -> -1" in capsys.readouterr().err
+    assert main(args + ["--probes", "0", "--resume"]) == 0
