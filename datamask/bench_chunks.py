@@ -27,31 +27,26 @@ import time
 import torch
 
 from .objectives import DIVERSITY, GroundSet, base, random_masks, random_probes
-from .shared import resolve_device
 
 STEP_ROWS = {"DiSF": [10_000, 100_000],  # a step's rows at N = 100k and 1M
              "Facility": [2_000, 10_000]}  # at N = 20k and 100k
 
 
 def measure(metric: str, rows: int, dim: int, n_rollout: int, probes: int, cap: int,
-            device: str, evaluations: int) -> dict:
-    """Median seconds and mean minor page faults of one evaluation, after a warm-up."""
+            evaluations: int) -> dict:
+    """Median seconds and mean minor page faults of one evaluation on CPU, after a warm-up."""
     base.CPU_CHUNK_BYTES = cap  # the cap under test, in this process only
-    device = resolve_device(device)
-    gen = torch.Generator(device=device).manual_seed(0)
-    ground = GroundSet(torch.randn(rows, dim, generator=gen, device=device),
-                       torch.zeros(rows, device=device))
-    idx = random_masks(rows, rows // 10, n_rollout, gen, device)
+    gen = torch.Generator().manual_seed(0)
+    ground = GroundSet(torch.randn(rows, dim, generator=gen), torch.zeros(rows))
+    idx = random_masks(rows, rows // 10, n_rollout, gen, torch.device("cpu"))
     function = DIVERSITY[metric]()
     if probes:
-        function = function.probing(random_probes(dim, probes, gen, device))
+        function = function.probing(random_probes(dim, probes, gen, "cpu"))
     function.batch(ground, idx)
     faults, times = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, []
     for _ in range(evaluations):
         start = time.perf_counter()
         function.batch(ground, idx)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return {"seconds": statistics.median(times), "faults": faults / evaluations}
@@ -60,7 +55,7 @@ def measure(metric: str, rows: int, dim: int, n_rollout: int, probes: int, cap: 
 def in_fresh_process(args: argparse.Namespace, metric: str, rows: int, probes: int,
                      cap: int) -> dict:
     command = [sys.executable, "-m", "datamask.bench_chunks", "--one", metric, str(rows),
-               str(probes), str(cap), "--device", args.device, "--dim", str(args.dim),
+               str(probes), str(cap), "--dim", str(args.dim),
                "--n_rollout", str(args.n_rollout), "--evaluations", str(args.evaluations)]
     return json.loads(subprocess.run(command, check=True, capture_output=True,
                                      text=True).stdout)
@@ -68,7 +63,6 @@ def in_fresh_process(args: argparse.Namespace, metric: str, rows: int, probes: i
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto")
     parser.add_argument("--metrics", nargs="+", default=list(STEP_ROWS), choices=list(STEP_ROWS))
     parser.add_argument("--rows", type=int, nargs="+",
                         help="a step's rows, for every metric (default: " + "; ".join(
@@ -87,12 +81,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.one:
         metric, rows, probes, cap = args.one
         print(json.dumps(measure(metric, int(rows), args.dim, args.n_rollout, int(probes),
-                                 int(cap), args.device, args.evaluations)))
+                                 int(cap), args.evaluations)))
         return
 
     caps = [round(mib * 2**20) for mib in args.caps_mib or [base.CPU_CHUNK_BYTES / 2**20, 256]]
     names = [f"{cap / 2**20:g} MiB" for cap in caps]
-    print(f"device {resolve_device(args.device)}, {torch.get_num_threads()} threads; "
+    print(f"CPU, {torch.get_num_threads()} threads (the cap is CPU-only); "
           f"{args.rounds} fresh processes a cap, medians\n")
     print("| metric | step rows | k | probes | "
           + " | ".join(f"{name}: ms (faults)" for name in names)

@@ -6,7 +6,7 @@ from datamask.bench_chunks import main
 
 
 def test_bench_chunks_prints_a_row_per_metric_shape_and_score(capsys):
-    main(["--device", "cpu", "--metrics", "DiSF", "Facility", "--rows", "400", "--probes", "0",
+    main(["--metrics", "DiSF", "Facility", "--rows", "400", "--probes", "0",
           "4", "--caps_mib", "1", "256", "--rounds", "1", "--evaluations", "1"])
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
             if re.match(r"\| \w+ \| 400 \| 40 \|", line)]
