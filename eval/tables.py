@@ -170,7 +170,9 @@ def markdown(header: list[str], rows: list[list]) -> str:
 
 def stage_summaries(record: dict) -> dict:
     """The train, tokens and select stages' summary.json behind one result file, followed from
-    the checkpoint (train -> its tokens folder -> its selection); {} for a stage not found."""
+    the checkpoint (train -> its tokens folder -> its selection); {} for a stage not found. The
+    stages record these links as absolute paths, so this works from any folder; records written
+    before they did hold paths relative to the folder their run started in."""
     def load(path) -> dict:
         path = Path(path) / "summary.json" if path else None
         return json.loads(path.read_text()) if path is not None and path.is_file() else {}

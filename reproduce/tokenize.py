@@ -116,7 +116,7 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
             raise UserError(f"{input_folder}: tokenized {docs} documents but {selection} selects "
                             f"{n_selected}; the shards and the selection disagree on ids")
         summary = {"documents": docs, "tokens": tokens, "token_size": token_size,
-                   "selection": str(selection), "tokenizer": str(tokenizer),
+                   "selection": str(Path(selection).absolute()), "tokenizer": str(tokenizer),
                    "stage_wall_s": round(time.time() - started, 3), "output": str(output)}
         write_json_atomic(summary, tmp / "summary.json")
     return summary

@@ -5,6 +5,7 @@ evaluate -> tables); each test asserts on one stage's files."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -326,3 +327,28 @@ def test_rerun_skips_finished_blocks_and_recomputes_a_crashed_one(tmp_path, prep
     again = run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=20)
     assert outputs[0].stat().st_mtime_ns == kept_mtime and outputs[1].exists()
     assert pq.read_table(again["output"]).equals(before)
+
+
+def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, tokenizer,
+                                                                         selections, tmp_path,
+                                                                         monkeypatch):
+    """Run tokenize -> train -> evaluate with relative paths from the work folder, then follow
+    the result file's chain (checkpoint -> tokens -> selection) from another folder."""
+    from eval.run import evaluate
+    from eval.tables import stage_summaries
+
+    root, _ = work
+    monkeypatch.chdir(root)
+    run_tokenize(Path("fineweb"), Path("select/random/selection.parquet"), tokenizer,
+                 Path("relative/tokens"))
+    model_cfg, cfg = load_config("demo", {"max_steps": 1, "batch_size": 2, "seq_len": 32})
+    train(Path("relative/tokens"), tokenizer, Path("relative/train/random"), model_cfg, cfg,
+          progress=False)
+    [record] = evaluate([Path("relative/train/random")], ["bbc_heldout"], Path("relative/eval"),
+                        data_dir=str(root / "tasks"), batch_size=8, limit=2)
+    monkeypatch.chdir(tmp_path)
+    chain = stage_summaries(record)
+    assert record["checkpoint"] == str(root / "relative" / "train" / "random")
+    assert chain["selection"] == str(root / "select" / "random" / "selection.parquet")
+    assert chain["train"]["tokens"] == str(root / "relative" / "tokens")
+    assert chain["select"] and chain["tokens"]["documents"] > 0
