@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
 from .objectives import (DIVERSITY, GroundSet, Joint, SetFunction, TermScale, diversity,
-                         random_probes)
+                         probing_saves_work, random_probes)
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -88,8 +88,9 @@ class LearnerConfig:
                                  low=0.0, high=1.0)
     probes: int = option(-1, "DiSF: estimate each mask's collapse score with this many random "
                              "orthogonal directions shared by a step's masks (Hutchinson; "
-                             "unbiased, 4 k d p work a mask instead of 2 k d^2; at d or more the "
-                             "exact score is used); 0 = the exact score (paper); "
+                             "unbiased, 4 k d p work a mask instead of 2 k d^2; where that is "
+                             "no cheaper, 2 p >= min(k, d), the exact score is used); 0 = the "
+                             "exact score (paper); "
                              f"-1 = {AUTO_PROBES} for DiSF (the winner of make ablation-probes), "
                              "exact for the other metrics", low=-1)
     update: str = option("ascent", "the logit update: plain gradient ascent (paper), or Adam "
@@ -313,7 +314,8 @@ def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape
         cover = torch.randperm(len(step_ground), generator=gen, device=logits.device)
         objective = objective.with_diversity(objective.diversity.covering(cover[:shape.n_cover]))
     dim = step_ground.features.shape[1]
-    if 0 < probes < dim:  # `probes`: DiSF estimated with directions drawn afresh each step
+    # `probes`: DiSF estimated with directions drawn afresh each step, where that is cheaper
+    if probing_saves_work(probes, shape.k_step, dim):
         directions = random_probes(dim, probes, gen, logits.device)
         objective = objective.with_diversity(objective.diversity.probing(directions))
     idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen,  # (G, k_step): G masks

@@ -72,6 +72,19 @@ def test_auto_probes_are_64_for_disf_and_exact_elsewhere():
     assert LearnerConfig(algorithm="DiSF", probes=8).step_probes() == 8
 
 
+def test_probes_are_used_only_where_they_save_work():
+    """4 k d P flops against the exact 2 k d min(k, d): a step whose masks hold k <= 2P rows
+    takes the exact score (the same run, bit for bit, as --probes 0); with fewer probes it
+    estimates."""
+    data = synthetic_dataset(300, dim=12, n_clusters=6, seed=2)  # a step's masks hold 9 rows
+    config = dict(algorithm="DiSF", partial=0.3, n_epochs=10, device="cpu", seed=1)
+    assert Shape.of(LearnerConfig(**config), data.quality).k_step == 9
+    logits = {probes: MaskLearner(LearnerConfig(probes=probes, **config)).fit(
+        data, progress=False).logits for probes in (0, 4, 5)}
+    np.testing.assert_array_equal(logits[5], logits[0])  # 2 x 5 >= 9: exact
+    assert not np.array_equal(logits[4], logits[0])  # 2 x 4 < 9: probed
+
+
 def removal_gains(function, ground, idx):
     """f(S) - f(S - {i}) for each row of each mask, one mask at a time: the reference."""
     k = idx.shape[1]

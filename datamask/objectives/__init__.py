@@ -2,7 +2,8 @@
 report evaluate selections through these set functions (one file per function)."""
 
 from .base import GroundSet, SetFunction, as_batch
-from .disf import CollapseGains, DiSF, ScatterState, collapse_score, random_probes
+from .disf import (CollapseGains, DiSF, ScatterState, collapse_score, probing_saves_work,
+                   random_probes)
 from .facility import CoverageGains, FacilityLocation, clipped_cosine, kernel_rows, similarity_rows
 from .joint import Joint, JointGains, TermScale, random_masks
 from .pair_similarity import PairGains, PairSimilarity, pair_cosine_sum
@@ -28,5 +29,5 @@ __all__ = [
     "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality", "QualityGains",
     "ScatterState", "SetFunction", "SparseCoverageGains", "SparseFacilityLocation", "TermScale",
     "as_batch", "clipped_cosine", "collapse_score", "diversity", "kernel_rows", "knn_kernel",
-    "pair_cosine_sum", "random_masks", "random_probes", "similarity_rows",
+    "pair_cosine_sum", "probing_saves_work", "random_masks", "random_probes", "similarity_rows",
 ]

@@ -141,6 +141,13 @@ def probed_collapse_score(centred: torch.Tensor, probes: torch.Tensor, eps: floa
     return (total - (var * weight).square().sum(dim=-1)) / SCALE
 
 
+def probing_saves_work(probes: int, k: int, dim: int) -> bool:
+    """Whether `probes` directions score a k-row mask with less work than the exact score:
+    4 k d P flops against 2 k d min(k, d) (the covariance or the Gram path). Where they do not
+    (small masks, or P >= d / 2), the exact score is both cheaper and exact."""
+    return 0 < 2 * probes < min(k, dim)
+
+
 def random_probes(dim: int, count: int, generator: torch.Generator,
                   device: torch.device | str) -> torch.Tensor:
     """`count` random orthonormal directions in R^dim, scaled by sqrt(dim / count) so that

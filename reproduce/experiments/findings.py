@@ -370,7 +370,8 @@ def scale_goal_claims(results: str) -> list[str]:
                      + ("never reaches the greedy's objective." if passed is None else
                         f"is past the greedy's objective at {passed:.4g} s "
                         f"({passed / greedy.wall_s:.0%} of the greedy's time)."))
-    lines += disf_steps_claims(run["disf-stop"])
+    for name in ("disf-stop", "disf-chunks-100k"):  # exact; 64 probes with the CPU chunk cap
+        lines += disf_steps_claims(run[name], name)
     for name in ("facility-20k/default", "facility-20k/cover"):
         greedy = timing_run(run[name], "Facility", 20_000, "facility-greedy lazy")
         if greedy and name.endswith("default"):
@@ -401,7 +402,7 @@ def gain_goal_claim(run: dict, name: str, metric: str, n: int, label: str, goal:
     return f"- {metric} at N = {n:,} (`{name}/`): learner >= {goal} of `{label}`'s gain: {outcome}"
 
 
-def disf_steps_claims(result: TimingResult | None) -> list[str]:
+def disf_steps_claims(result: TimingResult | None, folder: str) -> list[str]:
     """Why DiSF's final time falls behind as N grows: the steps the stopping rule let each run
     take, and the seconds each step cost."""
     learners = sorted((r for r in (result.runs if result else [])
@@ -409,7 +410,8 @@ def disf_steps_claims(result: TimingResult | None) -> list[str]:
                       key=lambda r: r.n)
     if not learners:
         return []
-    return ["- DiSF, why: steps to the stopping rule's plateau and seconds a step, by N: "
+    return [f"- DiSF, why (`{folder}/`): steps to the stopping rule's plateau and seconds a "
+            "step, by N: "
             + "; ".join(f"{r.n:,}: {steps_taken(r)} steps, {r.wall_s / steps_taken(r):.3g} s"
                         for r in learners) + "."]
 
