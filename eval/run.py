@@ -142,8 +142,8 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
     written = []
     for (method, seed), ckpt in names.items():
         started = time.time()
-        record = {"method": method, "seed": seed, "checkpoint": str(Path(ckpt).absolute()), "tasks": tasks,
-                  "limit": limit}
+        record = {"method": method, "seed": seed, "checkpoint": str(Path(ckpt).absolute()),
+                  "tasks": tasks, "limit": limit}
         if tasks:
             result = lm_eval.simple_evaluate(
                 model="hf", model_args={"pretrained": str(ckpt), "dtype": "float32"},

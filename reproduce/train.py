@@ -342,8 +342,8 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
                "peak_memory_kind": "cuda max allocated" if device.type == "cuda"
                else "process max resident set",
                "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-               "device": str(device), "tokens": str(Path(tokens).absolute()), "model": asdict(model_cfg),
-               "train": asdict(cfg), "output": str(output)}
+               "device": str(device), "tokens": str(Path(tokens).absolute()),
+               "model": asdict(model_cfg), "train": asdict(cfg), "output": str(output)}
     weights = full_state_dict(module, ranks)
     if ranks.rank == 0:
         with atomic_folder(output) as tmp:

@@ -297,9 +297,9 @@ def variant_claims(result: SweepResult) -> list[str]:
 def cheapest_keeping(result: SweepResult, cost: str):
     """The verdict of a knob that can only lose objective to save time (the stopping rule,
     DiSF's probes): the value (the first listed is the exact, never-stopping one) with the least
-    mean `cost` (the runs' 'steps_taken' or 'wall_s'), over all metrics and seeds, among those whose mean
-    objective is at least KEEPS of the first value's on every metric (objectives are gains over a
-    random selection); that value itself when no other keeps it."""
+    mean `cost` (the runs' 'steps_taken' or 'wall_s'), over all metrics and seeds, among those
+    whose mean objective is at least KEEPS of the first value's on every metric (objectives are
+    gains over a random selection); that value itself when no other keeps it."""
     exact, *cheaper = result.config["values"]
     objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
     kept = [value for value in cheaper

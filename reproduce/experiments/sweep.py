@@ -13,10 +13,10 @@ update ('ascent' at --lr, or 'adam:RATE', Adam at a constant RATE), cover_sample
 is the paper's --partial; a fraction F draws masks over all candidates with coverage measured on
 F of them), probes (DiSF only: 0 is the exact collapse score; P estimates it with P shared random
 directions, cheaper at d = 384), patience (the stopping rule's window at --min_gain's default;
-0 = off; the run's steps taken are recorded). Every run optimises the joint objective at its lamb, on the same
-synthetic rows; its curve and final selection are scored by `datamask.report.Report` on all N
-rows (on that scale a random selection scores ~0). The joint greedy on the same objective (each
-metric, each lamb) is run once beside them as the yardstick.
+0 = off; the run's steps taken are recorded). Every run optimises the joint objective at its
+lamb, on the same synthetic rows; its curve and final selection are scored by
+`datamask.report.Report` on all N rows (on that scale a random selection scores ~0). The joint
+greedy on the same objective (each metric, each lamb) is run once beside them as the yardstick.
 
 `ablation-<knob>.json` schema (records.SweepResult):
 - machine, config (the flags), knob, paper (what the paper reports for this knob)
