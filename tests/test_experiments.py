@@ -387,6 +387,31 @@ def test_one_run_at_scale_lists_the_greedies_where_the_learner_was_extrapolated(
         "- Facility at N = 1,000,000: not measured (`here/`)."]
 
 
+def test_pace_says_how_far_a_still_rising_learner_is_from_its_goal():
+    """From the committed Facility 20k run: the gain ratio 500 steps before the end and at it,
+    and the steps that pace needs to the goal; a curve flat over that window gets no pace."""
+    folder, label = "facility-20k/default", "facility-greedy lazy"
+    result = findings.read_result(
+        str(ROOT / "reproduce" / "results" / findings.SCALE_GOALS / folder), "timing")
+    learner = findings.timing_run(result, "Facility", 20_000, "datamask")
+    greedy = findings.timing_run(result, "Facility", 20_000, label)
+    rnd, top = greedy.random_objective, greedy.objective
+    last = learner.curve[-1]
+    before = next(p for p in learner.curve if p.step >= last.step - 500)
+    gains = [(p.objective - rnd) / (top - rnd) for p in (before, last)]
+    more = (0.95 - gains[1]) / ((gains[1] - gains[0]) / (last.step - before.step))
+    (line,) = findings.pace_claims(result, folder, "Facility", 20_000, label, 0.95)
+    assert f"gain ratio {gains[0]:.3f} at step {before.step}, {gains[1]:.3f} at step {last.step}"\
+        in line
+    assert f"still rising; at that pace 0.95 takes ~{more:,.0f} more steps" in line
+    for point in learner.curve:
+        if point.step >= before.step:
+            point.objective = last.objective
+    (flat,) = findings.pace_claims(result, folder, "Facility", 20_000, label, 0.95)
+    assert "still rising" not in flat and flat.endswith(f"{gains[1]:.3f} at step {last.step}.")
+    assert findings.pace_claims(None, folder, "Facility", 20_000, label, 0.95) == []
+
+
 def test_scale_goal_verdicts_follow_the_goal_runs(tmp_path):
     """The goal section reads each run's folder under scale-goals/, says which are missing, and
     its verdict flips with the numbers: a DiSF learner made faster than the greedy meets the goal."""
@@ -403,6 +428,7 @@ def test_scale_goal_verdicts_follow_the_goal_runs(tmp_path):
     assert "final time <= the greedy's at a better objective: **not met**" in text
     assert "- DiSF at N = 1,000,000: not measured" in text
     assert "- Facility at N = 1,000,000: not measured" in text
+    assert "- Pair_simi at N = 100,000: not measured (`timing-scale/`)." in text
     assert ("- Pair_simi at N = 20,000 (`scale-pair2000/`): learner >= 0.99 of `pair-greedy`'s "
             "gain: not measured.") in text
     for run in data["runs"]:  # the same learner, twice as fast as the greedy

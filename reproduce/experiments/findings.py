@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -317,6 +318,12 @@ COST_CUTTERS = {"patience": ("steps_taken", "steps", "never-stopping run"),
 SCALE_GOALS = "scale-goals"  # issue 17's goal runs, each a timing run in its own folder
 PAIR_GOAL, FACILITY_GOAL = 0.99, 0.95  # the issue's gain-ratio goals
 
+# the comparisons where every metric ran in one timing run: folder, what it is, sizes reported
+ONE_RUN_COMPARISONS = (
+    ("onerun-1m", "Every metric at N = 1,000,000 in one run", (1_000_000,)),
+    ("timing-scale", "`make reproduce-timing-scale TIMING_BUDGET=1800 TIMING_REPEATS=1` whole",
+     (20_000, 100_000, 1_000_000)))
+
 
 def timing_run(result: TimingResult | None, metric: str, n: int, label: str) -> TimingRun | None:
     """The measured run of `label` at (metric, n) in a timing result, if there is one."""
@@ -334,11 +341,12 @@ def scale_goal_claims(results: str) -> list[str]:
     DiSF's final time against `disf-greedy-fast` at 100k and 1M, Facility's gain against the
     lazy greedy at 20k, and the cost of a Facility learner step against the sparse greedies'
     whole run at 100k, carried to 1M (the step by N², each greedy by its own fitted law); then
-    every metric at 1M from one run (`onerun-1m`)."""
+    every metric from one run, at 1M (`onerun-1m`) and at 20k-1M (`timing-scale`)."""
     folder = os.path.join(results, SCALE_GOALS)
     run = {name: read_result(os.path.join(folder, name), "timing")
            for name in ("disf-stop", "disf-1m", "disf-1m-greedy", "facility-20k/default",
                         "facility-20k/cover", "facility-100k", "pair-1m", "onerun-1m",
+                        "timing-scale",
                         "disf-probes", "disf-chunks-100k", "disf-chunks-1m")}
     run["scale-pair2000"] = read_result(os.path.join(results, "scale-pair2000"), "timing")
     lines = [f"Plans and verdict rules: `{SCALE_GOALS}/plan.md`, written before the runs.", ""]
@@ -382,11 +390,15 @@ def scale_goal_claims(results: str) -> list[str]:
                          "of the objective.")
         lines.append(gain_goal_claim(run, name, "Facility", 20_000, "facility-greedy lazy",
                                      FACILITY_GOAL))
+        lines += pace_claims(run[name], name, "Facility", 20_000, "facility-greedy lazy",
+                             FACILITY_GOAL)
     lines += facility_step_claims(run["facility-100k"])
-    lines += ["", "Every metric at N = 1,000,000 in one run (`onerun-1m/`, the issue's one-run "
-              "anytime figures; no goal of its own, runs 1-5's verdicts stand):", ""]
-    for metric in ("DiSF", "Facility", "Pair_simi"):
-        lines += at_scale_claims(run["onerun-1m"], metric, "onerun-1m")
+    for name, what, sizes in ONE_RUN_COMPARISONS:
+        lines += ["", f"{what} (`{name}/`, no goal of its own, the goal runs' verdicts stand):",
+                  ""]
+        for n in sizes:
+            for metric in ("DiSF", "Facility", "Pair_simi"):
+                lines += at_scale_claims(run[name], metric, name, n)
     return lines + [""]
 
 
@@ -400,6 +412,31 @@ def gain_goal_claim(run: dict, name: str, metric: str, n: int, label: str, goal:
         outcome = (f"{gain:.3f} at {steps_taken(learner)} steps ({learner.wall_s:.4g} s against "
                    f"{greedy.wall_s:.3g} s), {goal_verdict(gain >= goal)}.")
     return f"- {metric} at N = {n:,} (`{name}/`): learner >= {goal} of `{label}`'s gain: {outcome}"
+
+
+def pace_claims(result: TimingResult | None, folder: str, metric: str, n: int, label: str,
+                goal: float, window: int = 500) -> list[str]:
+    """Why a learner ends short of a gain goal: its gain ratio (against `label`, read off its
+    curve) `window` steps before its last step and at it, and, at that pace, the steps and
+    seconds still needed: a curve still rising is short of steps, a flat one of a better
+    update."""
+    learner, greedy = timing_run(result, metric, n, "datamask"), timing_run(result, metric, n,
+                                                                            label)
+    if not (learner and greedy and learner.curve):
+        return []
+    last = learner.curve[-1]
+    before = next(p for p in learner.curve if p.step >= last.step - window)
+    gain = [comparison(replace(learner, objective=p.objective), greedy).gain_ratio
+            for p in (before, last)]
+    line = (f"- {metric} at N = {n:,}, why (`{folder}/`): gain ratio {gain[0]:.3f} at step "
+            f"{before.step}, {gain[1]:.3f} at step {last.step}")
+    pace = (gain[1] - gain[0]) / (last.step - before.step)
+    if gain[1] >= goal or pace <= 0:
+        return [line + "."]
+    more = (goal - gain[1]) / pace
+    return [line + f": still rising; at that pace {goal} takes ~{more:,.0f} more steps "
+            f"(~{more * last.elapsed_s / last.step:,.0f} s more, against the greedy's whole "
+            f"{greedy.wall_s:.3g} s)."]
 
 
 def disf_steps_claims(result: TimingResult | None, folder: str) -> list[str]:
