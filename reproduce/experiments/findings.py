@@ -345,9 +345,9 @@ def scale_goal_claims(results: str) -> list[str]:
     folder = os.path.join(results, SCALE_GOALS)
     run = {name: read_result(os.path.join(folder, name), "timing")
            for name in ("disf-stop", "disf-1m", "disf-1m-greedy", "facility-20k/default",
-                        "facility-20k/cover", "facility-100k", "pair-1m", "onerun-1m",
-                        "timing-scale",
-                        "disf-probes", "disf-chunks-100k", "disf-chunks-1m")}
+                        "facility-20k/cover", "facility-100k", "pair-1m", "disf-probes",
+                        "disf-chunks-100k", "disf-chunks-1m",
+                        *(name for name, _, _ in ONE_RUN_COMPARISONS))}
     run["scale-pair2000"] = read_result(os.path.join(results, "scale-pair2000"), "timing")
     lines = [f"Plans and verdict rules: `{SCALE_GOALS}/plan.md`, written before the runs.", ""]
     for n in (20_000, 100_000):
