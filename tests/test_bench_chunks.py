@@ -2,7 +2,7 @@
 
 import re
 
-from datamask.bench_chunks import main
+from reproduce.bench.chunks import main
 
 
 def test_bench_chunks_prints_a_row_per_metric_shape_and_score(capsys):

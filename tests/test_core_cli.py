@@ -15,7 +15,7 @@ import pytest
 from datamask.cli import main
 from datamask.data import read_dataset, write_dataset
 from datamask.errors import UserError
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def test_feature_length_must_agree_across_files(tmp_path):
 
 def test_outputs_get_the_umask_permissions(tmp_path, shard):
     """Outputs are created like any new file (mode 0666 less the umask), not mkstemp's 0600."""
-    from reproduce.common import atomic_folder
+    from reproduce.pipeline.common import atomic_folder
 
     path, _ = shard
     old = os.umask(0o022)
@@ -309,8 +309,8 @@ def test_pipeline_is_a_subcommand_the_core_finds(capsys):
 
 
 def test_train_defaults_are_the_demo_config():
-    """reproduce/train.py's dataclass defaults and configs/demo.yaml say the same thing."""
-    from reproduce.train import ModelConfig, TrainConfig, load_config
+    """reproduce/pipeline/train.py's dataclass defaults and configs/demo.yaml say the same thing."""
+    from reproduce.pipeline.train import ModelConfig, TrainConfig, load_config
 
     assert load_config("demo", {}) == (ModelConfig(), TrainConfig())
 
@@ -320,9 +320,9 @@ def test_the_downstream_configs_keep_the_budgets_their_comments_state():
     comments (and the README) give: max_steps x batch_size x (seq_len + 1)."""
     from pathlib import Path
 
-    from reproduce.train import load_config, token_budget
+    from reproduce.pipeline.train import load_config, token_budget
 
-    for path in sorted((Path(__file__).parents[1] / "reproduce" / "configs").glob("*.yaml")):
+    for path in sorted((Path(__file__).parents[1] / "reproduce" / "pipeline" / "configs").glob("*.yaml")):
         load_config(path.stem, {})
     for name, tokens in (("downstream", 1_233_600), ("downstream-gpu", 8_208_000)):
         model, train = load_config(name, {})

@@ -15,7 +15,7 @@ from datamask.objectives import GroundSet, TermScale, diversity
 from datamask.report import Report
 from datamask.sampling import gumbel_topk, simple_log_prob
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 
 def gapped_quality_data(seed):

@@ -14,7 +14,7 @@ import torch
 
 from conftest import write_shard
 from datamask.cli import main
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 STEPS = 120
 EVERY = 20

@@ -1,4 +1,4 @@
-"""Data-parallel training (reproduce/train.py under torchrun, issue 18): two CPU ranks (gloo on
+"""Data-parallel training (reproduce/pipeline/train.py under torchrun, issue 18): two CPU ranks (gloo on
 loopback) train the same model as one process at the same global batch, replicated (DDP) and
 sharded (FSDP2), on tiny datatrove token files cut from the BBC corpus.
 
@@ -23,8 +23,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from reproduce.gpu_check import write_tiny_token_set
-from reproduce.train import TrainConfig, rank_rows, window_order
+from reproduce.pipeline.gpu_check import write_tiny_token_set
+from reproduce.pipeline.train import TrainConfig, rank_rows, window_order
 
 ROOT = Path(__file__).resolve().parents[1]
 # 8 steps of 2 micro-batches; the global batch is 4 windows of 33 tokens either way.
@@ -105,7 +105,7 @@ def test_two_ranks_follow_one_process_loss_curve(tokens, one_process, parallel):
 
 def test_unknown_parallel_mode_is_refused():
     from datamask.errors import UserError
-    from reproduce.train import load_config
+    from reproduce.pipeline.train import load_config
 
     with pytest.raises(UserError, match="train.parallel"):
         load_config("demo", {"parallel": "pipeline"})

@@ -14,7 +14,7 @@ from datamask.data import Dataset
 from datamask.errors import UserError
 from datamask.learner import LearnerConfig
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 from datamask.objectives import DIVERSITY
 from reproduce.experiments import direct
 from reproduce.experiments.records import read_result

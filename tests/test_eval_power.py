@@ -27,7 +27,7 @@ def checkpoint(tmp_path_factory):
     way the train stage saves one (model + tokenizer + summary.json with the training seq_len)."""
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from reproduce.tokenize import EOS, train_tokenizer
+    from reproduce.pipeline.tokenize import EOS, train_tokenizer
 
     root = tmp_path_factory.mktemp("bpb")
     (root / "shard").mkdir()
@@ -140,7 +140,7 @@ def test_correct_prob_norm_is_the_softmax_of_per_character_log_likelihoods():
 
 @pytest.fixture(scope="module")
 def bbc_tasks(tmp_path_factory):
-    from reproduce.bbc import write_bbc_fineweb
+    from reproduce.pipeline.bbc import write_bbc_fineweb
 
     root = tmp_path_factory.mktemp("tasks")
     write_bbc_fineweb(root / "fineweb", root / "tasks", n_shards=1, limit=60, seed=1)

@@ -18,7 +18,7 @@ from datamask.data import selection_table
 from datamask.errors import UserError
 from datamask.learner import LearnerConfig
 from datamask.objectives import DIVERSITY
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 from figures.plots import main as figures_main
 from reproduce.experiments import direct, findings, sweep, timing

@@ -1,4 +1,4 @@
-"""`make gpu-check` (reproduce/gpu_check.py) in the suite: on a machine without CUDA it runs the
+"""`make gpu-check` (reproduce/pipeline/gpu_check.py) in the suite: on a machine without CUDA it runs the
 CPU parts and names every CUDA part it skipped; every comparison it makes on a GPU is exercised
 here with the CPU standing in for the GPU, and a comparison that differs fails."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from reproduce import gpu_check
+from reproduce.pipeline import gpu_check
 
 
 def test_gpu_check_runs_on_this_machine_and_names_what_it_skipped(tmp_path, capsys):

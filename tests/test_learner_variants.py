@@ -16,7 +16,7 @@ from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairS
                                  TermScale)
 from datamask.objectives.disf import SCALE
 from datamask.report import Report
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 from reproduce.experiments import findings, sweep
 from reproduce.experiments.records import SweepRun, SweepSummary
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from eval.run import TASKS_DIR, evaluate, task_manager
-from reproduce.tokenize import EOS
+from reproduce.pipeline.tokenize import EOS
 
 RACE_ARTICLE = ("Mia's class planted a garden behind the school in March. Each student looked "
                 "after one row. By June the beans had grown taller than the fence, but the "

@@ -13,12 +13,12 @@ import pytest
 
 from datamask.data import ID_COLUMN, budget, read_dataset
 from datamask.errors import UserError
-from reproduce.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
+from reproduce.pipeline.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
 from reproduce.cli import main
-from reproduce.prepare import Embedder, HeuristicQuality, chunk_id, model_identity, prepare
-from reproduce.select import run_select
-from reproduce.tokenize import run_tokenize, train_tokenizer
-from reproduce.train import load_config, token_budget, train, window_order
+from reproduce.pipeline.prepare import Embedder, HeuristicQuality, chunk_id, model_identity, prepare
+from reproduce.pipeline.select import run_select
+from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.train import load_config, token_budget, train, window_order
 
 RATIO = 0.25
 
@@ -293,7 +293,7 @@ def write_fasttext_model(path, words, labels, input_vectors, output_vectors) -> 
 def test_fasttext_quality_is_the_probability_of_the_label(tmp_path):
     import pyarrow as pa
 
-    from reproduce.prepare import make_scorer
+    from reproduce.pipeline.prepare import make_scorer
 
     model = tmp_path / "q.bin"
     write_fasttext_model(model, ["minister", "economy", "cheap"], ["__label__hq", "__label__lq"],

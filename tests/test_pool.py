@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask.data import budget
-from reproduce.bbc import bbc_articles
+from reproduce.pipeline.bbc import bbc_articles
 from reproduce.cli import main
 from reproduce.pool import dedup, noise, sources
 from reproduce.pool.build import POOL_SCHEMA, build_pool
@@ -218,7 +218,7 @@ def test_ids_are_stable_for_a_seed_and_a_rebuild_is_cached(tmp_path, pool, units
 @pytest.fixture(scope="module")
 def prepared(pool):
     """The pool's shards through the real prepare stage (all-MiniLM-L6-v2, heuristic quality)."""
-    from reproduce.prepare import Embedder, HeuristicQuality, prepare
+    from reproduce.pipeline.prepare import Embedder, HeuristicQuality, prepare
 
     out, _, _ = pool
     prepare([str(out / "fineweb")], out / "prepared", Embedder(max_seq_length=32),
@@ -227,8 +227,8 @@ def prepared(pool):
 
 
 def test_pipeline_stages_accept_the_pool_shards(pool, prepared, tmp_path):
-    from reproduce.select import run_select
-    from reproduce.tokenize import run_tokenize, train_tokenizer
+    from reproduce.pipeline.select import run_select
+    from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
     out, _, rows = pool
     table = pa.concat_tables([pq.read_table(p) for p in sorted(prepared.glob("*.parquet"))])

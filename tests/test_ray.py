@@ -19,7 +19,7 @@ import pytest
 from conftest import gaussian_data, write_shard
 
 from datamask.errors import UserError
-from reproduce.select import run_select
+from reproduce.pipeline.select import run_select
 
 METHOD, RATIO, BLOCK = "facility-greedy", 0.25, 3000  # ~1 s a block: long enough to be killed in
 TASK_FLAGS = ["--cpus_per_task", "1", "--mem_per_cpu_gb", "0.5"]

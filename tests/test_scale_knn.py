@@ -14,7 +14,7 @@ from datamask.errors import UserError
 from datamask.objectives import (FacilityLocation, GroundSet, SparseCoverageGains,
                                  SparseFacilityLocation, knn_kernel)
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 
 def picked_rows(selection) -> list[int]:

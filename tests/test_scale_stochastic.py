@@ -15,7 +15,7 @@ from datamask.errors import UserError
 from datamask.greedy import RemainingRows, stochastic_sample_size
 from datamask.objectives import FacilityLocation, GroundSet
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 # ln(1 / epsilon) = 690: with n / k = 20 every sample is every remaining row
 EVERY_ROW = 1e-300

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 from figures.plots import main as figures_main
 from reproduce.experiments import timing
 from reproduce.experiments.common import greedy_curve, greedy_run, metric_scorer

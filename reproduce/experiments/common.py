@@ -20,7 +20,7 @@ from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner
 from datamask.objectives import DIVERSITY, FacilityLocation, GroundSet, diversity
 from datamask.selectors import make_selector
 from datamask.shared import resolve_device
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 from .records import CurvePoint, ExperimentResult, Fit, Machine
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from datamask.objectives import DIVERSITY
 from datamask.report import Report
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
                      learner_params, learner_run, lr_of, lr_params, machine, parse_lr,

@@ -45,7 +45,7 @@ greedy's being that of its first t picks (what stopping it then would give).
 
 from __future__ import annotations
 
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 from .common import (experiment_main, experiment_parser, fastest, greedy_curve, greedy_run,
                      greedy_runs_killable, learner_params, learner_run, lr_of, machine,

@@ -4,7 +4,7 @@ Layout under --output (written in a temporary folder, renamed into place when co
   fineweb/000_NNNNN.parquet  FineWeb's columns + `domain` + `planted` (none, exact_dup, near_dup,
                              boilerplate, junk), rows in a seeded shuffled order
   heldout/<domain>.parquet   `text`, `id`: held-out documents, never in the pool
-  tasks/bbc_*.jsonl          the local multiple-choice tasks (reproduce/bbc.py) of held-out BBC
+  tasks/bbc_*.jsonl          the local multiple-choice tasks (reproduce/pipeline/bbc.py) of held-out BBC
   pool.json                  config, sources (package, version, licence, size), counts, rates
 A second run with the same configuration finds pool.json and does nothing.
 """
@@ -22,8 +22,8 @@ import pyarrow as pa
 from datamask.data import write_json_atomic, write_table_atomic
 from datamask.errors import UserError
 
-from ..bbc import FINEWEB_SCHEMA
-from ..common import atomic_folder
+from ..pipeline.bbc import FINEWEB_SCHEMA
+from ..pipeline.common import atomic_folder
 from . import dedup, noise, sources
 
 POOL_SCHEMA = FINEWEB_SCHEMA.append(pa.field("domain", pa.string())).append(
@@ -216,9 +216,9 @@ def fineweb_row(doc: sources.Document, kind: str, seed: int) -> dict:
 
 
 def write_tasks(held: list[sources.Document], folder: Path, seed: int) -> None:
-    """The BBC cloze/headline tasks and held-out pages of reproduce/bbc.py, from held-out news."""
-    from ..bbc import _write_jsonl, bbc_articles, cloze_items, headline_items
-    from ..bbc import fineweb_row as bbc_row
+    """The BBC cloze/headline tasks and held-out pages of reproduce/pipeline/bbc.py, from held-out news."""
+    from ..pipeline.bbc import _write_jsonl, bbc_articles, cloze_items, headline_items
+    from ..pipeline.bbc import fineweb_row as bbc_row
 
     by_key = {bbc_row(a)["file_path"]: a for a in bbc_articles()}
     articles = [by_key[doc.key] for doc in held]

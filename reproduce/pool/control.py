@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from datamask.data import ID_COLUMN, budget, write_json_atomic, write_table_atomic
 from datamask.errors import UserError
 
-from ..common import parquet_files
+from ..pipeline.common import parquet_files
 from .build import PLANTED_KINDS
 
 

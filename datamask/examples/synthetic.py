@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data import Dataset
-from .errors import UserError
+from ..data import Dataset
+from ..errors import UserError
 
 
 def synthetic_dataset(n_rows: int = 3000, dim: int = 64, n_clusters: int = 24,

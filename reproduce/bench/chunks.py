@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from .objectives import DIVERSITY, GroundSet, base, random_masks, random_probes
+from datamask.objectives import DIVERSITY, GroundSet, base, random_masks, random_probes
 
 STEP_ROWS = {"DiSF": [10_000, 100_000],  # a step's rows at N = 100k and 1M
              "Facility": [2_000, 10_000]}  # at N = 20k and 100k
@@ -54,7 +54,7 @@ def measure(metric: str, rows: int, dim: int, n_rollout: int, probes: int, cap: 
 
 def in_fresh_process(args: argparse.Namespace, metric: str, rows: int, probes: int,
                      cap: int) -> dict:
-    command = [sys.executable, "-m", "datamask.bench_chunks", "--one", metric, str(rows),
+    command = [sys.executable, "-m", "reproduce.bench.chunks", "--one", metric, str(rows),
                str(probes), str(cap), "--dim", str(args.dim),
                "--n_rollout", str(args.n_rollout), "--evaluations", str(args.evaluations)]
     return json.loads(subprocess.run(command, check=True, capture_output=True,

@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from .learner import LearnerConfig, MaskLearner
-from .objectives import DIVERSITY, GroundSet, diversity, random_masks
-from .shared import resolve_device
-from .synthetic import synthetic_dataset
+from datamask.learner import LearnerConfig, MaskLearner
+from datamask.objectives import DIVERSITY, GroundSet, diversity, random_masks
+from datamask.shared import resolve_device
+from datamask.examples.synthetic import synthetic_dataset
 
 
 def _median_seconds(fn, repeats: int, device: torch.device) -> float:

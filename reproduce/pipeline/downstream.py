@@ -1,15 +1,15 @@
 """The downstream experiment of issue 16: every method's selection of the pool trains models on the
 same token budget with several seeds, and the tables say which differences the run resolves.
 
-    python -m reproduce.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
+    python -m reproduce.pipeline.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
 
 Chain (each step skips what a previous run finished, so an interrupted run resumes):
-  prepare   the pool's shards -> id, quality, embedding (incremental, reproduce/prepare.py)
-  select    each method over the prepared rows (reproduce/select.py); the positive control from
+  prepare   the pool's shards -> id, quality, embedding (incremental, reproduce/pipeline/prepare.py)
+  select    each method over the prepared rows (reproduce/pipeline/select.py); the positive control from
             reproduce/pool/control.py. Selection does not depend on the training seed: every
             seed of a method trains on the same selection (seed --select_seed)
   tokenize  one BPE tokenizer trained on the whole pool, then each selection (datatrove)
-  train     one model per (method, seed), the config's token budget for all (reproduce/train.py)
+  train     one model per (method, seed), the config's token budget for all (reproduce/pipeline/train.py)
   evaluate  per-domain held-out bits per byte + the BBC tasks (eval/run.py), one file per run
   tables    Table 2 with 95% CIs, paired differences with random, planted rows kept (eval/tables.py)
   figure    figures/downstream.py
@@ -187,7 +187,7 @@ def runs_table(output: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     from datamask.cli import run_command
 
-    p = argparse.ArgumentParser(prog="python -m reproduce.downstream", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m reproduce.pipeline.downstream", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pool", required=True, help="pool folder (make pool)")
     p.add_argument("--output", required=True, help="run folder")
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             args.heldout_docs, args.select_seed, args.set)
 
     p.set_defaults(func=command)
-    return run_command(p, argv, "reproduce.downstream")
+    return run_command(p, argv, "reproduce.pipeline.downstream")
 
 
 if __name__ == "__main__":

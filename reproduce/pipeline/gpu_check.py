@@ -1,4 +1,4 @@
-"""`python -m reproduce.gpu_check` (`make gpu-check`): does the GPU compute what the CPU computes?
+"""`python -m reproduce.pipeline.gpu_check` (`make gpu-check`): does the GPU compute what the CPU computes?
 
 Each part runs on the CPU, then (when CUDA is there) on the GPU, and compares:
 - objectives: every set function (quality, each diversity metric, each joint) on the same 64
@@ -11,7 +11,7 @@ Each part runs on the CPU, then (when CUDA is there) on the GPU, and compares:
   streams from one seed, so the two runs sample different masks. Their overlap and joint
   objective are reported.
 - greedy: joint-greedy (Facility, lazy): the same picks on both devices.
-- training: 3 steps of reproduce.train on a tiny BBC token set: the GPU's losses equal the CPU's
+- training: 3 steps of reproduce.pipeline.train on a tiny BBC token set: the GPU's losses equal the CPU's
   within rtol 1e-3 (different matmul kernels round differently, and 3 AdamW steps carry it).
 Without CUDA the CPU parts run and every GPU part is listed as skipped (exit 0); a failed
 comparison exits 1. TF32 is switched off so that "fp32" means fp32 on the GPU too.
@@ -49,7 +49,7 @@ from datamask.objectives import (
     random_masks,
 )
 from datamask.selectors import make_selector
-from datamask.synthetic import synthetic_dataset
+from datamask.examples.synthetic import synthetic_dataset
 
 from .tokenize import EOS, train_tokenizer
 
@@ -243,7 +243,7 @@ def cuda_device(requested: str) -> torch.device | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reproduce.gpu_check",
+    parser = argparse.ArgumentParser(prog="python -m reproduce.pipeline.gpu_check",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="the GPU (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=20,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .data import read_dataset, write_dataset, write_json_atomic
-from .objectives import DIVERSITY
-from .report import Report
-from .selectors import make_selector
+from ..data import read_dataset, write_dataset, write_json_atomic
+from ..objectives import DIVERSITY
+from ..report import Report
+from ..selectors import make_selector
 from .synthetic import synthetic_dataset
 
 SELECT_RATIO = 0.1

@@ -87,7 +87,7 @@ PARALLEL = ("ddp", "fsdp")
 
 def load_config(name_or_path: str,
                 overrides: dict | None = None) -> tuple[ModelConfig, TrainConfig]:
-    """A config by name (reproduce/configs/NAME.yaml) or path, then `overrides` (key: value, for
+    """A config by name (reproduce/pipeline/configs/NAME.yaml) or path, then `overrides` (key: value, for
     either section). Unknown keys are errors, not silently ignored."""
     yaml = require("yaml", "train configs")
     path = Path(name_or_path)
