@@ -21,7 +21,7 @@ from pathlib import Path
 from . import data as contract
 from .data import read_dataset
 from .errors import UserError
-from .learner import LearnerConfig
+from .learner import LearnerConfig, fitting_partial
 from .options import add_flags, build, check_field, fields_of, flag_arguments, given, shown_default
 from .paths import check_paths, leave_as_found, remove_temporaries
 from .shared import check_device
@@ -164,6 +164,13 @@ def cmd_select(args: argparse.Namespace) -> None:
     with leave_as_found([args.output, args.log_jsonl, checkpoint],
                         keep_on_interrupt=[checkpoint, args.log_jsonl]):
         data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
+        if "partial" not in params:  # the default fits large inputs; fit this one
+            partial = fitting_partial(config, data.quality)
+            if partial != config.partial:
+                print(f"datamask: --partial {partial:.3g}, not the default {config.partial:g}: "
+                      f"at {len(data)} rows a step's masks would hold 1 row (give --partial to "
+                      f"choose)", file=sys.stderr)
+                params["partial"] = partial
         run = {"log_path": args.log_jsonl, "progress": not args.no_progress,
                "resume": args.resume, "checkpoint_path": checkpoint,
                "checkpoint_every": args.checkpoint_every}

@@ -4,10 +4,14 @@ quality top-k and random on the joint objective it optimises."""
 from dataclasses import asdict
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
-from datamask.data import Dataset, budget
+from conftest import write_shard
+from datamask.cli import main
+
+from datamask.data import ID_COLUMN, Dataset, budget
 from datamask.errors import UserError
 from datamask.learner import (LearnerConfig, MaskLearner, candidate_rows, learning_rate,
                               policy_gradient)
@@ -197,3 +201,29 @@ def test_scale_is_fitted_at_the_chosen_shape(tmp_path, scale_on):
     other = "step" if scale_on == "input" else "input"
     assert saved == pytest.approx(fits[scale_on])
     assert saved["diversity_std"] != pytest.approx(fits[other]["diversity_std"], rel=0.05)
+
+
+@pytest.mark.parametrize("algorithm", ["DiSF", "Pair_simi"])
+def test_select_fits_partial_to_a_small_input_unless_it_is_given(tmp_path, capsys, algorithm):
+    """50 rows at ratio 0.1: partial 0.1 would leave 1 row in a step's masks (DiSF refuses it,
+    Pair_simi has no pair), so select runs the smallest partial giving 2 and says so in one line;
+    a --partial the user gives is kept, and refused where it cannot run."""
+    data = synthetic_dataset(50, dim=8, n_clusters=4, seed=0)
+    data.ids[:] = np.arange(1000, 1050)[::-1]
+    shard = write_shard(tmp_path / "in.parquet", data)
+    out = tmp_path / "out.parquet"
+    args = ["select", "--input", str(shard), "--algorithm", algorithm, "--n_epochs", "20",
+            "--no_progress"]
+    assert main(args + ["--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["datamask: --partial 0.3, not the default 0.1: at 50 rows a "
+                                "step's masks would hold 1 row (give --partial to choose)"]
+    table = pq.read_table(out)
+    assert table.column(ID_COLUMN).to_pylist() == data.ids.tolist()
+    assert sum(table.column("selected").to_pylist()) == 5
+    given = main(args + ["--output", str(tmp_path / "given.parquet"), "--partial", "0.1"])
+    err = capsys.readouterr().err
+    if algorithm == "DiSF":
+        assert given == 2 and "--partial 0.1 leaves 1 row per DiSF mask" in err
+    else:
+        assert given == 0 and "not the default" not in err

@@ -51,25 +51,34 @@ def shard(tmp_path):
                                                                   seed=1))
 
 
-def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, shard):
+# the stopping rule's checks every 10 steps: its best read-off and the checks so far are in the
+# checkpoint, so the resumed run stops where the whole one did (step 110) and writes the same best
+STOPPING = ("--stop_every", "10", "--stop_window", "2", "--stop_tolerance", "0.01")
+
+
+@pytest.mark.parametrize("rule, steps_run", [((), STEPS), (STOPPING, 110)],
+                         ids=["default-rule", "rule-stops-after-the-kill"])
+def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, shard, rule, steps_run):
     whole = tmp_path / "whole.parquet"
-    subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, whole)], check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, whole, *rule)],
+                   check=True, capture_output=True)
+    whole_steps = [json.loads(line)["step"] for line in open(f"{whole}.jsonl")]
+    assert whole_steps == list(range(steps_run))
 
     out = tmp_path / "killed.parquet"
     crashed = subprocess.run([sys.executable, "-c", SELECT_THEN_CRASH, str(KILL_AT),
-                              *select_args(shard, out)], capture_output=True, text=True)
+                              *select_args(shard, out, *rule)], capture_output=True, text=True)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert not out.exists()
     assert torch.load(f"{out}.ckpt", weights_only=False)["step"] == KILL_AT
 
-    subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, out, "--resume")],
-                   check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "datamask",
+                    *select_args(shard, out, *rule, "--resume")], check=True, capture_output=True)
     a, b = pq.read_table(whole), pq.read_table(out)
     np.testing.assert_array_equal(a.column("selected").to_numpy(), b.column("selected").to_numpy())
     np.testing.assert_array_equal(a.column("score").to_numpy(), b.column("score").to_numpy())
     steps = [json.loads(line)["step"] for line in open(f"{out}.jsonl")]
-    assert steps == list(range(STEPS))  # each step logged once across the crash
+    assert steps == whole_steps  # each step logged once across the crash
 
 
 def test_resume_refuses_other_settings(tmp_path, shard, capsys):
@@ -103,3 +112,20 @@ def test_a_checkpoint_from_before_probes_resumes_exact_not_at_todays_default(tmp
     assert main(args + ["--resume"]) == 2
     assert "--probes 0 -> -1" in capsys.readouterr().err
     assert main(args + ["--probes", "0", "--resume"]) == 0
+
+
+def test_a_checkpoint_from_before_the_stopping_rule_is_refused_at_todays_default(tmp_path, shard,
+                                                                                 capsys):
+    """A checkpoint saved before --stop_every existed ran every step and wrote the last read-off,
+    and holds no best read-off: resuming it with the rule on (the default) is refused by name;
+    with --stop_every 0 it goes on."""
+    out = tmp_path / "out.parquet"
+    args = ["select", "--input", str(shard), "--output", str(out), "--n_epochs", "3",
+            "--no_progress"]
+    assert main(args + ["--stop_every", "0"]) == 0
+    state = torch.load(f"{out}.ckpt", weights_only=True)
+    del state["config"]["stop_every"], state["best"]
+    torch.save(state, f"{out}.ckpt")
+    assert main(args + ["--resume"]) == 2
+    assert "--stop_every 0 -> 50" in capsys.readouterr().err
+    assert main(args + ["--stop_every", "0", "--resume"]) == 0

@@ -42,7 +42,8 @@ VARIANTS = [
     ("DiSF", {"credit": "row"}),
     ("Facility", {"partial": 1.0, "cover_sample": 0.1}),
     ("Pair_simi", {"update": "adam", "max_lr": 0.5}),
-    ("Facility", {"patience": 5}),
+    ("Facility", {"patience": 5, "stop_every": 0}),
+    ("Pair_simi", {"stop_every": 5, "stop_window": 2}),
     ("DiSF", {"probes": 4}),
     ("DiSF", {"probes": 4, "credit": "row"}),
 ]
@@ -214,7 +215,7 @@ def test_patience_stops_once_the_objective_plateaus():
     """The run stops where its step objective stopped rising, the history says so, and stopping
     changes nothing before it (a run of just that many steps ends with the same logits)."""
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
-    config = dict(algorithm="Pair_simi", partial=1.0, seed=5, device="cpu")
+    config = dict(algorithm="Pair_simi", partial=1.0, seed=5, device="cpu", stop_every=0)
     result = MaskLearner(LearnerConfig(n_epochs=400, patience=10, **config)).fit(
         data, progress=False)
     assert 20 <= result.steps_taken < 400 and len(result.history) == result.steps_taken
@@ -234,13 +235,74 @@ def test_patience_stops_once_the_objective_plateaus():
     assert longer.steps_taken == 40  # a window beyond n_epochs never stops a run
 
 
+@pytest.mark.parametrize("bests, stops", [
+    ([1.0, 2.0, 3.0, 4.0], False),  # still rising
+    ([1.0, 2.0, 2.0, 2.0], False),  # too few checks: a window of 3 needs 4 after the first
+    ([1.0, 2.0, 2.0, 2.0, 2.005], True),  # +0.005 over 3 checks against a rise of 1.005
+    ([1.0, 2.0, 2.0, 2.0, 2.02], False),  # +0.02: over 1% of the rise
+    ([1.0, 1.0, 1.0, 1.0, 1.0], True),  # never better than the first check
+])
+def test_stalled_compares_the_best_over_a_window_with_its_rise(bests, stops):
+    assert learner.stalled(bests, 3, 0.01) is stops
+
+
+def stop_run(n_epochs: int, **options):
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
+    config = dict(dict(algorithm="Pair_simi", partial=1.0, seed=3, device="cpu", stop_every=5,
+                       stop_window=3), n_epochs=n_epochs, **options)
+    return data, MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+
+
+def test_stopping_rule_stops_and_writes_the_best_read_off_not_the_last():
+    """Every 5 steps the read-off is scored; the run stops once the best stalls, and writes the
+    best check's read-off and logits: exactly a fixed run of that many steps (the checks take
+    nothing from the generator), better than the last read-off on the run's objective."""
+    data, result = stop_run(400)
+    checks = [r for r in result.history if "readoff_objective" in r]
+    assert 5 <= result.steps_taken < 400 and len(result.history) == result.steps_taken
+    assert [r["step"] + 1 for r in checks] == list(range(5, result.steps_taken + 1, 5))
+    values = [r["readoff_objective"] for r in checks]
+    assert checks[-1]["best_objective"] == max(values)
+    assert result.best_step == 5 * (1 + values.index(max(values))) < result.steps_taken
+    assert values[-1] < max(values)  # the last read-off is worse than what is written
+    bests = [r["best_objective"] for r in checks]
+    assert learner.stalled(bests, 3, 0.01)
+    assert not any(learner.stalled(bests[:end], 3, 0.01) for end in range(1, len(bests)))
+    fixed = MaskLearner(LearnerConfig(algorithm="Pair_simi", partial=1.0, seed=3, device="cpu",
+                                      stop_every=0, n_epochs=result.best_step)).fit(
+        data, progress=False)
+    np.testing.assert_array_equal(result.selected, fixed.selected)
+    np.testing.assert_array_equal(result.logits, fixed.logits)
+    assert result.wall_time_s >= checks[-1]["elapsed_s"] > 0
+
+
+def test_stopping_rule_keeps_the_cap_and_checks_at_it():
+    _, result = stop_run(12, stop_window=4)
+    assert result.steps_taken == 12
+    assert [r["step"] + 1 for r in result.history if "readoff_objective" in r] == [5, 10, 12]
+
+
+def test_a_check_scores_facility_in_blocks_of_covered_rows_as_one_batch_would():
+    """Facility's coverage of a selection is summed over blocks of the candidates when its k x N
+    similarities exceed the metric's memory: the value is the one-batch value."""
+    data = synthetic_dataset(500, dim=8, n_clusters=5, seed=3)
+    ground = GroundSet.from_arrays(data.features, data.quality)
+    rows = torch.randperm(500, generator=torch.Generator().manual_seed(0))[:50]
+    scale = TermScale(0.5, 0.2, 0.3, 0.1)
+    whole = Joint(FacilityLocation(), 0.5, scale)
+    blocks = Joint(FacilityLocation(memory_bytes=4 * 50 * 64), 0.5, scale)  # 8 blocks of 64
+    torch.testing.assert_close(learner.selection_value(blocks, ground, rows),
+                               whole.batch(ground, rows.unsqueeze(0))[0])
+    assert learner.selection_value(whole, ground, rows) == whole.batch(ground, rows[None])[0]
+
+
 def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
     """Adam's moments and the step objectives the stopping rule watches are in the checkpoint: a
     run interrupted after a checkpoint and resumed ends exactly as an uninterrupted one, at the
     same step."""
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=6)
     config = dict(algorithm="Facility", partial=0.3, update="adam", max_lr=0.5, patience=10,
-                  min_gain=0.02, credit="row", n_epochs=200, seed=6, device="cpu")
+                  min_gain=0.02, credit="row", n_epochs=200, seed=6, device="cpu", stop_every=0)
     whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
     path = str(tmp_path / "state.pt")
     save = learner.save_checkpoint
@@ -271,6 +333,11 @@ def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
     ({"update": "sgd"}, "--update"),
     ({"patience": -1}, "--patience"),
     ({"patience": 10, "min_gain": 0.0}, "--min_gain"),
+    ({"patience": 10}, "give --stop_every 0 to use --patience"),
+    ({"stop_every": -1}, "--stop_every must be at least 0"),
+    ({"stop_window": 0}, "--stop_window must be at least 1"),
+    ({"stop_tolerance": 1.5}, r"--stop_tolerance must lie in \[0, 1\]"),
+    ({"stop_tolerance": -0.01}, "--stop_tolerance"),
     ({"cover_sample": 1.5}, "--cover_sample"),
     ({"algorithm": "Pair_simi", "probes": 8}, "--probes"),
     ({"algorithm": "DiSF", "probes": -2}, "--probes"),
@@ -292,7 +359,7 @@ def test_facility_at_partial_02_each_variant_learns(options):
     settings = dict({"partial": 0.2}, **options)
     scores = []
     result = MaskLearner(LearnerConfig(algorithm="Facility", n_epochs=60, seed=7, device="cpu",
-                                       **settings)).fit(
+                                       stop_every=0, **settings)).fit(
         data, evaluate=lambda m: {"score": report(m)["joint_Facility"]}, eval_every=59,
         progress=False)
     scores = [r["score"] for r in result.history if "score" in r]
@@ -306,6 +373,7 @@ def test_facility_at_partial_02_each_variant_learns(options):
     ("cover_sample", ["0", "0.2"], ["Facility"]),
     ("patience", ["0", "3"], ["Pair_simi", "DiSF"]),
     ("probes", ["0", "4"], ["DiSF"]),
+    ("stop", ["0", "2"], ["Pair_simi", "Facility"]),
 ])
 def test_variant_sweeps_run_and_findings_apply_the_rank_rule(tmp_path, knob, values, metrics):
     result = sweep.main(["--knob", knob, "--values", *values, "--seeds", "0", "--n", "150",
@@ -314,9 +382,10 @@ def test_variant_sweeps_run_and_findings_apply_the_rank_rule(tmp_path, knob, val
     assert all(1 <= run.steps_taken <= 6 for run in result.runs)
     first, second = ([r.params for r in result.runs if r.value == value][0]
                      for value in result.config["values"])
-    paper = 0 if knob == "probes" else LearnerConfig.__dataclass_fields__[knob].default
-    assert first[knob] == paper  # the paper's value first
-    assert second[knob] != first[knob]
+    field = "stop_every" if knob == "stop" else knob  # the learner's flag the knob sets
+    paper = 0 if knob in ("probes", "stop") else LearnerConfig.__dataclass_fields__[knob].default
+    assert first[field] == paper  # the paper's value first
+    assert second[field] != first[field]
     text = findings.main(["--results", str(tmp_path)])
     if knob in findings.COST_CUTTERS:  # their own rule, worked out here by hand
         exact, cheaper = result.config["values"]

@@ -87,6 +87,11 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                         help="the learner's stopping rule window at --min_gain's default "
                              "(datamask select --patience); 0 = always run --steps, so that "
                              "experiments compare fixed step counts unless told otherwise")
+    parser.add_argument("--stop_every", type=int, default=0,
+                        help="the learner's stopping rule on its read-off, checked every this "
+                             "many steps at datamask select's window and tolerance (datamask "
+                             "select --stop_every, on there); 0 = always run --steps, so that "
+                             "experiments compare fixed step counts unless told otherwise")
     parser.add_argument("--cover_sample", type=float, default=0.0,
                         help="Facility's learner only, with --partial 1 (datamask select "
                              "--cover_sample): coverage measured on this fraction of the rows")
@@ -117,7 +122,7 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     """LearnerConfig keywords from an experiment's flags, at `lamb`, on the CPU; `overrides`
     (algorithm, seed, a swept knob) win."""
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
-              "patience": args.patience, "partial": args.partial,
+              "patience": args.patience, "stop_every": args.stop_every, "partial": args.partial,
               "cover_sample": args.cover_sample, "probes": args.probes, "device": "cpu",
               **lr_params(args.lr)}
     return dict(params, **overrides)

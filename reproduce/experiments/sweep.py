@@ -13,7 +13,9 @@ update ('ascent' at --lr, or 'adam:RATE', Adam at a constant RATE), cover_sample
 is the paper's --partial; a fraction F draws masks over all candidates with coverage measured on
 F of them), probes (DiSF only: 0 is the exact collapse score; P estimates it with P shared random
 directions, cheaper at d = 384), patience (the stopping rule's window at --min_gain's default;
-0 = off; the run's steps taken are recorded). Every run optimises the joint objective at its
+0 = off; the run's steps taken are recorded), stop (datamask select's stopping rule on the
+read-off: checked every VALUE steps at its default window and tolerance, --steps the cap; 0 = the
+fixed steps it is held against). Every run optimises the joint objective at its
 lamb, on the same synthetic rows; its curve and final selection are scored by
 `datamask.report.Report` on all N rows (on that scale a random selection scores ~0). The joint
 greedy on the same objective (each metric, each lamb) is run once beside them as the yardstick.
@@ -66,9 +68,11 @@ KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` s
                                          "which also shrinks the covered set)"),
     "patience": ([0, 25, 50, 100], "not in the paper (a fixed number of steps)"),
     "probes": ([0, 16, 32, 64], "not in the paper (the exact collapse score)"),
+    "stop": ([0, 50], "not in the paper (a fixed number of steps)"),
 }
 TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update")
-VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience", "probes")  # beyond the paper
+VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience", "probes",  # beyond the paper
+                 "stop")
 ONE_METRIC = {"cover_sample": "Facility", "probes": "DiSF"}  # knobs that only one metric has
 
 
@@ -90,6 +94,8 @@ def knob_params(knob: str, value, args) -> dict:
         change = {"cover_sample": float(value), **({"partial": 1.0} if float(value) else {})}
     elif knob in ("patience", "probes"):
         change = {knob: int(value)}
+    elif knob == "stop":
+        change = {"stop_every": int(value)}
     else:  # lamb, partial, logprob, scale_on: the learner's own name
         change = {knob: value if knob in TEXT_KNOBS else float(value)}
     return learner_params(args, **dict({"lamb": args.lamb}, **change))

@@ -233,11 +233,21 @@ def number(value: float | None) -> str:
 
 
 def steps_text(cfg: dict) -> str:
-    """The learner's step budget as the run had it: fixed, or cut short by the stopping rule."""
-    if not cfg.get("patience"):
+    """The learner's step budget as the run had it: fixed, or cut short by a stopping rule
+    (datamask select's on the read-off, --stop_every, or the older --patience); its wall time
+    then includes the rule's checks."""
+    rule = stopping_rule(cfg)
+    if not rule:
         return f"{cfg['steps']} steps"
-    return (f"at most {cfg['steps']} steps, stopped by the rule of --patience {cfg['patience']} "
-            f"(the learner's steps are in brackets)")
+    return (f"at most {cfg['steps']} steps, stopped by the rule of {rule} (the learner's steps "
+            f"are in brackets; its wall time counts the rule's checks)")
+
+
+def stopping_rule(cfg: dict) -> str | None:
+    """The flag of the stopping rule a timing run's learner ran under, or None (fixed steps)."""
+    if cfg.get("stop_every"):
+        return f"--stop_every {cfg['stop_every']}"
+    return f"--patience {cfg['patience']}" if cfg.get("patience") else None
 
 
 def markdown(results: TimingResult) -> str:
@@ -285,7 +295,7 @@ def markdown(results: TimingResult) -> str:
                          "not reached" if comp.time_to_greedy_objective_s is None
                          else f"{comp.time_to_greedy_objective_s:.3g}"]
             label = run.label
-            if run.role == "learner" and cfg.get("patience") and run.curve:
+            if run.role == "learner" and stopping_rule(cfg) and run.curve:
                 label += f" ({steps_taken(run)} steps)"
             lines.append(f"| {run.n} | {label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
