@@ -99,8 +99,8 @@ class LearnerConfig:
                                    "moves; a logit moves by about the rate per step, so give "
                                    "it a smaller --max_lr)", choices=("ascent", "adam"))
     stop_every: int = option(50, "the stopping rule: every this many steps, score the "
-                                 "selection that would be written now (top-k of the logits) on "
-                                 "the joint objective over all candidates (its time counted), "
+                                 "selection that would be written now (--readoff) on the joint "
+                                 "objective over all candidates (its time counted), "
                                  "keep the best, stop once it stalls (--stop_window, "
                                  "--stop_tolerance) and write the best; 0 = off, run --n_epochs "
                                  "and write the last", low=0)
@@ -331,7 +331,7 @@ def fitting_partial(config: LearnerConfig, quality: np.ndarray) -> float:
     hold 2 (1, all rows, where none does): what `select` runs when --partial is not given."""
     k_total = budget(config.select_ratio, len(quality))
     n_pool = len(candidate_rows(quality, config.prune_ratio, k_total))
-    if step_rows(config.partial, n_pool, k_total)[1] >= 2 or n_pool < 3:
+    if step_rows(config.partial, n_pool, k_total)[1] >= 2:
         return config.partial
     partial = math.ceil(1.5 * n_pool / max(1, k_total)) / n_pool  # k_step rounds 1.5 up to 2
     return partial if partial < 1 and step_rows(partial, n_pool, k_total)[1] >= 2 else 1.0
