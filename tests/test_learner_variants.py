@@ -17,7 +17,7 @@ from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairS
 from datamask.objectives.disf import SCALE
 from datamask.report import Report
 from datamask.examples.synthetic import synthetic_dataset
-from reproduce.experiments import findings, sweep
+from reproduce.experiments import findings, sweep, timing
 from reproduce.experiments.records import SweepRun, SweepSummary
 
 # sha256 of the final logits: with its flags left at their defaults the learner must take exactly
@@ -401,6 +401,23 @@ def test_variant_sweeps_run_and_findings_apply_the_rank_rule(tmp_path, knob, val
         ratio = sweep.gain_ratio(result, row)
         assert f"| {row.metric} | {row.value} | {row.objective_mean:.3f} +- " in text
         assert ratio is not None and f"{ratio:.3f}" in text
+
+
+def test_timing_reports_the_learner_under_the_stopping_rule(tmp_path):
+    """make reproduce-timing-scale's --stop_every reaches the learner: its table says the rule
+    and the steps each run took, and the wall time it reports is the run's, checks included."""
+    result = timing.main(["--dim", "16", "--clusters", "8", "--eval_points", "3", "--sizes",
+                          "200", "300", "--metrics", "Pair_simi", "--budget_s", "60", "--steps",
+                          "400", "--stop_every", "5", "--repeats", "1", "--output",
+                          str(tmp_path)])
+    learners = [r for r in result.runs if r.role == "learner"]
+    assert learners and all(r.params["stop_every"] == 5 for r in learners)
+    text = (tmp_path / "timing.md").read_text()
+    assert "at most 400 steps, stopped by the rule of --stop_every 5" in text
+    for run in learners:
+        taken = run.curve[-1].step + 1
+        assert taken < 400 and taken % 5 == 0 and f"| {run.n} | datamask ({taken} steps) |" in text
+        assert run.wall_s >= run.curve[-1].elapsed_s
 
 
 @pytest.mark.parametrize("knob, metric", [("cover_sample", "Pair_simi"), ("probes", "Facility")])
