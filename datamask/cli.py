@@ -62,7 +62,8 @@ def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(x, LearnerConfig, original=False)
     x.add_argument("--log_jsonl", metavar="PATH",
                    help="write one JSON line per step: step, lr, mean and max rollout objective, "
-                        "optimisation seconds so far")
+                        "optimisation seconds so far; at each --stop_every check also the "
+                        "read-off's objective, the best so far and its step")
     x.add_argument("--eval_every", type=int, default=0, metavar="STEPS",
                    help="with --log_jsonl: every STEPS steps also log the whole-input metrics of "
                         "the current top-k (not counted in the optimisation time) (default: off)")

@@ -54,7 +54,9 @@ class LearnerConfig:
     n_epochs: int = option(2000, "optimisation steps; with the stopping rule (--stop_every) "
                                  "the most it may take", low=1, original=True)
     partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
-                                 "updates (paper: 0.05-0.1; 1 = all rows every step)",
+                                 "updates (paper: 0.05-0.1; 1 = all rows every step); select "
+                                 "raises it, when not given, where a step's masks would hold 1 "
+                                 "row",
                             low=0.0, high=1.0, open_low=True, original=True)
     max_lr: float = option(10.0, "learning rate at the first step (positive)", original=True)
     min_lr: float = option(1.0, "learning rate at the last step, for --lr_schedule linear or "
