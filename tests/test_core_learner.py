@@ -1,6 +1,9 @@
 """The policy-gradient learner: exact budget, determinism, the lamb = 1 limit, and that it beats
 quality top-k and random on the joint objective it optimises."""
 
+import json
+import subprocess
+import sys
 from dataclasses import asdict
 
 import numpy as np
@@ -227,3 +230,18 @@ def test_select_fits_partial_to_a_small_input_unless_it_is_given(tmp_path, capsy
         assert given == 2 and "--partial 0.1 leaves 1 row per DiSF mask" in err
     else:
         assert given == 0 and "not the default" not in err
+
+
+def test_train_mask_runs_the_original_fixed_steps(tmp_path):
+    """`python -m datamask.train_mask` is the paper's loop: every step, no stopping rule checks,
+    the last read-off written; a --stop_every given after its defaults still wins."""
+    shard = write_shard(tmp_path / "in.parquet", synthetic_dataset(200, dim=8, n_clusters=4))
+    for extra, checked in (([], False), (["--stop_every", "5"], True)):
+        log = tmp_path / "log.jsonl"
+        subprocess.run([sys.executable, "-m", "datamask.train_mask", "--input", str(shard),
+                        "--output", str(tmp_path / "out.parquet"), "--device", "cpu",
+                        "--n_epochs", "10", "--n_rollout", "8", "--log_jsonl", str(log),
+                        "--no_progress", *extra], check=True, capture_output=True)
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(records) == 10
+        assert any("readoff_objective" in r for r in records) is checked
