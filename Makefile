@@ -212,8 +212,8 @@ PROBES_DIM ?= 384
 STOP_SIZES ?= 1000 3000
 STOP_STEPS ?= 2000
 
-.PHONY: reproduce-timing reproduce-timing-scale $(ABLATION_TARGETS) $(VARIANT_TARGETS) ablation-variants ablation-direct ablation-stop \
-	ablations figures findings
+.PHONY: reproduce-timing reproduce-timing-scale $(ABLATION_TARGETS) $(VARIANT_TARGETS) ablation-variants ablation-direct \
+	ablation-stop ablations figures findings
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
