@@ -63,7 +63,8 @@ def dead_links(path):
 def make_targets_named(text):
     """The targets of every `make ...` in inline code or on a fenced line; `<knob>` is a
     placeholder that stands for any text."""
-    commands = INLINE_MAKE.findall(text) + FENCED_MAKE.findall(text)
+    fenced = "\n".join(block.group(0) for block in FENCE.finditer(text))
+    commands = INLINE_MAKE.findall(text) + FENCED_MAKE.findall(fenced)
     return {word for command in commands for word in shlex.split(command)
             if not MAKE_VARIABLE.match(word) and not word.startswith("-") and word != "..."}
 
@@ -112,7 +113,8 @@ def test_the_checks_catch_a_dead_link_a_bad_anchor_and_a_misspelt_target(tmp_pat
                     "```\n[not a link](missing-too.md)\nmake demo-quik\n```\n")
     assert dead_links(page) == ["missing.md (no such file)",
                                 "there.md#nowhere (no heading with that anchor)"]
-    named = make_targets_named(page.read_text() + "`make findings EXP_DIR=x` `make ablation-<k>`")
+    named = make_targets_named(page.read_text() + "`make findings EXP_DIR=x` `make ablation-<k>`\n"
+                               "make sense of prose that starts a line with make\n")
     assert named == {"demo-quik", "findings", "ablation-<k>"}
     assert unknown_targets(named, makefile_targets()) == ["demo-quik"]
     assert unknown_targets({"ablations-<knob>"}, makefile_targets()) == ["ablations-<knob>"]
