@@ -317,7 +317,7 @@ def test_train_defaults_are_the_demo_config():
 
 def test_the_downstream_configs_keep_the_budgets_their_comments_state():
     """Every shipped config loads, and the two downstream configs read the token budget their
-    comments (and the README) give: max_steps x batch_size x (seq_len + 1)."""
+    comments (and docs/downstream.md) give: max_steps x batch_size x (seq_len + 1)."""
     from pathlib import Path
 
     from reproduce.pipeline.train import load_config, token_budget

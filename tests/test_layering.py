@@ -1,4 +1,4 @@
-"""The packages import one way only (README, "Package layering"): a package may import those
+"""The packages import one way only (docs/design.md, "Package layering"): a package may import those
 below it, never one above it, so the core stands alone and every layer can be read on its own."""
 
 import ast

@@ -8,7 +8,7 @@ step's rows, a tenth of them selected) and its page faults under each cap on a c
 (`datamask.objectives.base.CPU_CHUNK_BYTES`; 256 MiB is the functions' whole memory budget, and
 was their chunk before the cap) for DiSF (exact and with probes) and Facility, at the step shapes
 of N rows with `partial` 0.1. (Pair_simi does not take the cap: with it, its one-GEMM chunks ran
-0.80x as fast at N = 1M's step in the run that decided this; the README has the table.)
+0.80x as fast at N = 1M's step in the run that decided this; reproduce/results/bench.md has the table.)
 Each measurement runs in a fresh process (the allocator's state would carry over), the caps
 interleaved round by round; medians over rounds. On a shared machine read the ratios, not the
 absolute times.

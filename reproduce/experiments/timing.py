@@ -60,7 +60,7 @@ GREEDIES = {
                  ("facility-greedy lazy", "facility-greedy", {"optimizer": "lazy"}, "fast")],
     "Pair_simi": [("pair-greedy", "pair-greedy", {}, "fast")],
 }
-# the greedies practitioners use at a million rows (README, "Baselines")
+# the greedies practitioners use at a million rows (docs/baselines.md)
 SCALABLE = {
     "Facility": [("facility-knn-greedy lazy", "facility-knn-greedy", {"index": "ivf"}, "scalable"),
                  ("facility-knn-greedy stochastic", "facility-knn-greedy",
