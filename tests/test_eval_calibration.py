@@ -1,0 +1,72 @@
+"""eval/calibration.py: the null, the dose-response series and SNR read from a summarised table."""
+
+import math
+
+import numpy as np
+import pytest
+
+from eval.calibration import (dose_label, dose_response, mix_or_choice, parse_dose,
+                              signal_noise)
+from eval.tables import summarize
+
+SEEDS = (0, 1, 2)
+
+
+def table(shifts: dict[str, list[float]], base=(2.40, 2.50, 2.45)) -> dict:
+    """A summarised table of 'bpb macro' (lower is better): random at `base`, every other label
+    at base + its per-seed shift, so its paired differences with random are exactly the shifts."""
+    values = {"random": {s: {"bpb macro": b} for s, b in zip(SEEDS, base)}}
+    for label, shift in shifts.items():
+        values[label] = {s: {"bpb macro": b + d} for s, b, d in zip(SEEDS, base, shift)}
+    return summarize({"bpb macro": False}, values, "random")
+
+
+def test_labels_round_trip_and_other_labels_are_not_doses():
+    assert dose_label("junk", 0.25) == "junk-0.25"
+    assert dose_label("dup", 0.5) == "dup-0.5"
+    assert parse_dose("junk-0.05") == ("junk", 0.05)
+    assert parse_dose("dup-0.1") == ("dup", 0.1)
+    for label in ("random", "random-null", "junk", "junk-x", "datamask-DiSF", "junk-0.25@strat"):
+        assert parse_dose(label) is None
+
+
+def test_signal_noise_follow_the_plan_definition():
+    shifts = {"random-null": [0.01, -0.01, 0.0], "junk-0.25": [0.10, 0.12, 0.11],
+              "dup-0.25": [0.02, 0.05, 0.02], "junk-0.05": [0.5, 0.5, 0.9]}
+    out = signal_noise(table(shifts))["bpb macro"]
+    means = [np.mean(shifts[c]) for c in ("junk-0.25", "dup-0.25")]
+    sds = [np.std(shifts[c], ddof=1) for c in ("random-null", "junk-0.25", "dup-0.25")]
+    assert out["signal"] == pytest.approx(math.sqrt(np.mean(np.square(means))))
+    assert out["noise"] == pytest.approx(math.sqrt(np.mean(np.square(sds))))
+    assert out["snr"] == pytest.approx(out["signal"] / out["noise"])
+    assert out["signal_from"] == ["junk-0.25", "dup-0.25"]  # other doses are not the signal
+    assert out["noise_from"] == ["random-null", "junk-0.25", "dup-0.25"]
+
+
+def test_signal_noise_without_calibration_rows_is_empty():
+    assert signal_noise(table({"quality-topk": [0.1, 0.2, 0.1]})) == {}
+    only_null = signal_noise(table({"random-null": [0.01, -0.02, 0.0]}))["bpb macro"]
+    assert only_null["signal"] is None and only_null["snr"] is None and only_null["noise"] > 0
+
+
+def test_dose_response_orders_doses_and_finds_the_smallest_harmful_one():
+    shifts = {"junk-0.5": [0.30, 0.31, 0.29], "junk-0.05": [0.05, -0.04, 0.0],
+              "junk-0.25": [0.10, 0.12, 0.11], "junk-0.1": [-0.20, -0.21, -0.19],
+              "dup-0.25": [0.05, -0.05, 0.01], "random-null": [0.0, 0.01, -0.01]}
+    out = dose_response(table(shifts), "bpb macro")
+    assert [d["dose"] for d in out["junk"]["doses"]] == [0.05, 0.1, 0.25, 0.5]
+    # 0.1 is resolved but better than random, so it is not a harm; 0.25 is the smallest harm
+    assert out["junk"]["smallest_resolved"] == 0.25
+    assert out["dup"]["smallest_resolved"] is None
+    assert "random-null" not in str(out)
+    # where higher is better the harmful side is below 0
+    flipped = dose_response(table(shifts), "bpb macro", higher_is_better=True)
+    assert flipped["junk"]["smallest_resolved"] == 0.1
+
+
+def test_mix_or_choice():
+    assert mix_or_choice("worse than random", "worse than random") == "choice within domains"
+    assert mix_or_choice("worse than random", "unresolved") == "mix"
+    assert mix_or_choice("beats random", "worse than random") == "mix"
+    assert mix_or_choice("unresolved", "beats random") == ""
+    assert mix_or_choice("beats random", None) == "no stratified run"
