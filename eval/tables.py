@@ -11,12 +11,12 @@ the macro bits per byte and each held-out domain's (eval/bpb.py). Statistics: ev
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
+import pandas as pd
 
 from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
@@ -31,18 +31,16 @@ TASK_METRICS = HERE / "task_metrics.csv"
 TOLERANCE = 0.05  # the paper prints one decimal: a recomputed mean within 0.05 agrees
 
 
-def _read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def task_metrics() -> dict[str, dict]:
     """lm-eval task -> {column, metric (key in lm-eval's results), scale (100: accuracy in %),
     in_average (accuracies enter Table 2's average; bits per byte does not), higher_is_better}."""
-    return {r["task"]: {"column": r["column"], "metric": r["metric"], "scale": float(r["scale"]),
-                        "in_average": r["in_average"] == "1",
-                        "higher_is_better": r["higher_is_better"] == "1"}
-            for r in _read_csv(TASK_METRICS)}
+    metrics = pd.read_csv(TASK_METRICS, index_col="task", dtype={"scale": float})
+    repeated = metrics.index[metrics.index.duplicated()].unique()
+    if len(repeated):
+        raise UserError(f"{TASK_METRICS}: task(s) {', '.join(repeated)} have more than one row")
+    flags = ["in_average", "higher_is_better"]
+    metrics[flags] = metrics[flags] == 1
+    return metrics.to_dict("index")
 
 
 def record_metrics(record: dict, path: Path) -> dict[str, tuple[float, bool]]:
@@ -140,32 +138,31 @@ def summarize(columns: dict, values: dict, reference: str = "random") -> dict:
             "power": power}
 
 
-def paper_table() -> tuple[list[str], list[dict]]:
-    """The paper's rows with `Avg (recomputed)`, `Avg (reported)` where the paper states it, and
-    `flag` where the two disagree by more than rounding."""
-    per_task = _read_csv(PAPER_PER_TASK)
-    columns = [c for c in per_task[0] if c not in ("model", "corpus")]
-    reported = {(r["model"], r["corpus"]): float(r["reported_avg"])
-                for r in _read_csv(PAPER_REPORTED)}
-    rows = []
-    for r in per_task:
-        row = {"model": r["model"], "corpus": r["corpus"], **{c: float(r[c]) for c in columns}}
-        row["Avg (recomputed)"] = sum(row[c] for c in columns) / len(columns)
-        stated = reported.get((r["model"], r["corpus"]))
-        row["Avg (reported)"] = stated
-        row["flag"] = ("" if stated is None or abs(stated - row["Avg (recomputed)"]) <= TOLERANCE
-                       else f"reported {stated} != {row['Avg (recomputed)']:.2f} from the per-task "
-                            f"numbers")
-        rows.append(row)
-    return columns, rows
+def paper_table() -> pd.DataFrame:
+    """The paper's rows (model, corpus, one column per task) with `Avg (recomputed)`,
+    `Avg (reported)` where the paper states it, and `flag` where the two disagree by more than
+    rounding."""
+    table = pd.read_csv(PAPER_PER_TASK)
+    table["Avg (recomputed)"] = table.drop(columns=["model", "corpus"]).mean(axis=1)
+    reported = pd.read_csv(PAPER_REPORTED).rename(columns={"reported_avg": "Avg (reported)"})
+    table = table.merge(reported, on=["model", "corpus"], how="left", validate="one_to_one")
+    recomputed, stated = table["Avg (recomputed)"], table["Avg (reported)"]
+    disagree = (stated - recomputed).abs() > TOLERANCE  # not stated (NaN): no disagreement
+    table["flag"] = ("reported " + stated.astype(str) + " != " + recomputed.map("{:.2f}".format)
+                     + " from the per-task numbers").where(disagree, "")
+    return table
 
 
-def markdown(header: list[str], rows: list[list]) -> str:
-    def cell(v):
-        return "" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+def markdown(frame: pd.DataFrame, right: Collection[str] = ()) -> str:
+    """`frame` as a Markdown table: floats with one decimal, missing values empty, the columns
+    in `right` right-aligned. Cells are not padded: DataFrame.to_markdown (tabulate) pads every
+    column to its widest cell, so one new value would rewrite every line of a committed table."""
+    def cell(value) -> str:
+        return "" if pd.isna(value) else f"{value:.1f}" if isinstance(value, float) else str(value)
+    header = " | ".join(map(str, frame.columns))
+    rule = "|".join("---:" if c in right else "---" for c in frame.columns)
+    body = "".join(f"| {' | '.join(row)} |\n" for row in frame.map(cell).itertuples(index=False))
+    return f"| {header} |\n|{rule}|\n" + body
 
 
 def stage_summaries(record: dict) -> dict:
@@ -183,33 +180,34 @@ def stage_summaries(record: dict) -> dict:
             "select": load(Path(selection).parent) if selection else {}, "selection": selection}
 
 
-def cost_rows(records: dict) -> list[list]:
+# the cost table's columns from the stages' summary.json: column -> (stage, key)
+COSTS = {"selector s": ("select", "selector_time_s"), "select stage s": ("select", "stage_wall_s"),
+         "documents": ("tokens", "documents"), "tokens": ("tokens", "tokens"),
+         "tokens seen": ("train", "tokens_seen"), "train s": ("train", "train_wall_s"),
+         "ranks": ("train", "world_size"), "tokens/s": ("train", "tokens_per_s"),
+         "peak MiB/rank": ("train", "peak_memory_mib"), "final loss": ("train", "final_loss")}
+
+
+def cost_table(records: dict) -> pd.DataFrame:
     """Per method, medians over its seeds: selector and select-stage seconds, documents and
     tokens in the selection, tokens the model saw (the equal budget), training seconds, training
     ranks (world size), tokens per second (all ranks together), the largest rank's peak memory
-    in MiB, final training loss, evaluation seconds."""
-    def median(values):
-        known = [v for v in values if v is not None]
-        if not known:
-            return None
-        middle = float(np.median(known))
-        return int(middle) if middle.is_integer() else middle
-    rows = []
+    in MiB, final training loss, evaluation seconds; a median that is a whole number as an int."""
+    runs = []
     for method, by_seed in records.items():
-        chain = [stage_summaries(r) for r in by_seed.values()]
-        for c in chain:  # runs from before train recorded them: one rank, memory unknown
-            per_rank = c["train"].get("peak_memory_mib_per_rank")
-            c["train"]["peak_memory_mib"] = max(per_rank) if per_rank else None
-            c["train"].setdefault("world_size", 1 if c["train"] else None)
-        rows.append([method, len(by_seed)] + [
-            median([c[stage].get(key) for c in chain])
-            for stage, key in (("select", "selector_time_s"), ("select", "stage_wall_s"),
-                               ("tokens", "documents"), ("tokens", "tokens"),
-                               ("train", "tokens_seen"), ("train", "train_wall_s"),
-                               ("train", "world_size"), ("train", "tokens_per_s"),
-                               ("train", "peak_memory_mib"), ("train", "final_loss"))]
-            + [median([r.get("eval_wall_s") for r in by_seed.values()])])
-    return rows
+        for record in by_seed.values():
+            chain = stage_summaries(record)
+            train = chain["train"]  # runs from before train recorded them: one rank, memory unknown
+            per_rank = train.get("peak_memory_mib_per_rank")
+            train["peak_memory_mib"] = max(per_rank) if per_rank else None
+            train.setdefault("world_size", 1 if train else None)
+            runs.append({"method": method, "eval s": record.get("eval_wall_s")}
+                        | {column: chain[stage].get(key) for column, (stage, key) in COSTS.items()})
+    by_method = pd.DataFrame(runs).set_index("method").astype(float).groupby("method", sort=False)
+    medians = by_method.median()[[*COSTS, "eval s"]]
+    whole = medians.round() == medians  # NaN (nothing known) is not whole
+    medians = medians.astype(object).mask(whole, medians.fillna(0).astype(int).astype(object))
+    return pd.concat([by_method.size().rename("seeds"), medians], axis=1).reset_index()
 
 
 def planted_kept(records: dict, kept_of: Callable[[Path], dict]) -> dict:
@@ -249,7 +247,7 @@ def difference_cell(diff: dict, column: str, higher_is_better: bool) -> str:
     return f"{text} **{'better' if better else 'worse'}**"
 
 
-def report_markdown(table: dict, costs: list[list]) -> str:
+def report_markdown(table: dict, costs: pd.DataFrame) -> str:
     """Table 2 with CIs, the paired differences with the reference, the power, the planted rows
     kept, the costs and the verdict, as one Markdown report."""
     columns = [c["name"] for c in table["columns"]]
@@ -265,39 +263,37 @@ def report_markdown(table: dict, costs: list[list]) -> str:
             f"method; no interval with one seed).\n")
     for title, group in groups:
         if group:
-            text += f"\n{title}:\n\n" + markdown(
-                ["method", "seeds"] + group,
-                [[m, len(e["seeds"])] + [interval_cell(e["cells"][c], c) for c in group]
-                 for m, e in methods.items()])
+            text += f"\n{title}:\n\n" + markdown(pd.DataFrame(
+                [{"method": m, "seeds": len(e["seeds"])}
+                 | {c: interval_cell(e["cells"][c], c) for c in group}
+                 for m, e in methods.items()]))
     if table["vs_reference"]:
         text += (f"\nPaired difference with {reference} (method - {reference} on the seeds both "
                  f"trained with, mean ± 95% CI half-width); **better**/**worse**: resolved (the "
                  f"interval excludes 0):\n\n")
-        text += markdown(["method", "seeds"] + columns,
-                         [[m, d[columns[0]]["n"]] + [difference_cell(d[c], c, higher[c])
-                                                     for c in columns]
-                          for m, d in table["vs_reference"].items()])
+        text += markdown(pd.DataFrame(
+            [{"method": m, "seeds": d[columns[0]]["n"]}
+             | {c: difference_cell(d[c], c, higher[c]) for c in columns}
+             for m, d in table["vs_reference"].items()]))
         text += ("\nSeed-to-seed spread and the smallest difference this run resolves: seed sd "
                  "is the pooled (root mean square) standard deviation over seeds within a method; "
                  f"paired sd the pooled standard deviation of the paired differences with "
                  f"{reference}; smallest resolvable = t(0.975, n - 1) × paired sd / √n, the CI "
                  f"half-width of a paired difference with that spread (a true difference smaller "
                  f"than it is not resolved):\n\n")
-        text += markdown(["metric", "seed sd", "paired sd", "seeds", "smallest resolvable"],
-                         [[c, shown(p["seed_sd"], c), shown(p["paired_sd"], c), p["n_seeds"],
-                           shown(p["smallest_resolvable"], c)]
-                          for c, p in table["power"].items()])
+        text += markdown(pd.DataFrame(
+            [{"metric": c, "seed sd": shown(p["seed_sd"], c),
+              "paired sd": shown(p["paired_sd"], c), "seeds": p["n_seeds"],
+              "smallest resolvable": shown(p["smallest_resolvable"], c)}
+             for c, p in table["power"].items()]))
     if table.get("planted_kept"):
-        kinds = sorted({k for kept in table["planted_kept"].values() for k in kept})
+        kept = pd.DataFrame.from_dict(table["planted_kept"], orient="index")
         text += "\nFraction of each planted kind of pool row the selection kept:\n\n" + markdown(
-            ["method"] + kinds, [[m] + [f"{kept[k]:.3f}" if k in kept else "" for k in kinds]
-                                 for m, kept in table["planted_kept"].items()])
-    if any(any(v is not None for v in row[2:]) for row in costs):
+            kept[sorted(kept.columns)].map("{:.3f}".format, na_action="ignore")
+            .rename_axis("method").reset_index())
+    if costs.drop(columns=["method", "seeds"]).notna().to_numpy().any():
         text += ("\nCost per method, medians over its seeds (seconds unless stated; tokens seen: "
-                 "the training budget):\n\n") + markdown(
-            ["method", "seeds", "selector s", "select stage s", "documents", "tokens",
-             "tokens seen", "train s", "ranks", "tokens/s", "peak MiB/rank", "final loss",
-             "eval s"], costs)
+                 "the training budget):\n\n") + markdown(costs)
     return text + "\n" + verdict_markdown(table["verdict"])
 
 
@@ -311,32 +307,27 @@ def write_tables(result_files: list[Path], output: Path,
     if kept_of is not None:
         table["planted_kept"] = planted_kept(records, kept_of)
     table["verdict"] = verdict(table, reference, control)
-    costs = cost_rows(records)
-    ours = report_markdown(table, costs)
-    paper_columns, paper_rows = paper_table()
-    paper = markdown(["model", "corpus"] + paper_columns + ["Avg (recomputed)", "Avg (reported)",
-                                                           "flag"],
-                     [[r["model"], r["corpus"]] + [r[c] for c in paper_columns]
-                      + [f"{r['Avg (recomputed)']:.2f}", r["Avg (reported)"], r["flag"]]
-                      for r in paper_rows])
-    paper = ("Paper Table 2 (Fan et al., ICLR 2026, arXiv 2512.24265), per-task numbers as "
-             "published; averages recomputed here.\n\n" + paper)
+    ours = report_markdown(table, cost_table(records))
+    paper = paper_table()
+    paper_md = markdown(paper.assign(**{"Avg (recomputed)": paper["Avg (recomputed)"].map(
+        "{:.2f}".format)}))
+    paper_md = ("Paper Table 2 (Fan et al., ICLR 2026, arXiv 2512.24265), per-task numbers as "
+                "published; averages recomputed here.\n\n" + paper_md)
     output.mkdir(parents=True, exist_ok=True)
-    for name, text in (("table2.md", ours), ("paper_table2.md", paper)):
+    for name, text in (("table2.md", ours), ("paper_table2.md", paper_md)):
         with atomic_output(output / name) as tmp:
             Path(tmp).write_text(text)
     write_json_atomic(table, output / "table2.json")
-    names = list(columns)
-    for name, header, body in (
-            ("table2.csv", ["method"] + names + [f"{c} ci95" for c in names] + ["seeds"],
-             [[m] + [e["cells"][c]["mean"] for c in names]
-              + [e["cells"][c]["half_width"] for c in names] + [len(e["seeds"])]
-              for m, e in table["methods"].items()]),
-            ("paper_table2.csv", ["model", "corpus"] + paper_columns
-             + ["avg_recomputed", "avg_reported", "flag"],
-             [[r["model"], r["corpus"]] + [r[c] for c in paper_columns]
-              + [round(r["Avg (recomputed)"], 4), r["Avg (reported)"], r["flag"]]
-              for r in paper_rows])):
-        with atomic_output(output / name) as tmp, open(tmp, "w", newline="") as f:
-            csv.writer(f).writerows([header] + body)
-    return ours + "\n" + paper
+    cells = pd.DataFrame.from_dict({m: e["cells"] for m, e in table["methods"].items()},
+                                   orient="index")[list(columns)]
+    ours_csv = pd.concat([cells.map(lambda cell: cell["mean"]),
+                          cells.map(lambda cell: cell["half_width"]).add_suffix(" ci95")], axis=1)
+    ours_csv["seeds"] = [len(e["seeds"]) for e in table["methods"].values()]
+    paper_csv = paper.rename(columns={"Avg (recomputed)": "avg_recomputed",
+                                      "Avg (reported)": "avg_reported"})
+    paper_csv["avg_recomputed"] = paper_csv["avg_recomputed"].round(4)
+    for name, frame in (("table2.csv", ours_csv.rename_axis("method").reset_index()),
+                        ("paper_table2.csv", paper_csv)):
+        with atomic_output(output / name) as tmp:
+            frame.to_csv(tmp, index=False, lineterminator="\r\n")  # csv.writer's line ends
+    return ours + "\n" + paper_md

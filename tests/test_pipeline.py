@@ -256,8 +256,9 @@ def test_tables_have_one_row_per_method_and_flag_the_paper(work, results):
     for row in rows[1:]:  # Avg: the accuracies' mean, bits/byte left out
         cloze, headline, _, avg = map(float, row.split(",")[1:5])
         assert avg == pytest.approx((cloze + headline) / 2)
-    flagged = [(r["model"], r["corpus"]) for r in paper_table()[1] if r["flag"]]
-    assert flagged == [("7B-MoE", "FineWeb")]
+    paper = paper_table()
+    flagged = paper.loc[paper["flag"] != "", ["model", "corpus"]].to_numpy().tolist()
+    assert flagged == [["7B-MoE", "FineWeb"]]
 
 
 def test_cli_errors_name_the_flag(tmp_path, capsys, prepared):
