@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from datamask.data import Dataset
 from datamask.greedy import greedy
 from datamask.learner import LearnerConfig
-from datamask.objectives import (CollapseGains, CoverageGains, GroundSet, JointGains,
-                                 PairGains, similarity_rows)
+from datamask.objectives import CoverageGains, JointGains, diversity_gains
 from datamask.report import Report
 from datamask.options import option
 from datamask.selectors import Selector
@@ -36,16 +35,6 @@ from datamask.shared import resolve_device
 
 from .common import check, device_option, epsilon_option, picks_output, stochastic_arguments
 from .facility_greedy import memory_option, optimizer_option
-
-
-def diversity_gains(algorithm: str, ground: GroundSet, memory_bytes: float):
-    """The incremental form of the --algorithm diversity term on the ground set."""
-    if algorithm == "Pair_simi":
-        return PairGains(ground)
-    if algorithm == "DiSF":
-        return CollapseGains(ground.features)
-    rows = similarity_rows(ground.unit, ground.unit, memory_bytes)
-    return CoverageGains(rows, len(ground), len(ground), ground.device)
 
 
 _LEARNER = {f.name: f for f in dataclasses.fields(LearnerConfig)}

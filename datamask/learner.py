@@ -25,8 +25,9 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
-from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality, SetFunction,
-                         TermScale, diversity, probing_saves_work, random_probes)
+from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, JointGains, Quality,
+                         SetFunction, TermScale, diversity, diversity_gains, probing_saves_work,
+                         random_probes)
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -64,9 +65,11 @@ class LearnerConfig:
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)
-    init: str = option("same", "initial logits: all equal, or log quality so that selection "
-                               "probability is proportional to quality",
-                       choices=("same", "quality"), original=True)
+    init: str = option("same", "initial logits: all equal; log quality so that selection "
+                               "probability is proportional to quality; or greedy: the "
+                               "stochastic greedy's picks on the run's joint objective start "
+                               "at ln(N/k), the rest at 0 (its time counted in the run's)",
+                       choices=("same", "quality", "greedy"), original=True)
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -201,6 +204,25 @@ def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
         spread = float(q.max() - q.min()) or 1.0
         q = q - q.min() + 0.01 * spread
     return q.log().to(quality.dtype)
+
+
+GREEDY_KERNEL_BYTES = 2**30  # --init greedy holds Facility's kernel up to this, else rows on demand
+
+
+def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
+                  gen: torch.Generator) -> torch.Tensor:
+    """--init greedy: the stochastic greedy's k picks on the run's own joint objective get logit
+    ln(N/k), every other row 0. The picks then hold about half the policy's mass (k e^c = N), so
+    the first steps still sample outside them, and a top-k read-off gives the greedy's set."""
+    from .greedy import greedy
+
+    gains = diversity_gains(algorithm, ground, GREEDY_KERNEL_BYTES) if objective.lamb < 1 else None
+    term = JointGains(objective, ground, gains)
+    picks, _ = greedy(term, k, optimizer="stochastic", score=term.value_with, generator=gen,
+                      single_thread=algorithm == "Facility")
+    logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
+    logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
+    return logits
 
 
 def fingerprint(data: Dataset) -> dict:
@@ -616,4 +638,9 @@ class MaskLearner:
         else:
             scale = TermScale.fit(ground, shape.k_step, metric, gen,
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
-        return Progress(initial_logits(ground.quality, cfg.init), scale)
+        if cfg.init != "greedy":
+            return Progress(initial_logits(ground.quality, cfg.init), scale)
+        start = time.perf_counter()
+        logits = greedy_logits(ground, Joint(metric, cfg.lamb, scale), cfg.algorithm,
+                               shape.k_total, gen)
+        return Progress(logits, scale, elapsed_s=time.perf_counter() - start)

@@ -445,3 +445,58 @@ def test_cheapest_keeping_takes_the_fewest_seconds_among_the_values_that_keep_99
     result = probe_sweep([(0, 10.0, 5.0), (4, 9.8, 1.0), (8, 9.95, 2.0), (16, 9.99, 3.0)])
     assert findings.cheapest_keeping(result, "wall_s") == 8
     assert findings.cheapest_keeping(probe_sweep([(0, 10.0, 5.0), (4, 9.8, 1.0)]), "wall_s") == 0
+
+
+@pytest.mark.parametrize("algorithm", ["Facility", "Pair_simi"])
+def test_greedy_init_starts_from_the_stochastic_greedys_picks_on_the_runs_objective(algorithm):
+    """--init greedy: the picks of the core's stochastic greedy on the learner's own joint
+    objective (scaled as the run scales it) hold logit ln(N/k), the rest 0; at lamb 0 they are
+    the picks of joint-greedy's stochastic optimiser with the same seed."""
+    from baselines.joint_greedy import JointGreedy
+
+    metric = {"Facility": FacilityLocation, "Pair_simi": PairSimilarity}[algorithm]
+    data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
+    ground = GroundSet.from_arrays(data.features, data.quality)
+    k = 40
+    gen = torch.Generator().manual_seed(5)
+    scale = TermScale.fit(ground, k, metric(), torch.Generator().manual_seed(0))
+    logits = learner.greedy_logits(ground, Joint(metric(), 0.0, scale),
+                                   algorithm, k, gen)
+    picked = logits > 0
+    assert int(picked.sum()) == k and torch.all(logits[~picked] == 0)
+    assert torch.allclose(logits[picked], torch.tensor(np.log(400 / k), dtype=logits.dtype))
+    baseline = JointGreedy(algorithm=algorithm, lamb=0.0, optimizer="stochastic", seed=5)
+    selected, _, _ = baseline._select(data, k)
+    assert np.array_equal(picked.numpy(), selected)
+
+
+def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(tmp_path,
+                                                                              monkeypatch):
+    """The greedy runs once, at the start: a resumed run takes the checkpoint's logits and
+    does not run it again, and ends exactly as an uninterrupted one."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=40, stop_every=10,
+                  n_rollout=8, seed=2, device="cpu")
+    whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    assert whole.selected.sum() == 30
+    path = str(tmp_path / "state.pt")
+    save = learner.save_checkpoint
+
+    class Crash(Exception):
+        pass
+
+    def save_then_crash(target, state):
+        save(target, state)
+        if state["step"] == 20:
+            raise Crash
+
+    monkeypatch.setattr(learner, "save_checkpoint", save_then_crash)
+    with pytest.raises(Crash):
+        MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
+                                                 checkpoint_every=10)
+    monkeypatch.setattr(learner, "save_checkpoint", save)
+    monkeypatch.setattr(learner, "greedy_logits", None)  # calling it again would fail
+    resumed = MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
+                                                       checkpoint_every=10, resume=True)
+    np.testing.assert_array_equal(resumed.selected, whole.selected)
+    np.testing.assert_array_equal(resumed.logits, whole.logits)

@@ -24,10 +24,23 @@ def diversity(name: str) -> SetFunction:
         ) from None
 
 
+def diversity_gains(name: str, ground: GroundSet, memory_bytes: float):
+    """The incremental form (`datamask.greedy`'s term) of the --algorithm diversity metric on the
+    ground set; Facility's kernel is held when its float32 fits `memory_bytes`, else its rows are
+    computed on demand."""
+    if name == "Pair_simi":
+        return PairGains(ground)
+    if name == "DiSF":
+        return CollapseGains(ground.features)
+    rows = similarity_rows(ground.unit, ground.unit, memory_bytes)
+    return CoverageGains(rows, len(ground), len(ground), ground.device)
+
+
 __all__ = [
     "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet",
     "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality", "QualityGains",
     "ScatterState", "SetFunction", "SparseCoverageGains", "SparseFacilityLocation", "TermScale",
-    "as_batch", "clipped_cosine", "collapse_score", "diversity", "kernel_rows", "knn_kernel",
-    "pair_cosine_sum", "probing_saves_work", "random_masks", "random_probes", "similarity_rows",
+    "as_batch", "clipped_cosine", "collapse_score", "diversity", "diversity_gains", "kernel_rows",
+    "knn_kernel", "pair_cosine_sum", "probing_saves_work", "random_masks", "random_probes",
+    "similarity_rows",
 ]
