@@ -13,12 +13,18 @@ after the text is not scored (it encodes no byte). Documents longer than the mod
 cut into non-overlapping windows of seq_len tokens (the training window): window k predicts
 targets k*seq_len+1 .. (k+1)*seq_len from the seq_len tokens before them within the window, so a
 later window starts without the earlier windows' context, as a training window does.
+
+Noise reduction (docs/downstream.md): a checkpoint trained with `average_last` or `ema_decay`
+holds `last/step<N>/`, `averaged/` and `ema/`; `averaging_bits_per_byte` scores each with the same
+`bits_per_byte` and summarises them: the mean over the last checkpoints and their spread (the
+within-run noise), the weight average's and the EMA's.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +159,52 @@ def bits_per_byte(checkpoint: Path, heldout: Path, batch_size: int = 16, device:
             "windowing": f"each document alone as [{tokenizer.convert_ids_to_tokens(start)}] + "
                          f"tokens, non-overlapping windows of {seq_len} tokens, every text "
                          f"token scored once"}
+
+
+LAST_STEP = re.compile(r"step(\d+)")
+
+
+def averaging_checkpoints(checkpoint: Path) -> dict:
+    """The weight-averaging checkpoints the train stage kept inside `checkpoint`, where present:
+    {"last": [(step, folder), ...] by step, "averaged": folder, "ema": folder}."""
+    checkpoint = Path(checkpoint)
+    found = {}
+    last = sorted((int(m.group(1)), d) for d in (checkpoint / "last").glob("step*")
+                  if (m := LAST_STEP.fullmatch(d.name)) and d.is_dir())
+    if last:
+        found["last"] = last
+    for kind in ("averaged", "ema"):
+        if (checkpoint / kind).is_dir():
+            found[kind] = checkpoint / kind
+    for folder in [d for _, d in last] + [found[k] for k in ("averaged", "ema") if k in found]:
+        if not (folder / "config.json").is_file():
+            raise UserError(f"{folder}: not a save_pretrained folder (no config.json); "
+                            f"retrain {checkpoint} or remove the folder")
+    return found
+
+
+def averaging_bits_per_byte(checkpoint: Path, heldout: Path, batch_size: int = 16,
+                            device: str = "auto", max_docs: int | None = None) -> dict:
+    """Bits per byte of the averaging checkpoints inside `checkpoint` (none: {}), each in
+    bits_per_byte's shape: "bpb_last" [one per kept checkpoint, with its "step"],
+    "bpb_last_mean" (macro and each domain's bits_per_byte averaged over them, "n"),
+    "bpb_last_sd" (sample sd of their macro; None for one), "bpb_averaged", "bpb_ema"."""
+    found = averaging_checkpoints(checkpoint)
+
+    def score(folder: Path) -> dict:
+        return bits_per_byte(folder, heldout, batch_size, device, max_docs=max_docs)
+
+    out = {}
+    if "last" in found:
+        out["bpb_last"] = [{"step": step, **score(folder)} for step, folder in found["last"]]
+        macro = np.array([s["macro"] for s in out["bpb_last"]])
+        domains = out["bpb_last"][0]["domains"]
+        out["bpb_last_mean"] = {
+            "macro": float(macro.mean()), "n": len(macro),
+            "domains": {d: {"bits_per_byte": float(np.mean(
+                [s["domains"][d]["bits_per_byte"] for s in out["bpb_last"]]))} for d in domains}}
+        out["bpb_last_sd"] = float(macro.std(ddof=1)) if len(macro) > 1 else None
+    for kind in ("averaged", "ema"):
+        if kind in found:
+            out[f"bpb_{kind}"] = score(found[kind])
+    return out

@@ -14,6 +14,11 @@ choices): the softmax over the choices of each choice's log-likelihood divided b
 characters, read at the correct choice. The per-character log-likelihood is the score whose argmax
 is lm-eval's acc_norm, so the metric is the probability mass acc_norm's own score puts on the right
 answer: 1/k for a model that cannot tell k choices apart, 1 for a certain and correct one.
+
+A checkpoint trained with weight averaging (train's `average_last`, `ema_decay`) also gets held-out
+bits per byte on each of its `last/step<N>/`, `averaged/` and `ema/` checkpoints (the result keys
+bpb_last, bpb_last_mean, bpb_last_sd, bpb_averaged, bpb_ema; eval/bpb.py); `bpb` and the
+multiple-choice tasks stay the final checkpoint's.
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
     """Write output/<method>.seed<S>.json per checkpoint: method, seed, lm-eval's results,
     versions and n-samples, the continuous metric per multiple-choice task, bits per byte per
     held-out domain and their macro average, and the evaluation's wall time."""
-    from .bpb import bits_per_byte, read_heldout
+    from .bpb import averaging_bits_per_byte, averaging_checkpoints, bits_per_byte, read_heldout
 
     if not tasks and heldout is None:
         raise UserError("evaluate: give --tasks, --heldout or both")
@@ -121,6 +126,7 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
     for ckpt in checkpoints:
         if not (ckpt / "config.json").is_file():
             raise UserError(f"--checkpoints {ckpt}: not a save_pretrained folder (no config.json)")
+        averaging_checkpoints(ckpt)  # its averaging checkpoints are whole, before any model runs
         key = method_and_seed(ckpt)
         if key in names:
             raise UserError(f"--checkpoints {names[key]} and {ckpt} are both method {key[0]}, "
@@ -156,6 +162,8 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
             record["heldout"] = str(heldout)
             record["bpb"] = bits_per_byte(ckpt, heldout, batch_size, device,
                                           max_docs=heldout_docs)
+            record.update(averaging_bits_per_byte(ckpt, heldout, batch_size, device,
+                                                  max_docs=heldout_docs))
         record["eval_wall_s"] = round(time.time() - started, 3)
         record = json.loads(json.dumps(record, default=str))  # numpy scalars -> JSON
         write_json_atomic(record, output / f"{method}.seed{seed}.json")

@@ -21,6 +21,16 @@ step is exactly what one process with batch_size x N reads in it. `parallel: ddp
 model (DistributedDataParallel, gradients averaged); `parallel: fsdp` shards parameters, gradients
 and optimizer state across ranks (FSDP2 `fully_shard` per decoder layer and on the root), for the
 models that do not fit one device. One process (no torchrun) is the plain loop, unchanged.
+
+Noise reduction (off by default, docs/downstream.md): `average_last` n > 0 keeps the weights
+after steps max_steps-1, max_steps-1-average_every, ... (n of them) as `last/step<N>/` and their
+uniform mean as `averaged/`; `ema_decay` d > 0 keeps an exponential moving average of the weights
+(started at the weights after the first step, so the random initialisation never enters it; then
+ema = d x ema + (1 - d) x weights after every optimizer step) as `ema/`. Each is a save_pretrained
+folder with the tokenizer and a small summary.json, inside the one atomic checkpoint folder. The
+kept weights wait in host memory (n copies of the model) until the end; the EMA is one float32
+copy on the training device, kept per shard under FSDP. Under torchrun every rank gathers a
+sharded (FSDP) tensor with the others; rank 0 averages and saves.
 """
 
 from __future__ import annotations
@@ -80,6 +90,11 @@ class TrainConfig:
     log_every: int = 10
     # Under torchrun (world size > 1): "ddp" replicates the model, "fsdp" shards it (FSDP2).
     parallel: str = "ddp"
+    # Noise reduction: keep the weights of the last `average_last` steps spaced `average_every`
+    # apart (last/step<N>/) and their mean (averaged/); an EMA of the weights (ema/). 0: off.
+    average_last: int = 0
+    average_every: int = 10
+    ema_decay: float = 0.0
 
 
 PARALLEL = ("ddp", "fsdp")
@@ -123,6 +138,21 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - 1 - cfg.warmup_steps)
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def kept_steps(cfg: TrainConfig) -> list[int]:
+    """The steps after which `average_last` keeps the weights, ascending, the last step last."""
+    if cfg.average_last < 0 or cfg.average_every < 1:
+        raise UserError(f"train.average_last must be >= 0 and train.average_every >= 1, got "
+                        f"{cfg.average_last} and {cfg.average_every}")
+    if not 0.0 <= cfg.ema_decay < 1.0:
+        raise UserError(f"train.ema_decay must be in [0, 1), got {cfg.ema_decay}")
+    steps = [cfg.max_steps - 1 - k * cfg.average_every for k in range(cfg.average_last)][::-1]
+    if steps and steps[0] < 0:
+        raise UserError(f"train.average_last={cfg.average_last} checkpoints "
+                        f"train.average_every={cfg.average_every} steps apart need "
+                        f"{cfg.max_steps - steps[0]} steps, max_steps is {cfg.max_steps}")
+    return steps
 
 
 def token_budget(model_cfg: ModelConfig, cfg: TrainConfig, world_size: int = 1) -> int:
@@ -258,6 +288,37 @@ def full_state_dict(module: torch.nn.Module, ranks: Ranks) -> dict | None:
     return weights
 
 
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of the whole tensor: a sharded (FSDP2 DTensor) one is all-gathered first, a
+    collective every rank joins."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(tensor, DTensor):
+        tensor = tensor.full_tensor()
+    return tensor.detach().to("cpu", copy=True)
+
+
+def parameter_copies(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{name: host copy} of every (untied) parameter, gathered from the shards under FSDP."""
+    return {name: host_copy(param) for name, param in model.named_parameters()}
+
+
+def checkpoint_weights(model: torch.nn.Module, params: dict[str, torch.Tensor]) -> dict:
+    """The state dict save_pretrained writes for `params` ({name: tensor} per untied parameter),
+    in the model's dtype: every tied name shares its first name's tensor, so the tied embedding
+    and head are written once, as for the model itself."""
+    dtype = next(model.parameters()).dtype
+    cast = {name: tensor.to(dtype) for name, tensor in params.items()}
+    first_name = {}
+    return {name: cast[first_name.setdefault(id(param), name)]
+            for name, param in model.named_parameters(remove_duplicate=False)}
+
+
+def mean_weights(kept: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The uniform mean of several weight sets, summed in float64."""
+    return {name: torch.stack([k[name].double() for k in kept]).mean(0) for name in kept[0]}
+
+
 def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
           cfg: TrainConfig, progress: bool = True) -> dict:
     """Train from scratch on the .ds files under `tokens`; save to `output` atomically."""
@@ -266,6 +327,7 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
     tk = require("tokenizers", "train")
     from tqdm.auto import tqdm
 
+    to_keep = set(kept_steps(cfg))  # refuses a bad averaging setting before any work
     if not tokenizer.is_file():
         raise UserError(f"--tokenizer {tokenizer}: no such file")
     if not any(tokens.rglob("*.ds")):
@@ -299,6 +361,7 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
                                   weight_decay=cfg.weight_decay)
     budget = token_budget(model_cfg, cfg, ranks.world_size)
     order = window_order(len(data), budget // (model_cfg.seq_len + 1), cfg.seed)
+    kept, ema = {}, None
 
     log, started = [], time.time()
     module.train()
@@ -319,6 +382,17 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
         torch.nn.utils.clip_grad_norm_(module.parameters(), cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if cfg.ema_decay:
+            with torch.no_grad():
+                if ema is None:  # the weights after the first step, not the initialisation
+                    ema = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+                else:
+                    for name, param in model.named_parameters():
+                        ema[name].lerp_(param.detach().float(), 1.0 - cfg.ema_decay)
+        if step in to_keep:
+            copies = parameter_copies(model)  # every rank joins the gathering under FSDP
+            if ranks.rank == 0:
+                kept[step] = copies
         if step % cfg.log_every == 0 or step == cfg.max_steps - 1:
             if ranks.distributed:  # the global batch's loss: the mean of equal-sized rank means
                 total = float(np.mean(all_ranks(total, ranks)))
@@ -344,13 +418,32 @@ def train(tokens: Path, tokenizer: Path, output: Path, model_cfg: ModelConfig,
                "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
                "device": str(device), "tokens": str(Path(tokens).absolute()),
                "model": asdict(model_cfg), "train": asdict(cfg), "output": str(output)}
+    steps = sorted(to_keep)
+    summary["extra_checkpoints"] = {f"last/step{s}": {"kind": "last", "step": s} for s in steps}
+    if steps:
+        summary["extra_checkpoints"]["averaged"] = {"kind": "averaged", "steps": steps}
+    if cfg.ema_decay:
+        summary["extra_checkpoints"]["ema"] = {"kind": "ema", "decay": cfg.ema_decay}
+    extra_weights = {f"last/step{s}": kept[s] for s in steps if s in kept}  # rank 0's
+    if extra_weights:
+        extra_weights["averaged"] = mean_weights(list(extra_weights.values()))
+    if ema is not None:
+        extra_weights["ema"] = {name: host_copy(tensor) for name, tensor in ema.items()}
     weights = full_state_dict(module, ranks)
     if ranks.rank == 0:
+        saved_tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_file=str(tokenizer), eos_token=EOS, pad_token=EOS)
         with atomic_folder(output) as tmp:
             model.save_pretrained(tmp, state_dict=weights)
-            transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token=EOS,
-                                                 pad_token=EOS).save_pretrained(tmp)
+            saved_tokenizer.save_pretrained(tmp)
             (tmp / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+            for folder, about in summary["extra_checkpoints"].items():
+                model.save_pretrained(tmp / folder,
+                                      state_dict=checkpoint_weights(model, extra_weights[folder]))
+                saved_tokenizer.save_pretrained(tmp / folder)
+                # what evaluate reads from a checkpoint: the training context and seed
+                write_json_atomic({**about, "model": asdict(model_cfg), "train": asdict(cfg)},
+                                  tmp / folder / "summary.json")
             write_json_atomic(summary, tmp / "summary.json")
     if ranks.distributed:
         torch.distributed.barrier()  # the checkpoint is complete before any rank returns
