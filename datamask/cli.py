@@ -46,6 +46,10 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
     io.add_argument("--select_ratio", type=float, default=DEFAULTS.select_ratio,
                     help="fraction of all input rows to select; the count is round-half-up of "
                          "ratio * N (default: %(default)s)")
+    io.add_argument("--stratify", metavar="COLUMN",
+                    help="split the budget over this input column's values (integers or text) "
+                         "in proportion to the input, to the row, and select each part within its "
+                         "stratum (docs/select.md, Stratified selection)")
     io.add_argument("--report", action="store_true",
                     help="after selecting, print mean quality, every diversity metric and the "
                          "joint objective of the selection on the whole input as JSON (costs "
@@ -124,16 +128,26 @@ def _report(data, args, lamb: float, seed: int):
     return Report(data, args.select_ratio, lamb, seed=seed)
 
 
-def _run_and_write(selector, data, args, lamb: float, seed: int) -> dict:
-    """Select, score (under --report), then write: a failure leaves no output behind. Returns a
-    JSON-able summary, with the metrics under --report."""
-    selection = selector.select(data, args.select_ratio)
+def _run_and_write(selector, data, args, lamb: float, seed: int, strata=None,
+                   per_stratum=None) -> dict:
+    """Select (within each stratum of `strata` under --stratify), score (under --report), then
+    write: a failure leaves no output behind. Returns a JSON-able summary, with the metrics under
+    --report."""
+    if args.stratify:
+        from .stratify import select_stratified
+
+        selection = select_stratified(selector, data, strata, args.select_ratio, args.stratify,
+                                      per_stratum=per_stratum)
+    else:
+        selection = selector.select(data, args.select_ratio)
     if args.report:
         selection.metrics = _report(data, args, lamb, seed)(selection.selected)
     selection.write(args.output, args.id_column)
     summary = {"method": selection.method, "rows": len(data),
                "selected": int(selection.selected.sum()), "output": str(args.output),
                "wall_time_s": round(selection.wall_time_s, 3)}
+    if args.stratify:
+        summary["strata"] = selection.params["strata"]
     if args.report:
         summary["metrics"] = selection.metrics
     return summary
@@ -153,34 +167,62 @@ def cmd_select(args: argparse.Namespace) -> None:
         raise UserError(f"--eval_every must be 0 or more, got {args.eval_every}")
     if args.eval_every and not args.log_jsonl:
         raise UserError("--eval_every needs --log_jsonl (the values go to that log)")
+    if args.eval_every and args.stratify:
+        raise UserError("--eval_every scores the whole input, and --stratify runs the learner "
+                        "per stratum: use one of them")
     checkpoint = args.checkpoint or f"{args.output}.ckpt"
     check_paths({"--input": args.input}, files={"--output": args.output,
                                                "--log_jsonl": args.log_jsonl,
                                                "--checkpoint": checkpoint})
+    strata, checkpoints, logs = None, [checkpoint], [args.log_jsonl]
+    if args.stratify:  # one checkpoint and log per stratum: PATH.stratumI, I in value order
+        from .stratify import strata_of
+
+        strata = contract.read_column(args.input, args.stratify)
+        count = len(strata_of(strata)[0])
+        checkpoints = [f"{checkpoint}.stratum{i}" for i in range(count)]
+        logs = [args.log_jsonl and f"{args.log_jsonl}.stratum{i}" for i in range(count)]
+        files = {f"--checkpoint (stratum {i})": path for i, path in enumerate(checkpoints)}
+        files |= {f"--log_jsonl (stratum {i})": path for i, path in enumerate(logs)}
+        check_paths({"--input": args.input}, files=files)
     if args.resume:  # what a run killed while writing its output left beside it
         remove_temporaries(args.output)
     args.on_interrupt = lambda: (
-        f"the checkpoint {checkpoint} is kept: rerun the same command with --resume to continue"
-        if os.path.exists(checkpoint) else "no checkpoint was saved yet")
-    with leave_as_found([args.output, args.log_jsonl, checkpoint],
-                        keep_on_interrupt=[checkpoint, args.log_jsonl]):
+        f"the checkpoint {' '.join(checkpoints)} is kept: rerun the same command with --resume "
+        f"to continue" if any(map(os.path.exists, checkpoints)) else "no checkpoint was saved yet")
+    with leave_as_found([args.output, *logs, *checkpoints],
+                        keep_on_interrupt=[*checkpoints, *logs]):
         data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-        if "partial" not in params:  # the default fits large inputs; fit this one
-            partial = fitting_partial(config, data.quality)
-            if partial != config.partial:
-                print(f"datamask: --partial {partial:.3g}, not the default {config.partial:g}: "
-                      f"at {len(data)} rows a step's masks would hold 1 row (give --partial to "
-                      f"choose)", file=sys.stderr)
-                params["partial"] = partial
         run = {"log_path": args.log_jsonl, "progress": not args.no_progress,
                "resume": args.resume, "checkpoint_path": checkpoint,
                "checkpoint_every": args.checkpoint_every}
         if args.eval_every:
             run.update(eval_every=args.eval_every,
                        evaluate=_report(data, args, config.lamb, config.seed))
-        selector = DataMask(**params, **run)
-        summary = _run_and_write(selector, data, args, config.lamb, config.seed)
+
+        def learner_of_stratum(index: int, rows, ratio: float):
+            fitted = _fit_partial(params, dataclasses.replace(config, select_ratio=ratio), rows)
+            return DataMask(**fitted, **{**run, "checkpoint_path": checkpoints[index],
+                                         "log_path": logs[index]})
+
+        fitted = params if args.stratify else _fit_partial(params, config, data)
+        summary = _run_and_write(DataMask(**fitted, **run), data, args, config.lamb, config.seed,
+                                 strata, learner_of_stratum)
     print(json.dumps(summary, indent=2))
+
+
+def _fit_partial(params: dict, config: LearnerConfig, data) -> dict:
+    """The learner's params with --partial, when not given, fitted to `data` (the default fits
+    large inputs; where a step's masks would hold 1 row it is raised, and said)."""
+    if "partial" in params:
+        return params
+    partial = fitting_partial(config, data.quality)
+    if partial == config.partial:
+        return params
+    print(f"datamask: --partial {partial:.3g}, not the default {config.partial:g}: at "
+          f"{len(data)} rows a step's masks would hold 1 row (give --partial to choose)",
+          file=sys.stderr)
+    return {**params, "partial": partial}
 
 
 def _baseline_options(cls: type, args: argparse.Namespace) -> dict:
@@ -222,8 +264,9 @@ def cmd_baseline(args: argparse.Namespace) -> None:
     check_field(LearnerConfig, "select_ratio", args.select_ratio)
     check_paths({"--input": args.input}, files={"--output": args.output})
     with leave_as_found([args.output]):
+        strata = args.stratify and contract.read_column(args.input, args.stratify)
         data = read_dataset(args.input, args.id_column, args.quality_column, args.feature_column)
-        summary = _run_and_write(selector, data, args, lamb, args.seed)
+        summary = _run_and_write(selector, data, args, lamb, args.seed, strata)
     print(json.dumps(summary, indent=2))
 
 

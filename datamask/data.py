@@ -277,6 +277,54 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
     return Dataset(ids=ids, quality=quality, features=features)
 
 
+def _groupable(column: pa.ChunkedArray | pa.Array, path: str, name: str,
+               first_row: int) -> np.ndarray:
+    """One chunk of a column whose values group rows: integers (int64) or text (str), no
+    nulls; a dictionary-encoded column is read as its values."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)):
+        raise UserError(f"{path}: column '{name}' must hold integers or text to group rows by, "
+                        f"found {kind}")
+    if column.null_count:
+        row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise UserError(f"{path}: column '{name}' is null at row {row}")
+    values = column.to_numpy(zero_copy_only=False)
+    return values.astype(np.int64) if pa.types.is_integer(kind) else values.astype(str)
+
+
+def read_column(paths: Sequence[str | os.PathLike], column: str,
+                flag: str = "--stratify") -> np.ndarray:
+    """One more column of the files `read_dataset` reads, aligned with its rows (same files, same
+    order): integers or text, as `flag` (which named it) needs values to group rows by. A file
+    without the column, a null, or integers in one file and text in another is a UserError
+    naming the file and column."""
+    if not paths:
+        raise UserError("no input file given (--input)")
+    parts = []
+    for path in map(str, paths):
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file")
+        try:
+            names = pq.read_schema(path).names
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
+        if column not in names:
+            raise UserError(f"{path}: missing column '{column}' ({flag} {column}); the file has "
+                            f"{names}")
+        row = 0
+        for batch in _batches(path, [column]):
+            parts.append(_groupable(batch.column(column), path, column, row))
+            row += batch.num_rows
+    kinds = {part.dtype.kind for part in parts}
+    if len(kinds) > 1:
+        raise UserError(f"column '{column}' holds integers in some of {list(map(str, paths))} "
+                        f"and text in others; one kind of value is needed to group rows")
+    return np.concatenate(parts)
+
+
 def check_unique_ids(ids: np.ndarray, sizes: Sequence[int], paths: Sequence[str],
                      id_column: str) -> None:
     """Refuse a repeated id, naming the files of its first two copies (`ids` holds the files'

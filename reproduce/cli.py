@@ -49,7 +49,8 @@ def cmd_select(args) -> None:
                "gpus_per_task": args.gpus_per_task, "venv_path": args.venv_path,
                "ray_address": args.ray_address}
     _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
-                      args.block_size, args.seed, args.executor, args.workers, cluster))
+                      args.block_size, args.seed, args.executor, args.workers, cluster,
+                      args.stratify, args.strata_from))
 
 
 def cmd_methods(args) -> None:
@@ -166,6 +167,12 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--block_size", type=int, default=0,
                    help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the row-to-block assignment")
+    p.add_argument("--stratify", metavar="COLUMN",
+                   help="split the whole input's budget over this column's values in proportion "
+                        "to the input, to the row, and select each part within its stratum")
+    p.add_argument("--strata_from", nargs="+", metavar="DIR",
+                   help="FineWeb shards (files or folders) holding the --stratify column, looked "
+                        "up by id; needed when the prepared shards lack it")
     p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"],
                    help="datatrove executor running the blocks (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1,
