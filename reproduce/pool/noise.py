@@ -107,7 +107,8 @@ def _title(text: str) -> str:
 
 
 def _date(rng: np.random.Generator) -> str:
-    return f"{int(rng.integers(1, 29))} {MONTHS[int(rng.integers(12))]} {int(rng.integers(2003, 2025))}"
+    day, month = int(rng.integers(1, 29)), MONTHS[int(rng.integers(12))]
+    return f"{day} {month} {int(rng.integers(2003, 2025))}"
 
 
 def near_duplicate(text: str, rng: np.random.Generator) -> str:
@@ -143,24 +144,46 @@ def template_page(titles: list[str], rng: np.random.Generator) -> str:
                            year=int(rng.integers(2003, 2025)), date=_date(rng))
 
 
-def junk_page(donor: str, rng: np.random.Generator) -> str:
-    """One of: a keyword list, word salad with corrupted characters, markup/encoding debris."""
+def junk_page(donor: str, rng: np.random.Generator, length: int | None = None) -> str:
+    """One of: a keyword list, word salad with corrupted characters, markup/encoding debris.
+    With `length`, pieces of the drawn style are joined until the text reaches it, then cut to
+    exactly `length` characters (the calibration's junk replaces a document of that length);
+    without it the draws are those the pool was built with, so a seed keeps its pool."""
     words = re.findall(r"[A-Za-z][A-Za-z'-]+", donor) or ["page"]
-    style = int(rng.integers(3))
-    if style == 0:  # search spam: the donor's longer words mixed with spam words, comma-listed
-        vocab = sorted({w.lower() for w in words if len(w) > 4}) or words
-        n = int(rng.integers(60, 250))
-        picks = [vocab[int(i)] if rng.random() < 0.6 else SPAM_WORDS[int(rng.integers(len(SPAM_WORDS)))]
-                 for i in rng.integers(len(vocab), size=n)]
-        return ", ".join(picks)
-    if style == 1:  # word salad with a tenth of the characters replaced
-        salad = list(" ".join(rng.permutation(words)))
-        hit = np.flatnonzero(rng.random(len(salad)) < 0.1)
-        alphabet = "xqzjkw#@%&*~^|0123456789"
-        for i in hit:
-            salad[i] = alphabet[int(rng.integers(len(alphabet)))]
-        return "".join(salad)
-    n = int(rng.integers(80, 300))  # debris with a few words of the donor between
+    style = JUNK_STYLES[int(rng.integers(len(JUNK_STYLES)))]
+    text = style(words, rng)
+    if length is None:
+        return text
+    while len(text) < length:
+        text += "\n" + style(words, rng)
+    return text[:length]
+
+
+def _keyword_list(words: list[str], rng: np.random.Generator) -> str:
+    """Search spam: the donor's longer words mixed with spam words, comma-listed."""
+    vocab = sorted({w.lower() for w in words if len(w) > 4}) or words
+    n = int(rng.integers(60, 250))
+    picks = [vocab[int(i)] if rng.random() < 0.6 else SPAM_WORDS[int(rng.integers(len(SPAM_WORDS)))]
+             for i in rng.integers(len(vocab), size=n)]
+    return ", ".join(picks)
+
+
+def _word_salad(words: list[str], rng: np.random.Generator) -> str:
+    """The donor's words shuffled, a tenth of the characters replaced."""
+    salad = list(" ".join(rng.permutation(words)))
+    hit = np.flatnonzero(rng.random(len(salad)) < 0.1)
+    alphabet = "xqzjkw#@%&*~^|0123456789"
+    for i in hit:
+        salad[i] = alphabet[int(rng.integers(len(alphabet)))]
+    return "".join(salad)
+
+
+def _debris(words: list[str], rng: np.random.Generator) -> str:
+    """Markup and encoding debris with a few words of the donor between."""
+    n = int(rng.integers(80, 300))
     parts = [DEBRIS[int(i)] if rng.random() < 0.7 else words[int(rng.integers(len(words)))]
              for i in rng.integers(len(DEBRIS), size=n)]
     return " ".join(parts)
+
+
+JUNK_STYLES = (_keyword_list, _word_salad, _debris)
