@@ -6,6 +6,10 @@ every method, so their token budgets compare), or any file given by path. Output
 token files (with .index document ends), read back by the train stage through
 DatatroveFolderDataset; summary.json counts documents and tokens, and the run fails unless every
 selected id was tokenized exactly once.
+
+A selection may list rows that are not in the shards: a calibration selection
+(reproduce/pool/calibration.py) adds rows of its own, kept in a side shard (FineWeb's columns)
+beside its selection.parquet. The side shard is read after the shards, through the same filter.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask.data import atomic_output, write_json_atomic
@@ -23,6 +29,7 @@ from datamask.shared import require
 from .common import atomic_folder, parquet_files
 
 EOS = "<|endoftext|>"
+SIDE_FILE = "side.parquet"  # a selection's own rows, beside its selection.parquet
 filters = require("datatrove.pipeline.filters.base_filter", "tokenize")
 
 
@@ -72,7 +79,13 @@ class KeepSelected(filters.BaseFilter):
         return doc.id in self._keep
 
 
-def _selected_count(selection: Path) -> int:
+def side_shard(selection: Path) -> Path | None:
+    """The side shard beside a selection file, if it has one."""
+    path = Path(selection).parent / SIDE_FILE
+    return path if path.is_file() else None
+
+
+def _selected_ids(selection: Path) -> pa.Array:
     if not selection.exists():
         raise UserError(f"--selection {selection}: no such file (run the select stage first)")
     names = pq.read_schema(selection).names
@@ -80,19 +93,47 @@ def _selected_count(selection: Path) -> int:
         if column not in names:
             raise UserError(f"--selection {selection}: missing column '{column}' (a selection "
                             f"written by `python -m reproduce select` has it)")
-    return int(pq.read_table(selection, columns=["selected"]).column(0).to_numpy().sum())
+    table = pq.read_table(selection, columns=["id", "selected"])
+    return table.filter(table.column("selected")).column("id").combine_chunks()
+
+
+def check_selected_once(selection: Path, files: list[Path], side: Path | None) -> int:
+    """Every selected id is in exactly one row of the shards and the side shard, so reading them
+    all through KeepSelected tokenizes it once; the number of selected ids."""
+    chosen = _selected_ids(selection)
+    if len(pc.unique(chosen)) != len(chosen):
+        raise UserError(f"--selection {selection}: an id is selected twice")
+    if side is not None and not {"id", "text"} <= set(pq.read_schema(side).names):
+        raise UserError(f"{side}: a side shard needs the columns id and text (FineWeb's)")
+    ids = pa.chunked_array([pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
+                            for path in [*files, *([side] if side else [])]])
+    hits = pc.value_counts(ids.filter(pc.is_in(ids, value_set=chosen.cast(pa.string()))))
+    twice = hits.filter(pc.greater(hits.field("counts"), 1))
+    if len(twice):
+        raise UserError(f"{selection}: the selected id {twice.field('values')[0]} is in "
+                        f"{twice.field('counts')[0]} rows of the shards and side shard")
+    if len(hits) != len(chosen):
+        missing = pc.filter(chosen, pc.invert(pc.is_in(chosen, value_set=hits.field("values"))))
+        raise UserError(f"--selection {selection}: {len(missing)} selected ids are in neither the "
+                        f"shards nor a side shard (first: {missing[0]})")
+    return len(chosen)
 
 
 def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: Path,
-                 tasks: int = 1, workers: int = 1, seed: int = 0) -> dict:
-    """Tokenize the selected documents of the FineWeb shards in `input_folder` into `output`."""
+                 tasks: int = 1, workers: int = 1, seed: int = 0,
+                 side: Path | None = None) -> dict:
+    """Tokenize the selected documents of the FineWeb shards in `input_folder` (and of the side
+    shard: `side`, else the one beside the selection) into `output`."""
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.tokens import DocumentTokenizer
 
     started = time.time()
     files = parquet_files([str(input_folder)])
-    n_selected = _selected_count(selection)
+    side = Path(side) if side else side_shard(selection)
+    if side is not None and not side.is_file():
+        raise UserError(f"side shard {side}: no such file")
+    n_selected = check_selected_once(Path(selection), files, side)
     if not tokenizer.is_file():
         raise UserError(f"--tokenizer {tokenizer}: no such file (train one with "
                         f"`python -m reproduce tokenizer`)")
@@ -101,6 +142,8 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
         pipeline = [
             ParquetReader(str(input_folder), glob_pattern="*.parquet", text_key="text",
                           id_key="id"),
+            *([ParquetReader(str(side.parent), glob_pattern=side.name, text_key="text",
+                             id_key="id")] if side else []),
             KeepSelected(str(selection)),
             DocumentTokenizer(output_folder=str(tmp), tokenizer_name_or_path=str(tokenizer),
                               eos_token=EOS, seed=seed, shuffle_documents=True),
@@ -116,7 +159,8 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
             raise UserError(f"{input_folder}: tokenized {docs} documents but {selection} selects "
                             f"{n_selected}; the shards and the selection disagree on ids")
         summary = {"documents": docs, "tokens": tokens, "token_size": token_size,
-                   "selection": str(Path(selection).absolute()), "tokenizer": str(tokenizer),
+                   "selection": str(Path(selection).absolute()),
+                   "side": str(side.absolute()) if side else None, "tokenizer": str(tokenizer),
                    "stage_wall_s": round(time.time() - started, 3), "output": str(output)}
         write_json_atomic(summary, tmp / "summary.json")
     return summary
