@@ -1,4 +1,4 @@
-"""The pool's subcommands of `python -m reproduce`: pool, control, planted."""
+"""The pool's subcommands of `python -m reproduce`: pool, control, calibrate, planted."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ def cmd_control(args) -> None:
 
     _print(control_selection(Path(args.pool), args.prepared, args.select_ratio, Path(args.output),
                              args.seed))
+
+
+def cmd_calibrate(args) -> None:
+    from .calibration import calibration_selection
+
+    _print(calibration_selection(Path(args.pool), args.prepared, args.select_ratio, args.series,
+                                 args.dose, Path(args.output), args.seed,
+                                 Path(args.base) if args.base else None))
 
 
 def cmd_planted(args) -> None:
@@ -71,6 +79,26 @@ def add_pool_parsers(sub) -> None:
     p.add_argument("--output", required=True, help="folder for selection.parquet")
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     p.set_defaults(func=cmd_control)
+
+    p = sub.add_parser("calibrate", help="a calibration selection: the random selection with a "
+                                         "fraction --dose of its documents replaced by junk or "
+                                         "by copies, domain mix kept (docs/pool.md)")
+    p.add_argument("--pool", required=True, help="the pool folder (pool.json, fineweb/)")
+    p.add_argument("--prepared", nargs="+", required=True, help="prepared Parquet files/folders")
+    p.add_argument("--select_ratio", type=float, default=0.25, help="(default: %(default)s)")
+    p.add_argument("--series", required=True, choices=["junk", "dup"],
+                   help="junk: replaced documents become junk of the same domain and length; "
+                        "dup: they become copies of other selected documents of their domain")
+    p.add_argument("--dose", type=float, required=True,
+                   help="fraction of the selected documents replaced, in (0, 1)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random selection, the rows replaced and the junk "
+                        "(default: %(default)s)")
+    p.add_argument("--base", help="start from this selection.parquet (e.g. the run's random "
+                                  "selection) instead of random:seed=SEED in one block")
+    p.add_argument("--output", required=True,
+                   help="folder for selection.parquet, side.parquet and summary.json")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("planted", help="fraction of each planted kind (and domain) a selection "
                                        "kept")

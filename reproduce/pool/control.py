@@ -23,18 +23,21 @@ from ..pipeline.common import parquet_files
 from .build import PLANTED_KINDS
 
 
-def pool_labels(pool_dir: Path) -> pa.Table:
-    """id, domain, planted of every pool row."""
+LABELS = ("id", "domain", "planted")
+
+
+def pool_labels(pool_dir: Path, columns: tuple[str, ...] = LABELS) -> pa.Table:
+    """`columns` (by default id, domain, planted) of every pool row."""
     folder = Path(pool_dir) / "fineweb"
     if not folder.is_dir():
         raise UserError(f"--pool {pool_dir}: no fineweb/ folder; build it with "
                         "`python -m reproduce pool --output DIR`")
     files = parquet_files([str(folder)], "--pool")
     for path in files:
-        missing = {"id", "domain", "planted"} - set(pq.read_schema(path).names)
+        missing = set(columns) - set(pq.read_schema(path).names)
         if missing:
-            raise UserError(f"{path}: no column {sorted(missing)}; not a pool shard")
-    return pa.concat_tables([pq.read_table(p, columns=["id", "domain", "planted"]) for p in files])
+            raise UserError(f"--pool {path}: no column {sorted(missing)}; not a pool shard")
+    return pa.concat_tables([pq.read_table(p, columns=list(columns)) for p in files])
 
 
 def control_selection(pool_dir: Path, prepared: list[str], select_ratio: float, output: Path,
@@ -86,16 +89,25 @@ def selection_file(path: Path) -> Path:
 
 def kept_fractions(pool_dir: Path, selection: Path) -> dict:
     """{'all': {kind: {rows, kept, fraction}}, 'by_domain': {domain: {...}}, 'selected': n} for
-    the pool rows the selection covers; kinds with no row are left out."""
+    the pool rows the selection covers; kinds with no row are left out. A calibration selection's
+    side rows (reproduce/pool/calibration.py) are not pool rows: 'side' counts the selected ones
+    by planted kind."""
+    from ..pipeline.tokenize import side_shard
+
     labels = pool_labels(pool_dir)
     path = selection_file(selection)
     chosen = pq.read_table(path, columns=["id", "selected"])
     picked = dict(zip(chosen.column("id").to_pylist(), chosen.column("selected").to_pylist()))
+    side_kinds = {}
+    if side_shard(path):
+        rows = pq.read_table(side_shard(path), columns=["id", "planted"])
+        side_kinds = dict(zip(rows.column("id").to_pylist(), rows.column("planted").to_pylist()))
     ids = labels.column("id").to_pylist()
     covered = np.array([i in picked for i in ids])
-    extra = len(picked) - int(covered.sum())
+    extra = len(picked) - int(covered.sum()) - sum(i in side_kinds for i in picked)
     if extra:
         raise UserError(f"--selection {path}: {extra} ids are not in the pool {pool_dir}")
+    added = [side_kinds[i] for i, on in picked.items() if on and i in side_kinds]
     kept = np.array([bool(picked.get(i, False)) for i in ids])
     domain = np.array(labels.column("domain").to_pylist(), dtype=object)
     kind = np.array(labels.column("planted").to_pylist(), dtype=object)
@@ -110,5 +122,6 @@ def kept_fractions(pool_dir: Path, selection: Path) -> dict:
         return out
 
     return {"selection": str(path), "rows": int(covered.sum()), "selected": int(kept.sum()),
+            "side": {k: added.count(k) for k in PLANTED_KINDS if k in added},
             "all": table(np.ones(len(ids), bool)),
             "by_domain": {d: table(domain == d) for d in sorted(set(domain))}}
