@@ -253,7 +253,7 @@ def add_stage_parsers(sub) -> None:
                    help="the positive control's method name (default: %(default)s)")
     p.set_defaults(func=cmd_tables)
 
-    from .pool.cli import add_pool_parsers  # pool, control, planted (reproduce/pool)
+    from .pool.cli import add_pool_parsers  # pool, control, calibrate, planted (reproduce/pool)
     add_pool_parsers(sub)
 
 
