@@ -40,13 +40,15 @@ from dataclasses import replace
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from datamask.data import atomic_output
+from eval.tables import markdown
 from eval.verdict import verdict_markdown
 
 from .common import lr_setting
-from .records import (DirectResult, SweepResult, SweepSummary, TimingResult, TimingRun, best_of,
-                      of_metric)
+from .records import (DirectResult, SweepResult, SweepSummary, TimingResult, TimingRun, Value,
+                      best_of, of_metric)
 from .records import read_result
 from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
 from .timing import comparison, measured, steps_taken
@@ -83,14 +85,13 @@ def section(heading: str | None, experiment: str, result, claims: Callable) -> l
 def timing_claims(timing: TimingResult) -> list[str]:
     paper = timing.paper
     lines = [f"Paper: DiSF at N = {paper.n:,} on a {paper.device}: the learner took "
-              f"{paper.time_ratio:.2%} of the greedy's time.", "",
-              "| metric | N | greedy | greedy status | learner / greedy time | gain ratio |",
-              "|---|---:|---|---|---:|---:|"]
-    for c in timing.comparisons:
-        gain = "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"
-        lines.append(f"| {c.metric} | {c.n:,} | {c.greedy} | {c.greedy_status} | "
-                     f"{c.time_ratio:.3g} | {gain} |")
-    lines.append("")
+              f"{paper.time_ratio:.2%} of the greedy's time.", ""]
+    lines += markdown(pd.DataFrame(
+        [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy,
+          "greedy status": c.greedy_status, "learner / greedy time": f"{c.time_ratio:.3g}",
+          "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
+         for c in timing.comparisons]),
+        right=("N", "learner / greedy time", "gain ratio")).splitlines() + [""]
     disf_reference = [c for c in of_metric(timing.comparisons, "DiSF")
                       if c.greedy_role == "reference"]
     if disf_reference:
@@ -132,10 +133,8 @@ def lr_claims(result: SweepResult) -> list[str]:
     default = lr_setting()
     lines = [f"Settings as schedule:max_lr:min_lr; N = {result.config['n']:,}, "
               f"{result.config['steps']} steps, seeds {result.config['seeds']}. "
-              f"`datamask select` default: {default}.", "",
-              "| metric | best | its objective | useful range (within 1 std of the best) | "
-              "highest max_lr | lowest max_lr | joint greedy |", "|---|---|---:|---|---:|---:|---:|"]
-    claims, in_range = [], []
+              f"`datamask select` default: {default}.", ""]
+    table, claims, in_range = [], [], []
     for metric in result.metrics:
         rows = of_metric(result.summary, metric)
         best, useful = useful_range(rows)
@@ -143,11 +142,12 @@ def lr_claims(result: SweepResult) -> list[str]:
         highest = best_of(rows, key=lambda s: max_lr[s.value])
         lowest = min(rows, key=lambda s: max_lr[s.value])
         greedy = next(iter(of_metric(result.greedy, metric)), None)
-        lines.append(f"| {metric} | {best.value} | {best.objective_mean:.3f} +- "
-                     f"{best.objective_std:.3f} | {', '.join(s.value for s in useful)} | "
-                     f"{highest.objective_mean:.3f} ({highest.value}) | "
-                     f"{lowest.objective_mean:.3f} ({lowest.value}) | "
-                     + (f"{greedy.objective:.3f}" if greedy else "-") + " |")
+        table.append({"metric": metric, "best": best.value,
+                      "its objective": f"{best.objective_mean:.3f} +- {best.objective_std:.3f}",
+                      "useful range (within 1 std of the best)": ", ".join(s.value for s in useful),
+                      "highest max_lr": f"{highest.objective_mean:.3f} ({highest.value})",
+                      "lowest max_lr": f"{lowest.objective_mean:.3f} ({lowest.value})",
+                      "joint greedy": f"{greedy.objective:.3f}" if greedy else "-"})
         best_gain = best.objective_mean - best.start_mean
         lowest_gain = lowest.objective_mean - lowest.start_mean
         frozen = highest.objective_mean < best.objective_mean - best.objective_std
@@ -161,6 +161,8 @@ def lr_claims(result: SweepResult) -> list[str]:
                else "not testable (the best setting did not gain over its first step)") + ".")
         in_range.append(default in {s.value for s in useful})
     overall = overall_best(result)
+    lines += markdown(pd.DataFrame(table), right=("its objective", "highest max_lr",
+                                                  "lowest max_lr", "joint greedy")).splitlines()
     lines += ["", *claims,
               f"- The default {default} is in the useful range for "
               f"{sum(in_range)} of {len(in_range)} metrics.",
@@ -170,24 +172,22 @@ def lr_claims(result: SweepResult) -> list[str]:
     return lines
 
 
-def overall_best(result: SweepResult) -> str:
-    """The value with the lowest mean rank (1 = best objective) across the metrics; ties go to
-    the value listed first."""
-    ranks: dict[str, list[int]] = {}
-    for metric in result.metrics:
-        rows = sorted(of_metric(result.summary, metric), key=lambda s: -s.objective_mean)
-        for rank, row in enumerate(rows, 1):
-            ranks.setdefault(row.value, []).append(rank)
-    return min(ranks, key=lambda value: np.mean(ranks[value]))
+def overall_best(result: SweepResult) -> Value:
+    """The value with the lowest mean rank (1 = best objective, equal objectives ranked in the
+    order listed) across the metrics; ties go to the value listed first."""
+    rows = [s for s in result.summary if s.metric in result.metrics]
+    summary = pd.DataFrame(rows)
+    rank = summary.groupby("metric")["objective_mean"].rank(ascending=False, method="first")
+    return rows[rank.groupby(summary["value"]).transform("mean").idxmin()].value
 
 
 def steps_claims(result: SweepResult) -> list[str]:
-    lines = ["Steps (n_epochs) against the final objective and wall time:", "",
-             "| metric | steps | objective | wall s |", "|---|---:|---:|---:|"]
-    for s in result.summary:
-        lines.append(f"| {s.metric} | {s.value:g} | {s.objective_mean:.3f} +- "
-                     f"{s.objective_std:.3f} | {s.wall_s_mean:.3g} |")
-    return lines
+    table = pd.DataFrame(
+        [{"metric": s.metric, "steps": f"{s.value:g}",
+          "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
+          "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary])
+    return ["Steps (n_epochs) against the final objective and wall time:", "",
+            *markdown(table, right=("steps", "objective", "wall s")).splitlines()]
 
 
 def g_claims(result: SweepResult) -> list[str]:
@@ -274,13 +274,15 @@ def knob_claims(result: SweepResult) -> list[str]:
 def variant_claims(result: SweepResult) -> list[str]:
     """One variant knob: gain ratio and steps per value and metric, and the rank rule's verdict."""
     paper_value = result.config["values"][0]
-    lines = [f"`--{result.knob}` ({result.paper}; {paper_value} is the paper's):", "",
-             "| metric | value | objective | gain ratio | wall s | steps |",
-             "|---|---|---:|---:|---:|---:|"]
+    table = []
     for s in result.summary:
         ratio, steps = ratio_and_steps(result, s)
-        lines.append(f"| {s.metric} | {s.value} | {s.objective_mean:.3f} +- "
-                     f"{s.objective_std:.3f} | {ratio} | {s.wall_s_mean:.3g} | {steps} |")
+        table.append({"metric": s.metric, "value": str(s.value),
+                      "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
+                      "gain ratio": ratio, "wall s": f"{s.wall_s_mean:.3g}", "steps": steps})
+    lines = [f"`--{result.knob}` ({result.paper}; {paper_value} is the paper's):", "",
+             *markdown(pd.DataFrame(table),
+                       right=("objective", "gain ratio", "wall s", "steps")).splitlines()]
     if result.knob in COST_CUTTERS:
         cost, which, baseline = COST_CUTTERS[result.knob]
         overall = cheapest_keeping(result, cost)
