@@ -7,6 +7,7 @@ part's outcome and the sentences the report prints; `verdict_markdown` formats t
 
 from __future__ import annotations
 
+from .calibration import NULL, dose_label, dose_response, parse_dose
 from .stats import paired_difference, seeds_to_resolve
 
 PRIMARY = "bpb macro"
@@ -31,6 +32,18 @@ resolved when that interval excludes 0. Fewer than 2 shared seeds: nothing is re
 """
 
 
+RULE_CALIBRATION = """\
+1b. Calibration (runs with the null or a dose series; reproduce/results/downstream/proxy-plan.md,
+   fixed before its runs). The null (random-null, a second random selection) must be unresolved
+   against random; if it is resolved the instrument is miscalibrated and no line below is read as
+   evidence. Each dose series (junk-<d>: a fraction d of random's documents replaced by junk of
+   the same domain and length; dup-<d>: by copies of other selected documents) states its
+   smallest resolved dose, the smallest d whose interval lies entirely above 0 (worse); none
+   means this run cannot see that harm. Calibration selections are not methods: rules 2 and 3
+   leave them out.
+"""
+
+
 def classify(diff: dict) -> str:
     """'below 0', 'above 0' or 'unresolved' for a paired difference (lower is better)."""
     if not diff["resolved"]:
@@ -50,14 +63,21 @@ def _seeds_needed(d: dict) -> str:
 
 
 def verdict(table: dict, reference: str = "random", control: str = "control",
-            paper_prefix: str = "datamask") -> dict:
-    """Apply RULE to the tables' JSON: {rule, control, vs_random, ordering, lines}."""
-    per_seed = {m: dict(zip(map(int, entry["seeds"]), entry["cells"][PRIMARY]["values"]))
-                for m, entry in table["methods"].items() if PRIMARY in entry["cells"]}
+            paper_prefix: str = "datamask", primary: str = PRIMARY) -> dict:
+    """Apply RULE (and RULE_CALIBRATION where the table has calibration selections) to the
+    tables' JSON on the `primary` column: {rule, primary, control, calibration, vs_random,
+    ordering, lines}."""
+    per_seed = {m: dict(zip(map(int, entry["seeds"]), entry["cells"][primary]["values"]))
+                for m, entry in table["methods"].items() if primary in entry["cells"]}
+    calibration = [m for m in per_seed if m == NULL or parse_dose(m)]
+    rule = RULE + (RULE_CALIBRATION if calibration else "") + (
+        "" if primary == PRIMARY else f"Primary metric of this run: {primary}, in place of macro "
+                                      f"bits per byte (chosen by the rule of its plan).\n")
     lines = []
     if reference not in per_seed:
-        return {"rule": RULE, "control": None, "vs_random": {}, "ordering": {},
-                "lines": [f"No '{reference}' run with {PRIMARY}: the rule cannot be applied."]}
+        return {"rule": rule, "primary": primary, "control": None, "calibration": None,
+                "vs_random": {}, "ordering": {},
+                "lines": [f"No '{reference}' run with {primary}: the rule cannot be applied."]}
 
     def diff(a: str, b: str) -> dict:
         return paired_difference(per_seed[a], per_seed[b])
@@ -78,23 +98,28 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                          f" the model or token budget is too small to resolve anything at this "
                          f"scale; unresolved differences below say nothing either way."
                          + _seeds_needed(d))
-    else:
+    elif not calibration:
         status = None
         lines.append(f"Power: no '{control}' run, so this run's power is untested; unresolved "
                      f"differences below say nothing either way.")
+    else:
+        status = None
+    calibrated = calibration_lines(table, per_seed, reference, primary, lines) \
+        if calibration else None
 
     wording = {"below 0": "beats random", "above 0": "worse than random",
                "unresolved": "unresolved"}
     vs_random = {}
     for m in per_seed:
-        if m in (reference, control):
+        if m in (reference, control) or m in calibration:
             continue
         vs_random[m] = wording[classify(diff(m, reference))]
         lines.append(f"{m}: {vs_random[m]} (macro bits/byte, paired 95% CI).")
 
     ordering = {}
     variants = [m for m in per_seed if m.startswith(paper_prefix)]
-    others = [m for m in per_seed if m != control and not m.startswith(paper_prefix)]
+    others = [m for m in per_seed if m != control and m not in calibration
+              and not m.startswith(paper_prefix)]
     for v in variants:
         outcomes = {m: classify(diff(v, m)) for m in others}
         if not outcomes:
@@ -111,8 +136,31 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                      + f" against {', '.join(others) or 'no other method'}.")
     if not variants:
         lines.append(f"Paper's ordering: no method named {paper_prefix}*; not tested.")
-    return {"rule": RULE, "control": status, "vs_random": vs_random, "ordering": ordering,
-            "lines": lines}
+    return {"rule": rule, "primary": primary, "control": status, "calibration": calibrated,
+            "vs_random": vs_random, "ordering": ordering, "lines": lines}
+
+
+def calibration_lines(table: dict, per_seed: dict, reference: str, primary: str,
+                      lines: list[str]) -> dict:
+    """RULE_CALIBRATION applied: the null's outcome and each series' smallest resolved dose,
+    appended to `lines`; returns {null, smallest_resolved}."""
+    null = None
+    if NULL in per_seed:
+        d = paired_difference(per_seed[NULL], per_seed[reference])
+        null = {"resolved": d["resolved"], "difference": d}
+        interval = (f"[{d['low']:+.4f}, {d['high']:+.4f}]" if d["low"] is not None
+                    else f"no interval with {d['n']} shared seed(s)")
+        lines.append(f"Calibration: the null ({NULL} - {reference} = {d['mean']:+.4f} {interval})"
+                     + (" is RESOLVED: the instrument is miscalibrated at this size, and no line "
+                        "below is evidence." if d["resolved"] else " is unresolved, as it must "
+                                                                   "be."))
+    smallest = {series: entry["smallest_resolved"]
+                for series, entry in dose_response(table, primary).items()}
+    for series, dose in smallest.items():
+        lines.append(f"Calibration: the smallest resolved {series} dose is "
+                     + (f"{dose:g} ({dose_label(series, dose)} worse than {reference})."
+                        if dose is not None else "none: this run cannot see that harm."))
+    return {"null": null, "smallest_resolved": smallest}
 
 
 def verdict_markdown(result: dict) -> str:

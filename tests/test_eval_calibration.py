@@ -1,5 +1,6 @@
 """eval/calibration.py: the null, the dose-response series and SNR read from a summarised table."""
 
+import json
 import math
 
 import numpy as np
@@ -70,3 +71,64 @@ def test_mix_or_choice():
     assert mix_or_choice("beats random", "worse than random") == "mix"
     assert mix_or_choice("unresolved", "beats random") == ""
     assert mix_or_choice("beats random", None) == "no stratified run"
+
+
+def result_file(folder, method, seed, shift, averaged=True):
+    """An evaluate result file: four domains' bits per byte at `shift` above a seed's base."""
+    base = {"books": 2.0, "docs": 2.2, "news": 2.4, "reference": 2.6}
+    noise = (0.0, 0.05, -0.03)[seed]
+    domains = {d: {"bits_per_byte": v + shift + noise} for d, v in base.items()}
+    bpb = {"macro": float(np.mean([v["bits_per_byte"] for v in domains.values()])),
+           "domains": domains}
+    record = {"method": method, "seed": seed, "tasks": [], "results": {}, "bpb": bpb}
+    if averaged:  # the averaged variants sit a little lower and move with the same shift
+        record["bpb_last_mean"] = {**bpb, "macro": bpb["macro"] - 0.01}
+        record["bpb_averaged"] = {**bpb, "macro": bpb["macro"] - 0.02}
+        record["bpb_ema"] = {**bpb, "macro": bpb["macro"] - 0.03}
+    path = folder / f"{method}.seed{seed}.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_tables_with_calibration_rows_give_snr_dose_response_and_the_calibration_verdict(
+        tmp_path):
+    from eval.tables import write_tables
+
+    shifts = {"random": [0, 0, 0], "random-null": [0.004, -0.003, 0.001],
+              "junk-0.1": [0.003, 0.006, -0.002], "junk-0.25": [0.05, 0.06, 0.055],
+              "dup-0.25": [0.01, -0.01, 0.012], "quality-topk": [-0.1, -0.09, -0.11]}
+    files = [result_file(tmp_path, m, s, shift[s]) for m, shift in shifts.items()
+             for s in SEEDS]
+    text = write_tables(files, tmp_path / "tables", primary="bpb macro (last mean)")
+    table = json.loads((tmp_path / "tables" / "table2.json").read_text())
+    names = [c["name"] for c in table["columns"]]
+    for column in ("bpb macro (last mean)", "bpb macro (weight avg)", "bpb macro (EMA)",
+                   "bpb prose", "bpb prose (EMA)"):
+        assert column in names
+    prose = table["methods"]["random"]["cells"]["bpb prose"]["values"][0]
+    assert prose == pytest.approx((2.0 + 2.4) / 2)
+    assert table["snr"]["bpb macro"]["snr"] > 1
+    assert table["dose_response"]["junk"]["smallest_resolved"] == 0.25
+    assert table["dose_response"]["dup"]["smallest_resolved"] is None
+    result = table["verdict"]
+    assert result["primary"] == "bpb macro (last mean)"
+    assert result["calibration"]["null"]["resolved"] is False
+    assert result["calibration"]["smallest_resolved"] == {"junk": 0.25, "dup": None}
+    assert set(result["vs_random"]) == {"quality-topk"}  # calibration rows are not methods
+    assert result["vs_random"]["quality-topk"] == "beats random"
+    assert "1b. Calibration" in text and "Primary metric of this run" in text
+    assert "smallest resolved junk dose is 0.25" in text and "Signal, noise and SNR" in text
+
+
+def test_a_resolved_null_is_called_miscalibrated_and_a_bad_primary_is_refused(tmp_path):
+    from datamask.errors import UserError
+    from eval.tables import write_tables
+
+    shifts = {"random": [0, 0, 0], "random-null": [0.05, 0.051, 0.049]}
+    files = [result_file(tmp_path, m, s, shift[s], averaged=False) for m, shift in shifts.items()
+             for s in SEEDS]
+    text = write_tables(files, tmp_path / "tables")
+    assert "is RESOLVED: the instrument is miscalibrated" in text
+    for primary in ("bpb macro (EMA)", "Avg", "no such column"):
+        with pytest.raises(UserError, match="--primary"):
+            write_tables(files, tmp_path / "other", primary=primary)
