@@ -39,6 +39,7 @@ from datamask.data import ID_COLUMN, budget, read_dataset, write_json_atomic, wr
 from datamask.errors import UserError
 from datamask.paths import check_paths
 from datamask.selectors import make_selector
+from eval.calibration import SERIES, dose_label
 
 from ..pipeline.common import atomic_folder, parquet_files
 from ..pipeline.prepare import chunk_id
@@ -48,13 +49,7 @@ from .build import POOL_SCHEMA, fineweb_row
 from .control import LABELS, pool_labels, selection_file
 from .sources import Document, fineweb_id
 
-SERIES = ("junk", "dup")
 SIDE_KIND = {"junk": "junk", "dup": "exact_dup"}
-
-
-def calibration_label(series: str, dose: float) -> str:
-    """The method name of a calibration selection, e.g. junk-0.25."""
-    return f"{series}-{dose:g}"
 
 
 def calibration_selection(pool_dir: Path, prepared: list[str], select_ratio: float, series: str,
@@ -110,7 +105,7 @@ def calibration_selection(pool_dir: Path, prepared: list[str], select_ratio: flo
                   "block": pa.array(block[replaced].astype(np.int32))}),
     ])
     kept_text = text.filter(pa.array(after))
-    summary = {"method": calibration_label(series, dose), "series": series, "dose": dose,
+    summary = {"method": dose_label(series, dose), "series": series, "dose": dose,
                "seed": seed, "select_ratio": select_ratio,
                "base": str(base) if base else f"random:seed={seed}", "rows": len(at), "k": k,
                "replaced": len(replaced), "selected": k, "side_rows": len(side),
