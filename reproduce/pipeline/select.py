@@ -48,6 +48,7 @@ from datamask.data import (
 )
 from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found
+from datamask.processes import children_die_with_parent
 from datamask.shared import require
 from datamask.stratify import largest_remainder, select_stratified, strata_of
 
@@ -403,6 +404,7 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                 n_blocks: int, cluster: dict | None, stratify: str | None = None,
                 strata: np.ndarray | None = None, strata_from: list[str] | None = None) -> dict:
     """The work of run_select once everything is checked: plan, blocks, merge."""
+    children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
     output.mkdir(parents=True, exist_ok=True)
     config = {"method": name, "params": params, "select_ratio": select_ratio,
               "block_size": block_size, "seed": seed, "inputs": _stats(files)}
