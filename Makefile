@@ -18,15 +18,17 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 # The main job: the downstream experiment at demo size (see `downstream` below): a small pool,
-# four methods (DATAMASK, quality top-k, random, the positive control), 3 training seeds each, a
-# table with 95% CIs that says what this size resolves. Fits 15 minutes on 2 CPU cores (measured:
-# 9 min 10 s from a fresh clone with the install, caches warm, CI beside it; 7 min 48 s on a
-# quiet box, 368 s of it the demo).
+# three methods (DATAMASK, quality top-k, random) in both arms (free; stratified: each domain's
+# share of the pool kept, `<method>@strat`), the null (a second random selection) and the largest
+# junk dose (half of random's documents replaced by junk of the same domain and length), 3
+# training seeds each; per arm a table with 95% CIs that says what this size resolves, and arms.md:
+# whether a difference with random is the domain mix or the choice within domains. Must fit 15
+# minutes on 2 CPU cores from a fresh clone (the time it took is printed and kept in wall_time.txt).
 DEMO_DIR ?= runs/demo
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
-DEMO_METHODS ?= datamask-Pair_simi quality-topk random control
+DEMO_METHODS ?= datamask-Pair_simi quality-topk random
 DEMO_SEEDS ?= 0 1 2
-DEMO_FLAGS ?= --select_ratio 0.25 --set max_steps=60 --heldout_docs 10
+DEMO_FLAGS ?= --select_ratio 0.25 --set max_steps=60 --heldout_docs 10 --junk 0.5 --dup
 demo: install
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
@@ -76,11 +78,14 @@ POOL_FLAGS ?=
 pool: install
 	$(BIN)/python -m reproduce pool --output $(POOL_DIR) --seed $(POOL_SEED) $(POOL_FLAGS)
 
-# The downstream experiment of issue 16 (reproduce/pipeline/downstream.py) on the pool: every method of
-# reproduce.pipeline.downstream.METHODS and the positive control, DS_SEEDS training seeds each, the same
-# token budget (reproduce/pipeline/configs/downstream.yaml); tables, verdict and figure under $(DS_DIR).
-# About 80 minutes on the 2-core box (estimated from the sweep: ~275 s a run, two side by side);
-# an interrupted run resumes where it stopped.
+# The downstream experiment (reproduce/pipeline/downstream.py) on the pool: every method of
+# reproduce.pipeline.downstream.METHODS in both arms (free and stratified by domain), the null and
+# the junk and duplicate dose series (0.05-0.5), DS_SEEDS training seeds each, the same token budget
+# (reproduce/pipeline/configs/downstream.yaml, point C); tables per arm, arms.md, verdict and
+# figures under $(DS_DIR). 27 selections x 3 seeds: about 2.6 hours on the 2-core box at point C
+# (estimated from point C's ~225 s a run, two side by side; not yet run whole); an interrupted run
+# resumes where it stopped. The proxy sweep of reproduce/results/downstream/proxy-plan.md chooses
+# the model and budget that replace point C.
 DS_DIR ?= runs/downstream
 DS_SEEDS ?= 0 1 2
 DS_JOBS ?= 2

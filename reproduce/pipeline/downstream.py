@@ -5,13 +5,20 @@ same token budget with several seeds, and the tables say which differences the r
 
 Chain (each step skips what a previous run finished, so an interrupted run resumes):
   prepare   the pool's shards -> id, quality, embedding (incremental, reproduce/pipeline/prepare.py)
-  select    each method over the prepared rows (reproduce/pipeline/select.py); the positive control from
-            reproduce/pool/control.py. Selection does not depend on the training seed: every
-            seed of a method trains on the same selection (seed --select_seed)
+  select    each method over the prepared rows (reproduce/pipeline/select.py), in each arm: free,
+            and stratified (`<method>@strat`: the budget split over the pool's domains in
+            proportion, each domain's share chosen by the method within it); the calibration
+            selections (reproduce/pool/calibration.py: the null `random-null`, `junk-<d>`,
+            `dup-<d>`, built from random's selection) and, when asked for, the old positive
+            control (reproduce/pool/control.py). Selection does not depend on the training seed:
+            every seed of a method trains on the same selection (seed --select_seed)
   tokenize  one BPE tokenizer trained on the whole pool, then each selection (datatrove)
-  train     one model per (method, seed), the config's token budget for all (reproduce/pipeline/train.py)
+  train     one model per (method, seed), the same token budget for all (reproduce/pipeline/train.py)
   evaluate  per-domain held-out bits per byte + the BBC tasks (eval/run.py), one file per run
-  tables    Table 2 with 95% CIs, paired differences with random, planted rows kept (eval/tables.py)
+  tables    per arm, Table 2 with 95% CIs, paired differences with the arm's random, planted rows
+            kept, each metric's SNR and the dose-response (eval/tables.py, eval/calibration.py);
+            then arms.md: each method's outcome in both arms, and whether a difference is the
+            domain mix or the choice within domains
   figure    figures/downstream.py
 Training and evaluation jobs run `--jobs` at a time, each in its own process with one torch thread
 (on the 2-core box two one-thread jobs train ~4x faster each than one two-thread job beside other
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,8 +37,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from datamask.data import write_json_atomic
+from datamask import processes
+from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
+from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
+
+from .common import parse_value
 
 # label -> selector spec: the issue's list (datamask with each diversity metric, quality-topk,
 # quality-threshold, semdedup, joint-greedy, one one-shot method, random); `control` is the pool's.
@@ -48,6 +60,10 @@ METHODS = {
 }
 CONTROL = "control"
 TASKS = ["bbc_cloze", "bbc_headline"]
+STRATIFIED = "@strat"  # the label suffix of the stratified arm
+STRATIFY_COLUMN = "domain"
+ARMS = ("free", "stratified")
+DOSES = (0.05, 0.1, 0.25, 0.5)  # proxy-plan.md, section 3
 
 
 def parse_methods(items: list[str]) -> dict[str, str]:
@@ -64,9 +80,47 @@ def parse_methods(items: list[str]) -> dict[str, str]:
     return chosen
 
 
+def plan_runs(methods: dict[str, str], arms: list[str], null: bool, junk: list[float],
+              dup: list[float], select_seed: int) -> dict[str, dict]:
+    """Every selection the run trains, by label: {"spec": selector spec, "stratify": bool} for a
+    method in each arm, {"series", "dose"} for a calibration selection, {"control": True} for the
+    old positive control. The null and the doses need `random` (they are built from its draw)."""
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown or not arms:
+        raise UserError(f"--arms {' '.join(arms)}: choose from {', '.join(ARMS)}")
+    for flag, doses in (("--junk", junk), ("--dup", dup)):
+        bad = [d for d in doses if not 0 < d < 1]
+        if bad:
+            raise UserError(f"{flag} {bad[0]}: a dose is a fraction of the selection, in (0, 1)")
+    if (null or junk or dup) and "random" not in methods:
+        raise UserError("the null and the dose series are built from random's selection: keep "
+                        "`random` in --methods (or give --no_null and no --junk/--dup doses)")
+    runs = {}
+    if "free" in arms:
+        runs.update({label: {"control": True} if label == CONTROL else
+                     {"spec": spec, "stratify": False} for label, spec in methods.items()})
+    if "stratified" in arms:
+        runs.update({label + STRATIFIED: {"spec": spec, "stratify": True}
+                     for label, spec in methods.items() if label != CONTROL})
+    if null:
+        runs[NULL] = {"spec": f"random:seed={select_seed + 1}", "stratify": False}
+    for series, doses in (("junk", junk), ("dup", dup)):
+        runs.update({dose_label(series, d): {"series": series, "dose": d} for d in doses})
+    return runs
+
+
+def epoch_steps(tokens: int, epochs: float, batch_size: int, seq_len: int) -> int:
+    """Training steps that read `epochs` passes over `tokens` in windows of seq_len + 1."""
+    return max(1, math.ceil(epochs * tokens / (batch_size * (seq_len + 1))))
+
+
 def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
-    """Run `python -m ...` in a child process with `threads` torch threads; its output to `log`."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    """Run `python -m ...` in a child process with `threads` torch threads; its output to `log`.
+    The child dies with this process, kill -9 included (datamask.processes: `python -m
+    reproduce` arms itself on start when DATAMASK_DIE_WITH_PARENT names its parent), so a killed
+    run leaves nothing behind and a rerun resumes from the stages' finished files."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           processes.ENVIRONMENT: str(os.getpid())}
     cmd = [sys.executable, "-m", *args]
     with open(log, "a") if log else open(os.devnull, "w") as out:
         done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -74,9 +128,11 @@ def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
         raise UserError(f"{' '.join(cmd)} failed (exit {done.returncode}); see {log}")
 
 
-def run(pool: Path, output: Path, methods: dict[str, str], seeds: list[int], config: str,
+def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
         ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
-        select_seed: int, sets: list[str]) -> dict:
+        select_seed: int, sets: list[str], epochs: float | None = None) -> dict:
+    """`runs` as plan_runs gives them. With `epochs`, every run trains for the steps that read
+    that many passes over random's selection (the same token budget for all)."""
     started = time.time()
     if not (pool / "pool.json").is_file():
         raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
@@ -96,21 +152,33 @@ def run(pool: Path, output: Path, methods: dict[str, str], seeds: list[int], con
                                     "--no_progress", threads=2, log=logs / "prepare.log"))
 
     def select():
-        for label, spec in methods.items():
+        # methods first: the calibration selections are built from random's
+        for label, plan in sorted(runs.items(), key=lambda item: "series" in item[1]):
             out = output / "select" / label
-            if label == CONTROL:
-                if not (out / "selection.parquet").is_file():
+            done = out / "summary.json"
+            if "control" in plan:
+                if not done.is_file():
                     python("reproduce", "control", "--pool", str(pool), "--prepared",
                            str(prepared), "--select_ratio", str(ratio), "--output", str(out),
                            "--seed", str(select_seed), log=logs / "select.log")
-                continue
-            summary = out / "summary.json"
-            if summary.is_file() and json.loads(summary.read_text()).get("method") == spec:
-                continue  # finished before: the same spec on the same prepared rows
-            python("reproduce", "select", "--input", str(prepared), "--method", spec,
-                   "--output", str(out), "--select_ratio", str(ratio), "--block_size",
-                   str(block_size), "--seed", str(select_seed), threads=2,
-                   log=logs / "select.log")
+            elif "series" in plan:
+                if not done.is_file():
+                    python("reproduce", "calibrate", "--pool", str(pool), "--prepared",
+                           str(prepared), "--select_ratio", str(ratio), "--series",
+                           plan["series"], "--dose", str(plan["dose"]), "--seed",
+                           str(select_seed), "--base",
+                           str(output / "select" / "random" / "selection.parquet"),
+                           "--output", str(out), log=logs / "select.log")
+            else:
+                strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(pool / "fineweb")]
+                          if plan["stratify"] else [])
+                if done.is_file() and json.loads(done.read_text()).get("method") == plan["spec"] \
+                        and ("strata" in json.loads(done.read_text())) == plan["stratify"]:
+                    continue  # finished before: the same spec on the same prepared rows
+                python("reproduce", "select", "--input", str(prepared), "--method",
+                       plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
+                       "--block_size", str(block_size), "--seed", str(select_seed), *strata,
+                       threads=2, log=logs / "select.log")
     timed("select", select)
 
     tokenizer = output / "tokenizer" / "tokenizer.json"
@@ -119,13 +187,15 @@ def run(pool: Path, output: Path, methods: dict[str, str], seeds: list[int], con
         if not tokenizer.is_file():
             python("reproduce", "tokenizer", "--input", str(pool / "fineweb"), "--output",
                    str(tokenizer), "--vocab_size", str(vocab_size), log=logs / "tokenize.log")
-        for label in methods:
+        for label in runs:
             if not (output / "tokens" / label / "summary.json").is_file():
                 python("reproduce", "tokenize", "--input", str(pool / "fineweb"), "--selection",
                        str(output / "select" / label / "selection.parquet"), "--tokenizer",
                        str(tokenizer), "--output", str(output / "tokens" / label),
                        log=logs / "tokenize.log")
     timed("tokenize", tokenize)
+    if epochs is not None:
+        sets = [*sets, *epoch_settings(output, config, sets, epochs)]
 
     def train_and_evaluate(label: str, seed: int) -> None:
         ckpt = output / "train" / label / f"seed{seed}"
@@ -144,29 +214,80 @@ def run(pool: Path, output: Path, methods: dict[str, str], seeds: list[int], con
 
     def train_all():
         # seeds outermost: a run stopped early still holds every method at the first seeds
-        runs = [(label, seed) for seed in seeds for label in methods]
+        pairs = [(label, seed) for seed in seeds for label in runs]
         with ThreadPoolExecutor(max_workers=jobs) as workers:
-            for future in [workers.submit(train_and_evaluate, *r) for r in runs]:
+            for future in [workers.submit(train_and_evaluate, *r) for r in pairs]:
                 future.result()
     timed("train+evaluate", train_all)
 
-    tables = output / "tables"
+    def tables_and_figures():
+        for arm, folder, reference in (("free", "tables", "random"),
+                                       ("stratified", "tables-stratified", "random" + STRATIFIED)):
+            labels = [label for label in runs if label.endswith(STRATIFIED) == (arm != "free")]
+            if not labels:
+                continue
+            files = [str(output / "eval" / f"{label}.seed{seed}.json")
+                     for label in labels for seed in seeds]
+            python("reproduce", "tables", "--results", *files, "--output", str(output / folder),
+                   "--pool", str(pool), "--reference", reference, log=logs / "tables.log")
+            python("figures.downstream", "--table", str(output / folder / "table2.json"),
+                   "--output", str(output / "figures" / arm), log=logs / "tables.log")
+    timed("tables", tables_and_figures)
+    arms = arms_markdown(output)
 
-    def tables_and_figure():
-        python("reproduce", "tables", "--results", str(output / "eval"), "--output",
-               str(tables), "--pool", str(pool), log=logs / "tables.log")
-        python("figures.downstream", "--table", str(tables / "table2.json"), "--output",
-               str(output / "figures"), log=logs / "tables.log")
-    timed("tables", tables_and_figure)
-
-    record = {"pool": str(pool), "methods": methods, "seeds": seeds, "config": config,
-              "set": sets, "select_ratio": ratio, "block_size": block_size,
+    record = {"pool": str(pool), "runs": runs, "seeds": seeds, "config": config,
+              "set": sets, "epochs": epochs, "select_ratio": ratio, "block_size": block_size,
               "vocab_size": vocab_size, "jobs": jobs, "heldout_docs": heldout_docs,
               "select_seed": select_seed, "stage_wall_s": stamp,
-              "wall_s": round(time.time() - started, 1), "runs": runs_table(output)}
+              "wall_s": round(time.time() - started, 1), "trained": runs_table(output)}
     write_json_atomic(record, output / "downstream.json")
-    print((tables / "table2.md").read_text())
+    print((output / "tables" / "table2.md").read_text() if (output / "tables").is_dir() else "")
+    print(arms)
     return record
+
+
+def epoch_settings(output: Path, config: str, sets: list[str], epochs: float) -> list[str]:
+    """The `--set` overrides that make every run read `epochs` passes over random's selection:
+    max_steps, and average_every at 5% of the steps when checkpoints are averaged."""
+    from .train import load_config
+
+    overrides = dict(s.split("=", 1) for s in sets)
+    model_cfg, train_cfg = load_config(config, {k: parse_value(v) for k, v in overrides.items()})
+    summary = output / "tokens" / "random" / "summary.json"
+    if not summary.is_file():
+        raise UserError("--epochs counts passes over random's selection: keep `random` in "
+                        "--methods and the free arm")
+    steps = epoch_steps(json.loads(summary.read_text())["tokens"], epochs,
+                        train_cfg.batch_size * train_cfg.grad_accum, model_cfg.seq_len)
+    return [f"max_steps={steps}"] + ([f"average_every={max(1, steps // 20)}"]
+                                     if train_cfg.average_last else [])
+
+
+def arms_markdown(output: Path) -> str:
+    """Each method's outcome against random in the free and the stratified arm (the verdicts of
+    both tables), and whether a free-arm difference is the domain mix or the choice within
+    domains; written to arms.md."""
+    verdicts = {}
+    for arm, folder in (("free", "tables"), ("stratified", "tables-stratified")):
+        path = output / folder / "table2.json"
+        verdicts[arm] = (json.loads(path.read_text())["verdict"]["vs_random"]
+                         if path.is_file() else {})
+    rows = []
+    for method, outcome in verdicts["free"].items():
+        if method == NULL or parse_dose(method):
+            continue
+        stratified = verdicts["stratified"].get(method + STRATIFIED)
+        rows.append(f"| {method} | {outcome} | {stratified or ''} | "
+                    f"{mix_or_choice(outcome, stratified)} |")
+    text = ("# Free and stratified arms\n\nEach method against random in the free arm (its own "
+            "domain mix) and in the stratified arm (the pool's mix, against `random@strat`); a "
+            "free-arm difference is the **choice within domains** when the stratified arm "
+            "resolves the same, and the **mix** when it does not.\n\n"
+            "| method | free arm | stratified arm | the difference is |\n|---|---|---|---|\n"
+            + "\n".join(rows) + "\n")
+    with atomic_output(output / "arms.md") as tmp:
+        Path(tmp).write_text(text)
+    return text
 
 
 def runs_table(output: Path) -> list[dict]:
@@ -191,8 +312,26 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pool", required=True, help="pool folder (make pool)")
     p.add_argument("--output", required=True, help="run folder")
-    p.add_argument("--methods", nargs="+", default=[*METHODS, CONTROL],
-                   help="labels (default: all of %(default)s) or label=selector:key=value,...")
+    p.add_argument("--methods", nargs="+", default=list(METHODS),
+                   help="labels (default: all of %(default)s; `control`, the old positive control, "
+                        "on request) or label=selector:key=value,...")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS,
+                   help="free: each method picks its own domain mix; stratified: each picks "
+                        "within the pool's domains in proportion (`<method>@strat`, against "
+                        "random@strat) (default: both)")
+    p.add_argument("--no_null", action="store_true",
+                   help=f"leave out the null, {NULL}: a second random selection (selection seed "
+                        "+ 1) whose difference with random must come out unresolved")
+    p.add_argument("--junk", nargs="*", type=float, default=list(DOSES), metavar="D",
+                   help="doses of the junk series, junk-D: random's selection with a fraction D "
+                        "replaced by junk of the same domain and length (default: %(default)s; "
+                        "none: give the flag alone)")
+    p.add_argument("--dup", nargs="*", type=float, default=list(DOSES), metavar="D",
+                   help="doses of the duplicate series, dup-D: the fraction D replaced by copies "
+                        "of other selected documents (default: %(default)s)")
+    p.add_argument("--epochs", type=float,
+                   help="train every run for the steps that read this many passes over random's "
+                        "selection (overrides the config's max_steps; default: the config's)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
                    help="training seeds (default: %(default)s)")
     p.add_argument("--config", default="downstream", help="train config (default: %(default)s)")
@@ -212,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="score only each domain's first N held-out documents")
 
     def command(args):
-        run(Path(args.pool), Path(args.output), parse_methods(args.methods), args.seeds,
-            args.config, args.select_ratio, args.block_size, args.vocab_size, args.jobs,
-            args.heldout_docs, args.select_seed, args.set)
+        runs = plan_runs(parse_methods(args.methods), args.arms, not args.no_null, args.junk,
+                         args.dup, args.select_seed)
+        run(Path(args.pool), Path(args.output), runs, args.seeds, args.config, args.select_ratio,
+            args.block_size, args.vocab_size, args.jobs, args.heldout_docs, args.select_seed,
+            args.set, args.epochs)
 
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.pipeline.downstream")

@@ -1,0 +1,130 @@
+"""The downstream orchestrator (reproduce/pipeline/downstream.py) end to end on the small pool of
+test_pool.py with a tiny model: both arms, the null and both dose series, the epochs budget, the
+averaged checkpoints, the tables per arm and arms.md; a second invocation trains nothing again; a
+kill -9 mid-training leaves no process and the rerun finishes; and the run plan's refusals."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_orphans import session_processes
+from test_pool import pool, prepared, units  # noqa: F401 (the small pool's fixtures)
+
+from datamask.errors import UserError
+from reproduce.pipeline.downstream import (STRATIFIED, epoch_steps, main, parse_methods,
+                                           plan_runs)
+
+TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
+        "num_attention_heads=2", "num_key_value_heads=2", "seq_len=32", "batch_size=4",
+        "warmup_steps=1", "average_last=2", "ema_decay=0.9"]
+
+
+@pytest.fixture(scope="module")
+def run(pool, prepared, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("downstream") / "run"
+    argv = ["--pool", str(pool[0]), "--output", str(out), "--methods", "random", "quality-topk",
+            "--junk", "0.5", "--dup", "0.5", "--seeds", "0", "1", "--config", "demo",
+            "--select_ratio", "0.3", "--block_size", "0", "--vocab_size", "300",
+            "--heldout_docs", "2", "--epochs", "0.5", "--jobs", "2",
+            *[a for s in TINY for a in ("--set", s)]]
+    assert main(argv) == 0
+    return out, argv
+
+
+def test_every_selection_of_both_arms_and_the_calibration_is_trained_and_tabled(run):
+    out, _ = run
+    record = json.loads((out / "downstream.json").read_text())
+    labels = {"random", "quality-topk", "random@strat", "quality-topk@strat", "random-null",
+              "junk-0.5", "dup-0.5"}
+    assert set(record["runs"]) == labels
+    assert {(r["method"], r["seed"]) for r in record["trained"]} == {
+        (label, seed) for label in labels for seed in (0, 1)}
+    free = json.loads((out / "tables" / "table2.json").read_text())
+    assert set(free["methods"]) == labels - {"random@strat", "quality-topk@strat"}
+    assert free["reference"] == "random" and "bpb macro (EMA)" in free["power"]
+    assert set(free["verdict"]["calibration"]["smallest_resolved"]) == {"junk", "dup"}
+    assert free["snr"]["bpb macro"]["noise_from"] == ["random-null"]  # no 0.25 dose here
+    stratified = json.loads((out / "tables-stratified" / "table2.json").read_text())
+    assert set(stratified["methods"]) == {"random@strat", "quality-topk@strat"}
+    assert stratified["reference"] == "random" + STRATIFIED
+    arms = (out / "arms.md").read_text()
+    assert "| quality-topk |" in arms and "random-null" not in arms and "junk-0.5" not in arms
+    for arm in ("free", "stratified"):
+        assert (out / "figures" / arm / "downstream.png").is_file()
+
+
+def test_the_epochs_budget_is_read_off_randoms_tokens_and_is_the_same_for_all(run):
+    out, _ = run
+    tokens = json.loads((out / "tokens" / "random" / "summary.json").read_text())["tokens"]
+    steps = epoch_steps(tokens, 0.5, 4, 32)
+    summaries = [json.loads(p.read_text()) for p in (out / "train").glob("*/seed*/summary.json")]
+    assert len(summaries) == 14
+    assert {s["train"]["max_steps"] for s in summaries} == {steps}
+    assert {s["train"]["average_every"] for s in summaries} == {max(1, steps // 20)}
+
+
+def test_a_second_invocation_trains_and_selects_nothing_again(run):
+    out, argv = run
+    stamps = {p: p.stat().st_mtime_ns for p in [*(out / "train").glob("*/seed*/summary.json"),
+                                               *(out / "select").glob("*/summary.json")]}
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_epoch_steps_round_up_to_whole_windows():
+    assert epoch_steps(1000, 1.0, 4, 24) == 10  # 1000 / (4 x 25) = 10
+    assert epoch_steps(1001, 1.0, 4, 24) == 11
+    assert epoch_steps(10, 0.01, 4, 24) == 1
+
+
+def test_run_plan_labels_and_refusals():
+    methods = parse_methods(["random", "quality-topk"])
+    runs = plan_runs(methods, ["free", "stratified"], True, [0.1, 0.25], [0.5], select_seed=3)
+    assert runs["random-null"] == {"spec": "random:seed=4", "stratify": False}
+    assert runs["quality-topk@strat"] == {"spec": "quality-topk", "stratify": True}
+    assert runs["junk-0.25"] == {"series": "junk", "dose": 0.25} and "dup-0.5" in runs
+    assert set(plan_runs(methods, ["free"], False, [], [], 0)) == {"random", "quality-topk"}
+    for args, message in (((["free", "bogus"], True, [], []), "--arms"),
+                          ((["free"], True, [1.5], []), "--junk 1.5"),
+                          ((["free"], True, [], [0.0]), "--dup 0.0")):
+        with pytest.raises(UserError, match=message):
+            plan_runs(methods, *args, 0)
+    with pytest.raises(UserError, match="keep `random`"):
+        plan_runs(parse_methods(["quality-topk"]), ["free"], True, [], [], 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prepared,  # noqa: F811
+                                                                       tmp_path):
+    out = tmp_path / "killed"
+    argv = ["--pool", str(pool[0]), "--output", str(out), "--methods", "random", "--arms", "free",
+            "--no_null", "--junk", "--dup", "--seeds", "0", "--config", "demo",
+            "--select_ratio", "0.3", "--block_size", "0", "--vocab_size", "300",
+            "--heldout_docs", "2", "--set", "max_steps=400",
+            *[a for s in TINY[:-2] for a in ("--set", s)]]
+    command = [sys.executable, "-m", "reproduce.pipeline.downstream", *argv]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**os.environ,
+                                                               "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.time() + 300
+        while not (out / "logs" / "random.seed0.log").is_file():  # training has started
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.5)
+        time.sleep(3)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        deadline = time.time() + 20
+        while session_processes(process.pid) and time.time() < deadline:
+            time.sleep(0.5)
+        assert session_processes(process.pid) == []
+    finally:
+        subprocess.run(["pkill", "-9", "-s", str(process.pid)])
+    assert not (out / "train" / "random" / "seed0" / "summary.json").is_file()
+    argv[argv.index("max_steps=400")] = "max_steps=4"  # the same run, finished quickly
+    assert main(argv) == 0
+    assert (out / "eval" / "random.seed0.json").is_file()
