@@ -34,8 +34,10 @@ Each claim is tested by a stated rule, so that a rerun on other data can flip it
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import re
 from dataclasses import replace
 from typing import Callable
 
@@ -510,6 +512,92 @@ def facility_step_claims(result: TimingResult | None, n: int = 100_000,
     return lines
 
 
+STOP_LOSS = 0.005  # issue 30: no metric gives up more than 0.5% of its fixed-steps objective
+STOP_FOLDER = "ablation-stop"  # `make ablation-stop`: one sweep per size, in n<N>/
+
+
+def stop_claims(results: str) -> list[str]:
+    """The stopping rule against fixed steps (`make ablation-stop`): per size and metric the
+    rule's mean objective over the fixed steps' (value 0), and its mean wall time over theirs."""
+    folder = os.path.join(results, STOP_FOLDER)
+    sizes = sorted((int(name[1:]), name) for name in (os.listdir(folder)
+                   if os.path.isdir(folder) else []) if re.fullmatch(r"n\d+", name))
+    if not sizes:
+        return missing(f"{STOP_FOLDER}/n<N>/ablation-stop")
+    table, worst = [], 1.0
+    for n, name in sizes:
+        result = read_result(os.path.join(folder, name), "ablation-stop")
+        rows = {(s.metric, s.value): s for s in result.summary}
+        fixed, rule = result.config["values"]  # the first listed never stops
+        for metric in result.metrics:
+            kept = rows[metric, rule].objective_mean / rows[metric, fixed].objective_mean
+            worst = min(worst, kept)
+            time = rows[metric, rule].wall_s_mean / rows[metric, fixed].wall_s_mean
+            table.append({"rows": f"{n:,}", "metric": metric, "objective kept": f"{kept:.4f}",
+                          "time": f"{time:.2f}"})
+    return [f"The stopping rule (`--stop_every {rule:g}`) against fixed steps (`--stop_every "
+            f"{fixed:g}`) (`{STOP_FOLDER}/`; objective and time: the rule's means over the fixed "
+            "steps'):", "",
+            *markdown(pd.DataFrame(table), right=("rows", "objective kept", "time")).splitlines(),
+            "", f"- No metric gives up more than {STOP_LOSS:.1%} of its fixed-steps objective: "
+            f"{goal_verdict(worst >= 1 - STOP_LOSS)} (worst kept {worst:.4f}).", ""]
+
+
+FACILITY_LEVERS = "facility-levers"  # issue 30, section 2: its plan.md fixed the rule
+# label, folder, the value of the folder's knob the lever is (the baseline is L0)
+LEVERS = (("L0 baseline (select's defaults)", "stop", 50.0),
+          ("L6 fixed steps", "stop", 0.0), ("L1 partial 1, row credit", "credit-p1", "row"),
+          ("L2 partial 1, mask credit", "credit-p1", "mask"),
+          ("L3 cover sample 0.04", "cover_sample", 0.04), ("L4 G 512", "G", 512.0),
+          ("L5 lr linear:30:3", "lr", "linear:30:3"),
+          ("L7 row credit, cover sample 0.04", "credit-row-cover", "row"),
+          ("L8 init greedy", "init-greedy", "greedy"))
+
+
+def lever_ratios(folder: str, value) -> list[float] | None:
+    """Per-seed gain ratios (objective over the lazy greedy's: random's mean is 0 on this scale)
+    of one lever's runs, or None when its folder holds no results file."""
+    files = glob.glob(os.path.join(folder, "ablation-*.json"))
+    if not files:
+        return None
+    name = os.path.splitext(os.path.basename(files[0]))[0]
+    result = read_result(folder, name)
+    greedy = result.greedy[0].objective
+    return [r.objective / greedy for r in result.runs if r.value == value]
+
+
+def facility_lever_claims(results: str) -> list[str]:
+    """The screen at 3,000 rows and the confirm at 20,000 of plan.md, by its rule."""
+    root = os.path.join(results, FACILITY_LEVERS)
+    if not os.path.isdir(root):
+        return missing(f"{FACILITY_LEVERS}/")
+    screen = {label: lever_ratios(os.path.join(root, folder), value)
+              for label, folder, value in LEVERS}
+    screen = {label: ratios for label, ratios in screen.items() if ratios}
+    base = screen[LEVERS[0][0]]
+    bar = float(np.median(base)) + (max(base) - min(base))
+    table = [{"lever": label, "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
+              "median": f"{np.median(ratios):.3f}"} for label, ratios in screen.items()]
+    winner = max(screen, key=lambda label: np.median(screen[label]))
+    lines = [f"Facility's levers at 3,000 x 32-d rows, lamb 0, seeds 0-2 (`{FACILITY_LEVERS}/`, "
+             "rule in its plan.md; gain ratio over the lazy greedy):", "",
+             *markdown(pd.DataFrame(table), right=("median",)).splitlines(), "",
+             f"- Screen: {winner} has the highest median"
+             + (f", above the baseline's median + seed range ({bar:.3f})."
+                if np.median(screen[winner]) > bar else ", not above the baseline's median + seed "
+                f"range ({bar:.3f}): the baseline stays.")]
+    confirm = os.path.join(root, "confirm-20k")
+    folders = {label: (folder, value) for label, folder, value in LEVERS}
+    for label in dict.fromkeys([LEVERS[0][0], winner, LEVERS[-1][0]]):
+        folder, value = folders[label]
+        ratios = lever_ratios(os.path.join(confirm, "baseline" if label == LEVERS[0][0]
+                                           else folder), value)
+        lines.append(f"- At 20,000 rows, seed 0, {label}: "
+                     + (f"gain ratio {ratios[0]:.3f}." if ratios else
+                        "no result (killed at the plan's 10 minutes, or not run): not confirmed."))
+    return lines + [""]
+
+
 def downstream_claims(results: str) -> list[str]:
     """The downstream verdict as eval/verdict.py's rule states it, from the committed table."""
     path = os.path.join(results, "downstream", "tables", "table2.json")
@@ -559,7 +647,10 @@ def report(results: str, figures: str) -> str:
         lines += figure(figures, results, f"2-ablation-{knob}-values")
     lines += ["## Learner variants beyond the paper (`make ablation-variants`)", ""]
     for knob in VARIANT_KNOBS:
-        lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)
+        if knob != "stop":  # stop_claims reads its sweeps, one per size
+            lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)
+    lines += ["## Issue 30: the stopping rule and Facility's levers", ""]
+    lines += stop_claims(results) + facility_lever_claims(results)
     lines += ["## Issue 17's goals at the paper's scale (`scale-goals/`)", ""]
     lines += scale_goal_claims(results)
     lines += ["## Downstream: does a selection train a better model? (`make downstream`)", ""]
