@@ -120,7 +120,8 @@ def cmd_tables(args) -> None:
         path = Path(item)
         files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
     kept_of = partial(kept_fractions, Path(args.pool)) if args.pool else None
-    print(write_tables(files, Path(args.output), kept_of, args.reference, args.control))
+    print(write_tables(files, Path(args.output), kept_of, args.reference, args.control,
+                       args.primary))
 
 
 def add_stage_parsers(sub) -> None:
@@ -251,6 +252,9 @@ def add_stage_parsers(sub) -> None:
                    help="the method every other is compared with (default: %(default)s)")
     p.add_argument("--control", default="control",
                    help="the positive control's method name (default: %(default)s)")
+    p.add_argument("--primary", default="bpb macro",
+                   help="the lower-is-better column the verdict and the dose-response read, e.g. "
+                        "'bpb macro (EMA)' (default: %(default)s)")
     p.set_defaults(func=cmd_tables)
 
     from .pool.cli import add_pool_parsers  # pool, control, calibrate, planted (reproduce/pool)

@@ -13,7 +13,7 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
             control (reproduce/pool/control.py). Selection does not depend on the training seed:
             every seed of a method trains on the same selection (seed --select_seed)
   tokenize  one BPE tokenizer trained on the whole pool, then each selection (datatrove)
-  train     one model per (method, seed), the same token budget for all (reproduce/pipeline/train.py)
+  train     one model per (method, seed), one token budget for all (reproduce/pipeline/train.py)
   evaluate  per-domain held-out bits per byte + the BBC tasks (eval/run.py), one file per run
   tables    per arm, Table 2 with 95% CIs, paired differences with the arm's random, planted rows
             kept, each metric's SNR and the dose-response (eval/tables.py, eval/calibration.py);
@@ -41,6 +41,7 @@ from datamask import processes
 from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
 from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
+from eval.verdict import PRIMARY
 
 from .common import parse_value
 
@@ -130,7 +131,8 @@ def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
 
 def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
         ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
-        select_seed: int, sets: list[str], epochs: float | None = None) -> dict:
+        select_seed: int, sets: list[str], epochs: float | None = None,
+        primary: str = PRIMARY) -> dict:
     """`runs` as plan_runs gives them. With `epochs`, every run trains for the steps that read
     that many passes over random's selection (the same token budget for all)."""
     started = time.time()
@@ -229,15 +231,17 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             files = [str(output / "eval" / f"{label}.seed{seed}.json")
                      for label in labels for seed in seeds]
             python("reproduce", "tables", "--results", *files, "--output", str(output / folder),
-                   "--pool", str(pool), "--reference", reference, log=logs / "tables.log")
+                   "--pool", str(pool), "--reference", reference, "--primary", primary,
+                   log=logs / "tables.log")
             python("figures.downstream", "--table", str(output / folder / "table2.json"),
                    "--output", str(output / "figures" / arm), log=logs / "tables.log")
     timed("tables", tables_and_figures)
     arms = arms_markdown(output)
 
     record = {"pool": str(pool), "runs": runs, "seeds": seeds, "config": config,
-              "set": sets, "epochs": epochs, "select_ratio": ratio, "block_size": block_size,
-              "vocab_size": vocab_size, "jobs": jobs, "heldout_docs": heldout_docs,
+              "set": sets, "epochs": epochs, "primary": primary, "select_ratio": ratio,
+              "block_size": block_size, "vocab_size": vocab_size, "jobs": jobs,
+              "heldout_docs": heldout_docs,
               "select_seed": select_seed, "stage_wall_s": stamp,
               "wall_s": round(time.time() - started, 1), "trained": runs_table(output)}
     write_json_atomic(record, output / "downstream.json")
@@ -329,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dup", nargs="*", type=float, default=list(DOSES), metavar="D",
                    help="doses of the duplicate series, dup-D: the fraction D replaced by copies "
                         "of other selected documents (default: %(default)s)")
+    p.add_argument("--primary", default=PRIMARY,
+                   help="the column the verdicts read (proxy-plan.md: the variant its sweep "
+                        "chooses, e.g. 'bpb macro (EMA)') (default: %(default)s)")
     p.add_argument("--epochs", type=float,
                    help="train every run for the steps that read this many passes over random's "
                         "selection (overrides the config's max_steps; default: the config's)")
@@ -355,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                          args.dup, args.select_seed)
         run(Path(args.pool), Path(args.output), runs, args.seeds, args.config, args.select_ratio,
             args.block_size, args.vocab_size, args.jobs, args.heldout_docs, args.select_seed,
-            args.set, args.epochs)
+            args.set, args.epochs, args.primary)
 
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.pipeline.downstream")
