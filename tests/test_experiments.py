@@ -437,3 +437,28 @@ def test_scale_goal_verdicts_follow_the_goal_runs(tmp_path):
     (folder / "timing.json").write_text(json.dumps(data))
     text = "\n".join(findings.scale_goal_claims(str(tmp_path)))
     assert "0.50x `disf-greedy-fast`'s" in text and "objective: **met**" in text
+
+
+def test_overall_best_breaks_a_tie_in_mean_rank_to_the_value_listed_first():
+    """Two values with the same mean rank (each best on one metric): the first listed wins,
+    whichever is best on the first metric; a strictly better mean rank wins outright."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    @dataclass
+    class Row:
+        metric: str
+        value: str
+        objective_mean: float
+
+    def result(objectives):
+        rows = [Row(m, v, o) for m, by_value in objectives.items() for v, o in by_value.items()]
+        return SimpleNamespace(summary=rows, metrics=list(objectives))
+
+    tie = {"Pair_simi": {"same": 1.0, "quality": 2.0}, "DiSF": {"same": 2.0, "quality": 1.0}}
+    assert findings.overall_best(result(tie)) == "same"
+    tie_other_order = {"Pair_simi": {"quality": 2.0, "same": 1.0},
+                       "DiSF": {"quality": 1.0, "same": 2.0}}
+    assert findings.overall_best(result(tie_other_order)) == "quality"
+    clear = {"Pair_simi": {"same": 1.0, "quality": 2.0}, "DiSF": {"same": 1.0, "quality": 3.0}}
+    assert findings.overall_best(result(clear)) == "quality"
