@@ -296,14 +296,10 @@ def test_a_check_scores_facility_in_blocks_of_covered_rows_as_one_batch_would():
     assert learner.selection_value(whole, ground, rows) == whole.batch(ground, rows[None])[0]
 
 
-def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
-    """Adam's moments and the step objectives the stopping rule watches are in the checkpoint: a
-    run interrupted after a checkpoint and resumed ends exactly as an uninterrupted one, at the
-    same step."""
-    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=6)
-    config = dict(algorithm="Facility", partial=0.3, update="adam", max_lr=0.5, patience=10,
-                  min_gain=0.02, credit="row", n_epochs=200, seed=6, device="cpu", stop_every=0)
-    whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+def crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch, before_resume=None):
+    """A run checkpointing every 10 steps that crashes right after its step-20 checkpoint, then
+    resumed from it (with the learner module's attributes `before_resume` patched): the
+    resumed run's result."""
     path = str(tmp_path / "state.pt")
     save = learner.save_checkpoint
 
@@ -320,8 +316,21 @@ def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
         MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
                                                  checkpoint_every=10)
     monkeypatch.setattr(learner, "save_checkpoint", save)
-    resumed = MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
-                                                       checkpoint_every=10, resume=True)
+    for name, value in (before_resume or {}).items():
+        monkeypatch.setattr(learner, name, value)
+    return MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
+                                                    checkpoint_every=10, resume=True)
+
+
+def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
+    """Adam's moments and the step objectives the stopping rule watches are in the checkpoint: a
+    run interrupted after a checkpoint and resumed ends exactly as an uninterrupted one, at the
+    same step."""
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=6)
+    config = dict(algorithm="Facility", partial=0.3, update="adam", max_lr=0.5, patience=10,
+                  min_gain=0.02, credit="row", n_epochs=200, seed=6, device="cpu", stop_every=0)
+    whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    resumed = crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
     assert 20 < whole.steps_taken < 200 and resumed.steps_taken == whole.steps_taken
 
@@ -479,24 +488,8 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
                   n_rollout=8, seed=2, device="cpu")
     whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
     assert whole.selected.sum() == 30
-    path = str(tmp_path / "state.pt")
-    save = learner.save_checkpoint
-
-    class Crash(Exception):
-        pass
-
-    def save_then_crash(target, state):
-        save(target, state)
-        if state["step"] == 20:
-            raise Crash
-
-    monkeypatch.setattr(learner, "save_checkpoint", save_then_crash)
-    with pytest.raises(Crash):
-        MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
-                                                 checkpoint_every=10)
-    monkeypatch.setattr(learner, "save_checkpoint", save)
-    monkeypatch.setattr(learner, "greedy_logits", None)  # calling it again would fail
-    resumed = MaskLearner(LearnerConfig(**config)).fit(data, progress=False, checkpoint_path=path,
-                                                       checkpoint_every=10, resume=True)
+    resumed = crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch,
+                                              # calling it again would fail
+                                              before_resume={"greedy_logits": None})
     np.testing.assert_array_equal(resumed.selected, whole.selected)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
