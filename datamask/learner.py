@@ -35,6 +35,7 @@ from .shared import resolve_device, top_rows
 
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
+GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to here (facility-levers)
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -65,11 +66,16 @@ class LearnerConfig:
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)
-    init: str = option("same", "initial logits: all equal; log quality so that selection "
-                               "probability is proportional to quality; or greedy: the "
-                               "stochastic greedy's picks on the run's joint objective start "
-                               "at ln(N/k), the rest at 0 (its time counted in the run's)",
-                       choices=("same", "quality", "greedy"), original=True)
+    init: str = option("auto", "initial logits: same (all equal; the paper's); quality (log "
+                               "quality, so selection probability is proportional to it); "
+                               "greedy (the stochastic greedy's picks on the run's joint "
+                               "objective start at ln(N/k), the rest at 0, its time counted in "
+                               "the run's); auto = greedy for Facility on at most "
+                               f"{GREEDY_INIT_ROWS:,} input rows (the winner of its levers "
+                               "there, reproduce/results/facility-levers; the greedy's cost "
+                               "grows as N^2 and larger inputs are not measured), same "
+                               "otherwise", choices=("auto", "same", "quality", "greedy"),
+                       original=True)
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -128,6 +134,12 @@ class LearnerConfig:
 
     def validate(self) -> None:
         validate(self)
+
+    def start_init(self, rows: int) -> str:
+        """The initial logits a run on `rows` input rows takes: --init, with auto resolved."""
+        if self.init != "auto":
+            return self.init
+        return "greedy" if self.algorithm == "Facility" and rows <= GREEDY_INIT_ROWS else "same"
 
     def step_probes(self) -> int:
         """The probes a step uses: --probes, with -1 resolved (AUTO_PROBES for DiSF, else 0)."""
@@ -218,8 +230,9 @@ def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
 
     gains = diversity_gains(algorithm, ground, GREEDY_KERNEL_BYTES) if objective.lamb < 1 else None
     term = JointGains(objective, ground, gains)
-    picks, _ = greedy(term, k, optimizer="stochastic", score=term.value_with, generator=gen,
-                      single_thread=algorithm == "Facility")
+    # quality alone (lamb 1) is modular and free to score: the naive greedy, its exact top-k
+    picks, _ = greedy(term, k, optimizer="stochastic" if gains is not None else "naive",
+                      score=term.value_with, generator=gen, single_thread=algorithm == "Facility")
     logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
     logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
     return logits
@@ -278,6 +291,10 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
     # a setting added after the checkpoint was made ran as it did before the setting existed
     saved = {**asdict(LearnerConfig()), **BEFORE_THEY_EXISTED, **state["config"]}
     now = asdict(config)
+    # what auto resolves to is what ran: compare that, so an old `same` run resumes under auto
+    saved["init"] = LearnerConfig(algorithm=saved["algorithm"],
+                                  init=saved["init"]).start_init(len(data))
+    now["init"] = config.start_init(len(data))
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
@@ -638,8 +655,9 @@ class MaskLearner:
         else:
             scale = TermScale.fit(ground, shape.k_step, metric, gen,
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
-        if cfg.init != "greedy":
-            return Progress(initial_logits(ground.quality, cfg.init), scale)
+        init = cfg.start_init(shape.n_total)
+        if init != "greedy":
+            return Progress(initial_logits(ground.quality, init), scale)
         start = time.perf_counter()
         logits = greedy_logits(ground, Joint(metric, cfg.lamb, scale), cfg.algorithm,
                                shape.k_total, gen)

@@ -2,8 +2,9 @@
 `datamask select`, for users coming from the paper's code. It keeps the original's linear decay
 from --max_lr to --min_lr unless --lr_schedule says otherwise (`datamask select` defaults to a
 constant rate), DiSF's exact collapse score unless --probes says otherwise (`datamask select`
-estimates it with 64 probes), and the original's fixed --n_epochs steps unless --stop_every says
-otherwise (`datamask select` stops once the selection it would write stops improving)."""
+estimates it with 64 probes), the original's fixed --n_epochs steps unless --stop_every says
+otherwise (`datamask select` stops once the selection it would write stops improving), and equal
+initial logits unless --init says otherwise (`datamask select` starts Facility from a greedy)."""
 
 import sys
 
@@ -11,4 +12,4 @@ from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["select", "--lr_schedule", "linear", "--probes", "0", "--stop_every", "0",
-                   *sys.argv[1:]]))
+                   "--init", "same", *sys.argv[1:]]))

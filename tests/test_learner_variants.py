@@ -27,7 +27,8 @@ from reproduce.experiments.records import SweepRun, SweepSummary
 # Facility re-pinned when masks sharing rows began to gather their similarities from one kernel
 # (one GEMM of all rows instead of one per mask: its logits moved by 3.3e-6, selection identical).
 DEFAULT_RUNS = [
-    ({"algorithm": "Facility", "partial": 0.2},
+    # the paper's equal start (datamask select's Facility default starts from a greedy)
+    ({"algorithm": "Facility", "partial": 0.2, "init": "same"},
      "fc5cee3b130e5a48fc5e16de29a501affd939dc42f44c9eeb2de156c9726366f"),
     ({"algorithm": "Pair_simi"},
      "aef9ae84220d8903ab68c9cb8836df3c13eeb7561a8865ea1184dbd5ceabea2e"),
@@ -362,10 +363,11 @@ def test_bad_variant_settings_name_the_flag(options, flag):
 def test_facility_at_partial_02_each_variant_learns(options):
     """Where the issue measured the paper's update short of the greedy (Facility, clustered rows,
     partial 0.2): each variant's selection is scored by the report on all rows, and must end above
-    its own first read-off and above a random selection (0 on the report's scale)."""
+    its own first read-off and above a random selection (0 on the report's scale). From the
+    paper's equal start: a greedy start (Facility's default) begins near the greedy's value."""
     data = synthetic_dataset(1000, dim=16, n_clusters=20, seed=7)
     report = Report(data, 0.1, 0.5)
-    settings = dict({"partial": 0.2}, **options)
+    settings = dict({"partial": 0.2, "init": "same"}, **options)
     scores = []
     result = MaskLearner(LearnerConfig(algorithm="Facility", n_epochs=60, seed=7, device="cpu",
                                        stop_every=0, **settings)).fit(
@@ -493,3 +495,31 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
                                               before_resume={"greedy_logits": None})
     np.testing.assert_array_equal(resumed.selected, whole.selected)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
+
+
+def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size():
+    facility, pair = LearnerConfig(algorithm="Facility"), LearnerConfig(algorithm="Pair_simi")
+    assert facility.init == pair.init == "auto"
+    assert facility.start_init(learner.GREEDY_INIT_ROWS) == "greedy"
+    assert facility.start_init(learner.GREEDY_INIT_ROWS + 1) == "same"
+    assert pair.start_init(100) == "same" and LearnerConfig(algorithm="DiSF").start_init(9) == "same"
+    assert LearnerConfig(algorithm="Facility", init="same").start_init(100) == "same"
+    assert LearnerConfig(algorithm="Pair_simi", init="greedy").start_init(10**6) == "greedy"
+
+
+def test_a_checkpoint_of_the_old_default_start_resumes_where_auto_means_the_same(tmp_path):
+    """A Pair_simi checkpoint saved with init 'same' (the default before auto) resumes under
+    auto, which starts Pair_simi the same way; a Facility one is refused, auto being a greedy
+    start there."""
+    data = synthetic_dataset(200, dim=8, n_clusters=4, seed=2)
+    for algorithm, resumes in (("Pair_simi", True), ("Facility", False)):
+        path = str(tmp_path / f"{algorithm}.pt")
+        old = dict(algorithm=algorithm, init="same", n_epochs=10, n_rollout=8, device="cpu")
+        MaskLearner(LearnerConfig(**old)).fit(data, progress=False, checkpoint_path=path,
+                                              checkpoint_every=5)
+        resume = MaskLearner(LearnerConfig(**{**old, "init": "auto"}))
+        if resumes:
+            resume.fit(data, progress=False, checkpoint_path=path, resume=True)
+        else:
+            with pytest.raises(UserError, match="--init same -> greedy"):
+                resume.fit(data, progress=False, checkpoint_path=path, resume=True)
