@@ -9,7 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-from datamask.errors import UserError
 
 # The demo's methods; those not registered (yet) are skipped by `methods --demo`.
 DEMO_METHODS = ["datamask:n_epochs=500,partial=0.2,lamb=0.5", "quality-topk", "semdedup",
@@ -82,16 +81,10 @@ def cmd_tokenize(args) -> None:
 
 
 def cmd_train(args) -> None:
-    from .pipeline.common import parse_value
+    from .pipeline.common import parse_sets
     from .pipeline.train import Ranks, load_config, train
 
-    overrides = {}
-    for item in args.set or []:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UserError(f"--set {item}: expected KEY=VALUE")
-        overrides[key] = parse_value(value)
-    model_cfg, train_cfg = load_config(args.config, overrides)
+    model_cfg, train_cfg = load_config(args.config, parse_sets(args.set))
     summary = train(Path(args.tokens), Path(args.tokenizer), Path(args.output), model_cfg,
                     train_cfg, progress=not args.no_progress)
     if Ranks.from_environment().rank == 0:  # under torchrun, one summary, not one per rank

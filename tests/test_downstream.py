@@ -128,3 +128,13 @@ def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prep
     argv[argv.index("max_steps=400")] = "max_steps=4"  # the same run, finished quickly
     assert main(argv) == 0
     assert (out / "eval" / "random.seed0.json").is_file()
+
+
+def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "bad"
+    for setting, message in (("bogus=1", "--set bogus: not a model or train setting"),
+                             ("max_steps", "--set max_steps: expected KEY=VALUE")):
+        assert main(["--pool", str(pool[0]), "--output", str(out), "--methods", "random",
+                     "--set", setting]) == 2
+        assert message in capsys.readouterr().err
+        assert not (out / "select").exists()

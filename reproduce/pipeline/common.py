@@ -40,6 +40,17 @@ def parse_value(text: str):
         return text
 
 
+def parse_sets(items: list[str] | None) -> dict:
+    """`--set KEY=VALUE` items as {key: value}, values parsed as parse_value does."""
+    overrides = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UserError(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = parse_value(value)
+    return overrides
+
+
 def parse_method(spec: str) -> tuple[str, dict]:
     """'datamask:n_epochs=300,lamb=0.5' -> ('datamask', {'n_epochs': 300, 'lamb': 0.5})."""
     name, _, rest = spec.partition(":")

@@ -43,7 +43,7 @@ from datamask.errors import UserError
 from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
 from eval.verdict import PRIMARY
 
-from .common import parse_value
+from .common import parse_sets
 
 # label -> selector spec: the issue's list (datamask with each diversity metric, quality-topk,
 # quality-threshold, semdedup, joint-greedy, one one-shot method, random); `control` is the pool's.
@@ -138,6 +138,9 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     started = time.time()
     if not (pool / "pool.json").is_file():
         raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
+    from .train import load_config  # torch, for the config's checks only: not at import
+
+    load_config(config, parse_sets(sets))  # a bad --config or --set fails now, not mid-run
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     prepared = pool / "prepared"
@@ -255,8 +258,7 @@ def epoch_settings(output: Path, config: str, sets: list[str], epochs: float) ->
     max_steps, and average_every at 5% of the steps when checkpoints are averaged."""
     from .train import load_config
 
-    overrides = dict(s.split("=", 1) for s in sets)
-    model_cfg, train_cfg = load_config(config, {k: parse_value(v) for k, v in overrides.items()})
+    model_cfg, train_cfg = load_config(config, parse_sets(sets))
     summary = output / "tokens" / "random" / "summary.json"
     if not summary.is_file():
         raise UserError("--epochs counts passes over random's selection: keep `random` in "
