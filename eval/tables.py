@@ -352,7 +352,8 @@ def write_tables(result_files: list[Path], output: Path,
     `kept_of` (selection -> the pool's kept fractions), the table says what each method kept;
     `primary` is the column the verdict and the dose-response read."""
     columns, values, records = load_results(result_files)
-    if primary not in columns or columns[primary]:
+    if columns.get(primary) or primary not in columns and primary != PRIMARY:
+        # (results without held-out text have no default column: the verdict says so)
         raise UserError(f"--primary {primary!r}: not a lower-is-better column of these results "
                         f"({', '.join(c for c, higher in columns.items() if not higher)})")
     table = summarize(columns, values, reference)
@@ -361,7 +362,7 @@ def write_tables(result_files: list[Path], output: Path,
     snr = signal_noise(table)
     if snr:
         table["snr"] = snr
-        table["dose_response"] = dose_response(table, primary)
+        table["dose_response"] = dose_response(table, primary) if primary in columns else {}
     table["verdict"] = verdict(table, reference, control, primary=primary)
     ours = report_markdown(table, cost_table(records))
     paper = paper_table()

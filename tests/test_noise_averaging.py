@@ -128,10 +128,18 @@ def test_evaluate_scores_every_averaging_checkpoint_and_tables_load_old_and_new(
         bits_per_byte(ema_folder, root / "heldout", 4, "cpu")["macro"], rel=1e-9)
     assert set(new["bpb_averaged"]["domains"]) == set(HELDOUT)
     assert new["bpb_averaged"]["macro"] != new["bpb"]["macro"]
-    # eval/tables reads a result file without the new keys and one with them alike
-    columns, values, _ = load_results(sorted((root / "eval").glob("*.json")))
-    assert set(values) == {"averaging", "plain"} and "bpb macro" in columns
+    # eval/tables reads a result file without the new keys as before, and one with them with
+    # the averaged columns beside; one table of both is refused (the same metrics for every run)
+    files = {path.stem.split(".")[0]: path for path in (root / "eval").glob("*.json")}
+    columns, values, _ = load_results([files["plain"]])
+    assert "bpb macro" in columns and not any("(" in c for c in columns)
     assert values["plain"][4]["bpb macro"] == pytest.approx(old["bpb"]["macro"])
+    columns, values, _ = load_results([files["averaging"]])
+    assert values["averaging"][4]["bpb macro (EMA)"] == pytest.approx(new["bpb_ema"]["macro"])
+    assert values["averaging"][4]["bpb macro (last mean)"] == pytest.approx(
+        new["bpb_last_mean"]["macro"])
+    with pytest.raises(UserError, match="one table needs the same metrics"):
+        load_results(sorted(files.values()))
 
 
 def test_evaluate_refuses_a_broken_averaging_checkpoint_before_scoring(work, tmp_path):

@@ -523,7 +523,7 @@ def stop_claims(results: str) -> list[str]:
     sizes = sorted((int(name[1:]), name) for name in (os.listdir(folder)
                    if os.path.isdir(folder) else []) if re.fullmatch(r"n\d+", name))
     if not sizes:
-        return missing(f"{STOP_FOLDER}/n<N>/ablation-stop")
+        return missing("ablation-stop")
     table, worst = [], 1.0
     for n, name in sizes:
         result = read_result(os.path.join(folder, name), "ablation-stop")
