@@ -321,11 +321,13 @@ def calibration_markdown(table: dict) -> str:
     calibration selections ('' where it holds none)."""
     if not table.get("snr"):
         return ""
-    text = ("\nSignal, noise and SNR of each metric (eval/calibration.py): signal = root mean "
-            "square of the mean paired difference of " + " and ".join(
-                next(iter(table["snr"].values()))["signal_from"] or ["no 0.25 dose"])
-            + " with the reference; noise = root mean square of the paired sd of "
-            + ", ".join(next(iter(table["snr"].values()))["noise_from"]) + ":\n\n")
+    sources = next(iter(table["snr"].values()))
+    signal = ("root mean square of the mean paired difference of "
+              + " and ".join(sources["signal_from"]) + " with the reference"
+              if sources["signal_from"] else "none: the run has no dose-0.25 selection")
+    text = ("\nSignal, noise and SNR of each metric (eval/calibration.py): signal = " + signal
+            + "; noise = root mean square of the paired sd of "
+            + ", ".join(sources["noise_from"]) + ":\n\n")
     text += markdown(pd.DataFrame(
         [{"metric": c, "signal": shown(s["signal"], c), "noise": shown(s["noise"], c),
           "SNR": "" if s["snr"] is None else f"{s['snr']:.2f}"}
