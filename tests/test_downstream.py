@@ -138,3 +138,21 @@ def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):
                      "--set", setting]) == 2
         assert message in capsys.readouterr().err
         assert not (out / "select").exists()
+
+
+def test_the_proxy_probe_predicts_a_runs_seconds_from_a_short_run(pool, prepared,  # noqa: F811
+                                                                  tmp_path):
+    from reproduce.experiments import proxy
+
+    tiny = {"vocab": 300, "set": TINY[:-2], "epochs": 2.0}
+    found = proxy.probe(pool[0], tmp_path, "tiny", tiny)
+    summary = json.loads((tmp_path / "tiny" / "probe" / "train" / "random" / "seed0" /
+                          "summary.json").read_text())
+    assert summary["train"]["max_steps"] == proxy.PROBE_STEPS
+    assert (tmp_path / "tiny" / "probe" / "train" / "random" / "seed0" / "ema").is_dir()
+    assert found["steps"] == epoch_steps(found["random_tokens"], 2.0, 4, 32)
+    assert found["tokens_per_run"] == found["steps"] * 4 * 33
+    assert found["non_embedding"] == summary["parameters"] - 300 * 32
+    assert found["predicted_s"] == pytest.approx(
+        found["tokens_per_run"] / found["tokens_per_s"] + found["eval_s"], abs=0.05)
+    assert found["eligible"] == (found["predicted_s"] <= proxy.MAX_RUN_S)

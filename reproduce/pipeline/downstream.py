@@ -110,6 +110,13 @@ def plan_runs(methods: dict[str, str], arms: list[str], null: bool, junk: list[f
     return runs
 
 
+def prepare_pool(pool: Path, logs: Path) -> None:
+    """The pool's shards -> pool/prepared (id, quality, embedding); a finished one is kept."""
+    python("reproduce", "prepare", "--input", str(pool / "fineweb"), "--output",
+           str(pool / "prepared"), "--max_seq_length", "128", "--no_progress", threads=2,
+           log=logs / "prepare.log")
+
+
 def epoch_steps(tokens: int, epochs: float, batch_size: int, seq_len: int) -> int:
     """Training steps that read `epochs` passes over `tokens` in windows of seq_len + 1."""
     return max(1, math.ceil(epochs * tokens / (batch_size * (seq_len + 1))))
@@ -152,9 +159,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
         stamp[name] = round(time.time() - t0, 1)
         print(f"downstream: {name} done in {stamp[name]} s", flush=True)
 
-    timed("prepare", lambda: python("reproduce", "prepare", "--input", str(pool / "fineweb"),
-                                    "--output", str(prepared), "--max_seq_length", "128",
-                                    "--no_progress", threads=2, log=logs / "prepare.log"))
+    timed("prepare", lambda: prepare_pool(pool, logs))
 
     def select():
         # methods first: the calibration selections are built from random's
