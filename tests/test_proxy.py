@@ -71,3 +71,20 @@ def test_budget_flags_keep_the_averaged_checkpoints_five_percent_of_the_steps_ap
     argv = proxy.downstream_argv("POOL", "OUT", proxy.CANDIDATES["V512-d64"], [0, 1, 2], ["-x"])
     assert argv[:6] == ["--pool", "POOL", "--output", "OUT", "--vocab_size", "512"]
     assert "hidden_size=64" in argv and "ema_decay=0.98" in argv and argv[-1] == "-x"
+
+
+def test_run_probes_every_candidate_then_calibrates_the_eligible_cheapest_first(tmp_path,
+                                                                              monkeypatch):
+    seconds = {"C": 150.0, "V4096-d128": 400.0, "V512-d64": 90.0}
+    calls = []
+    monkeypatch.setattr(proxy.downstream, "prepare_pool", lambda pool, logs: calls.append("prep"))
+    monkeypatch.setattr(proxy, "probe", lambda pool, out, name, c: {
+        **probed(seconds[name]), "eligible": seconds[name] <= proxy.MAX_RUN_S})
+    monkeypatch.setattr(proxy, "calibrate", lambda pool, out, name, c: calls.append(name))
+    proxy.run(tmp_path, tmp_path / "sweep", list(seconds), probe_only=True)
+    assert calls == ["prep"]
+    assert set(json.loads((tmp_path / "sweep" / "probes.json").read_text())) == set(seconds)
+    proxy.run(tmp_path, tmp_path / "sweep", list(seconds))
+    assert calls == ["prep", "prep", "V512-d64", "C"]  # V4096-d128 over 240 s: not eligible
+    with pytest.raises(proxy.UserError, match="--candidates bogus"):
+        proxy.run(tmp_path, tmp_path / "sweep", ["bogus"])

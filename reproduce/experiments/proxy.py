@@ -175,7 +175,7 @@ def report(output: Path, probes: dict) -> str:
     return text
 
 
-def run(pool: Path, output: Path, names: list[str]) -> str:
+def run(pool: Path, output: Path, names: list[str], probe_only: bool = False) -> str:
     unknown = [n for n in names if n not in CANDIDATES]
     if unknown:
         raise UserError(f"--candidates {unknown[0]}: not one of {', '.join(CANDIDATES)}")
@@ -185,7 +185,8 @@ def run(pool: Path, output: Path, names: list[str]) -> str:
     with ThreadPoolExecutor(max_workers=2) as side_by_side:  # as the full run's two jobs
         probes = dict(zip(names, side_by_side.map(
             lambda name: probe(pool, output, name, CANDIDATES[name]), names)))
-    for name in sorted((n for n in names if probes[n]["eligible"]),
+    write_json_atomic(probes, output / "probes.json")
+    for name in sorted((n for n in names if probes[n]["eligible"] and not probe_only),
                        key=lambda n: probes[n]["predicted_s"]):
         if time.time() - started > SWEEP_BUDGET_S:
             break  # candidates not reached are reported as not run
@@ -203,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidates", nargs="+", default=list(CANDIDATES),
                    help="(default: all of %(default)s)")
 
+    p.add_argument("--probe_only", action="store_true",
+                   help="only the probes and the eligibility they give (probes.json, proxy.md)")
+
     def command(args):
-        print(run(Path(args.pool), Path(args.output), args.candidates))
+        print(run(Path(args.pool), Path(args.output), args.candidates, args.probe_only))
 
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.experiments.proxy")
