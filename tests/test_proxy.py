@@ -57,7 +57,7 @@ def test_report_picks_the_highest_snr_and_the_cheaper_of_a_near_tie(tmp_path):
 
 
 def test_pick_calls_the_instrument_weak_and_handles_no_calibration():
-    assert proxy.pick({}) == {"candidate": None, "primary": None, "snr": None, "weak": True}
+    assert proxy.pick({}) == {"candidate": None, "primary": None, "snr": None, "weak": None}
     row = {"median_run_s": 10.0, "snr": {"bpb macro": {"snr": 1.5},
                                          "bpb macro (EMA)": {"snr": 1.8}}}
     assert proxy.pick({"a": row}) == {"candidate": "a", "primary": "bpb macro (EMA)",
@@ -84,6 +84,7 @@ def test_run_probes_every_candidate_then_calibrates_the_eligible_cheapest_first(
     proxy.run(tmp_path, tmp_path / "sweep", list(seconds), probe_only=True)
     assert calls == ["prep"]
     assert set(json.loads((tmp_path / "sweep" / "probes.json").read_text())) == set(seconds)
+    assert "Pick: none yet" in (tmp_path / "sweep" / "proxy.md").read_text()
     proxy.run(tmp_path, tmp_path / "sweep", list(seconds))
     assert calls == ["prep", "prep", "V512-d64", "C"]  # V4096-d128 over 240 s: not eligible
     with pytest.raises(proxy.UserError, match="--candidates bogus"):

@@ -139,8 +139,8 @@ def pick(rows: dict[str, dict]) -> dict:
         if snrs:
             variant = max(snrs, key=snrs.get)
             best_of[name] = (snrs[variant], variant)
-    if not best_of:
-        return {"candidate": None, "primary": None, "snr": None, "weak": True}
+    if not best_of:  # nothing calibrated yet: no pick, and nothing said of the instrument
+        return {"candidate": None, "primary": None, "snr": None, "weak": None}
     top = max(s for s, _ in best_of.values())
     close = [n for n, (s, _) in best_of.items() if s >= (1 - TIE) * top]
     chosen = min(close, key=lambda n: rows[n]["median_run_s"])
@@ -165,7 +165,8 @@ def report(output: Path, probes: dict) -> str:
     text = ("# Proxy sweep (reproduce/results/downstream/proxy-plan.md, section 1)\n\n"
             + markdown(pd.DataFrame(table).fillna("")) + "\n")
     text += ("Pick: " + (f"**{choice['candidate']}**, primary metric `{choice['primary']}` "
-                         f"(SNR {choice['snr']:.2f})" if choice["candidate"] else "none calibrated")
+                         f"(SNR {choice['snr']:.2f})" if choice["candidate"]
+                         else "none yet: no candidate's calibration has run")
              + ("; the instrument is weak at every point this box affords (SNR <= "
                 f"{WEAK_SNR:g})." if choice["weak"] else ".") + "\n")
     write_json_atomic({"probes": probes, "calibrated": rows, "pick": choice},
