@@ -147,6 +147,18 @@ def test_null_second_random_seed_through_select_and_a_calibration_base(pool, pre
                                     seed=2, base=tmp_path / "random-1" / "selection.parquet")
     assert on_base["k"] == len(one) and (chosen(tmp_path / "j") & set(by_id)) < one
     assert len(replaced_of({"folder": tmp_path / "j"}, one, by_id)) == on_base["replaced"]
+    # a selection in blocks rounds each block's share: its own count is the base's k
+    blocked = run_select([str(prepared)], tmp_path / "blocked", "random", RATIO, block_size=7)
+    assert blocked["selected"] != budget(RATIO, len(by_id))  # 7-row blocks round 2.1 to 2
+    on_blocks = calibration_selection(out, [str(prepared)], RATIO, "dup", 0.25,
+                                      tmp_path / "d", seed=2,
+                                      base=tmp_path / "blocked" / "selection.parquet")
+    assert on_blocks["k"] == blocked["selected"]
+    # but a selection of another ratio is not a base for this one
+    run_select([str(prepared)], tmp_path / "half", "random", 0.6)
+    with pytest.raises(UserError, match="--base .* selects"):
+        calibration_selection(out, [str(prepared)], RATIO, "junk", 0.25, tmp_path / "x", seed=2,
+                              base=tmp_path / "half" / "selection.parquet")
 
 
 def test_tokenize_reads_the_side_shard_once(pool, series, tmp_path):
