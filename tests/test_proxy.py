@@ -84,8 +84,13 @@ def test_run_probes_every_candidate_then_calibrates_the_eligible_cheapest_first(
     proxy.run(tmp_path, tmp_path / "sweep", list(seconds), probe_only=True)
     assert calls == ["prep"]
     assert set(json.loads((tmp_path / "sweep" / "probes.json").read_text())) == set(seconds)
-    assert "Pick: none yet" in (tmp_path / "sweep" / "proxy.md").read_text()
+    assert "none yet: no candidate's calibration has run" in (
+        tmp_path / "sweep" / "proxy.md").read_text()
+    proxy.run(tmp_path, tmp_path / "sweep", ["C"], probe_only=True)  # the others' probes stay
+    assert set(json.loads((tmp_path / "sweep" / "probes.json").read_text())) == set(seconds)
+    report = (tmp_path / "sweep" / "proxy.md").read_text()
+    assert "Pick so far (eligible, not calibrated yet: C, V512-d64)" in report
     proxy.run(tmp_path, tmp_path / "sweep", list(seconds))
-    assert calls == ["prep", "prep", "V512-d64", "C"]  # V4096-d128 over 240 s: not eligible
+    assert calls == ["prep", "prep", "prep", "V512-d64", "C"]  # V4096-d128: over 240 s
     with pytest.raises(proxy.UserError, match="--candidates bogus"):
         proxy.run(tmp_path, tmp_path / "sweep", ["bogus"])

@@ -164,9 +164,12 @@ def report(output: Path, probes: dict) -> str:
              for name, p in probes.items()]
     text = ("# Proxy sweep (reproduce/results/downstream/proxy-plan.md, section 1)\n\n"
             + markdown(pd.DataFrame(table).fillna("")) + "\n")
-    text += ("Pick: " + (f"**{choice['candidate']}**, primary metric `{choice['primary']}` "
-                         f"(SNR {choice['snr']:.2f})" if choice["candidate"]
-                         else "none yet: no candidate's calibration has run")
+    waiting = [n for n, p in probes.items() if p["eligible"] and n not in rows]
+    text += ("Pick" + (f" so far (eligible, not calibrated yet: {', '.join(waiting)})"
+                       if waiting else "") + ": "
+             + (f"**{choice['candidate']}**, primary metric `{choice['primary']}` "
+                f"(SNR {choice['snr']:.2f})" if choice["candidate"]
+                else "none yet: no candidate's calibration has run")
              + ("; the instrument is weak at every point this box affords (SNR <= "
                 f"{WEAK_SNR:g})." if choice["weak"] else ".") + "\n")
     write_json_atomic({"probes": probes, "calibrated": rows, "pick": choice},
@@ -186,7 +189,9 @@ def run(pool: Path, output: Path, names: list[str], probe_only: bool = False) ->
     with ThreadPoolExecutor(max_workers=2) as side_by_side:  # as the full run's two jobs
         probes = dict(zip(names, side_by_side.map(
             lambda name: probe(pool, output, name, CANDIDATES[name]), names)))
-    write_json_atomic(probes, output / "probes.json")
+    earlier = output / "probes.json"  # a run on some candidates keeps the others' probes
+    probes = {**(json.loads(earlier.read_text()) if earlier.is_file() else {}), **probes}
+    write_json_atomic(probes, earlier)
     for name in sorted((n for n in names if probes[n]["eligible"] and not probe_only),
                        key=lambda n: probes[n]["predicted_s"]):
         if time.time() - started > SWEEP_BUDGET_S:
