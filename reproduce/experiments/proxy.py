@@ -126,7 +126,7 @@ def candidate_summary(folder: Path, probed: dict) -> dict | None:
             "tokens_per_parameter": probed["tokens_per_run"] / probed["non_embedding"],
             "epochs": statistics.median(s["epochs"] for s in summaries),
             "median_run_s": statistics.median(seconds),
-            "snr": {c: v for c, v in table.get("snr", {}).items()}}
+            "snr": table.get("snr", {})}
 
 
 def pick(rows: dict[str, dict]) -> dict:

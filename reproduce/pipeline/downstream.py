@@ -182,8 +182,9 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             else:
                 strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(pool / "fineweb")]
                           if plan["stratify"] else [])
-                if done.is_file() and json.loads(done.read_text()).get("method") == plan["spec"] \
-                        and ("strata" in json.loads(done.read_text())) == plan["stratify"]:
+                finished = json.loads(done.read_text()) if done.is_file() else {}
+                if finished.get("method") == plan["spec"] and \
+                        ("strata" in finished) == plan["stratify"]:
                     continue  # finished before: the same spec on the same prepared rows
                 python("reproduce", "select", "--input", str(prepared), "--method",
                        plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
