@@ -201,8 +201,10 @@ ABLATION_TARGETS := $(addprefix ablation-,$(ABLATION_KNOBS))
 # they run where the estimate saves work (PROBES_N rows of PROBES_DIM-d: a step's masks hold 200
 # rows of 384-d) without the joint greedy's yardstick (naive for DiSF: hours there), and the fewest
 # mean seconds among the values keeping 99% of the exact score's objective wins, none keeping it,
-# 0 (exact) stays.
-VARIANT_KNOBS := credit update cover_sample patience probes
+# 0 (exact) stays. best_from (issue 30's lever L9: the stopping rule also scores the starting
+# read-off) runs Facility at lamb 0 for PATIENCE_STEPS steps, the facility-levers screen's shape;
+# its rule is reproduce/results/facility-levers/plan.md, addendum 2.
+VARIANT_KNOBS := credit update cover_sample patience probes best_from
 VARIANT_TARGETS := $(addprefix ablation-,$(VARIANT_KNOBS))
 VARIANT_N ?= 3000
 VARIANT_DIM ?= 32
@@ -251,8 +253,9 @@ $(VARIANT_TARGETS): ablation-%: install
 	$(EXP).sweep --knob $* --seeds $(ABLATION_SEEDS) \
 		$(if $(filter probes,$*),--n $(PROBES_N) --dim $(PROBES_DIM) --no_greedy,--n $(VARIANT_N) --dim $(VARIANT_DIM)) \
 		--clusters $(VARIANT_CLUSTERS) \
-		--steps $(if $(filter patience,$*),$(PATIENCE_STEPS),$(ABLATION_STEPS)) \
+		--steps $(if $(filter patience best_from,$*),$(PATIENCE_STEPS),$(ABLATION_STEPS)) \
 		$(if $(filter cover_sample,$*),--metrics Facility)$(if $(filter probes,$*),--metrics DiSF) \
+		$(if $(filter best_from,$*),--metrics Facility --lamb 0) \
 		$(LR_FLAG) --output $(EXP_DIR)
 
 ablation-stop: install

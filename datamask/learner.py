@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
 import numpy as np
@@ -120,6 +120,13 @@ class LearnerConfig:
                               low=1)
     stop_tolerance: float = option(0.01, "the stopping rule's tolerance, a fraction of the "
                                          "best's rise since the first check", low=0.0, high=1.0)
+    best_from: str = option("check", "what the stopping rule's best may be: check = the "
+                                     "read-offs of its checks (step --stop_every on); start = "
+                                     "also the starting read-off (step 0, scored before the "
+                                     "first step, its time counted), so a run that never beats "
+                                     "its start writes it; auto = start where the run starts "
+                                     "from the greedy (--init), check otherwise",
+                            choices=("check", "start", "auto"))
     patience: int = option(0, "an older, separate rule on the mean objective of the sampled "
                               "masks, not of the selection written (it gave up 8% of DiSF's "
                               "objective at 25: ablation-patience): stop once the last this "
@@ -140,6 +147,12 @@ class LearnerConfig:
         if self.init != "auto":
             return self.init
         return "greedy" if self.algorithm == "Facility" and rows <= GREEDY_INIT_ROWS else "same"
+
+    def scores_start(self, rows: int) -> bool:
+        """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
+        if not self.stop_every or self.best_from == "check":
+            return False
+        return self.best_from == "start" or self.start_init(rows) == "greedy"
 
     def step_probes(self) -> int:
         """The probes a step uses: --probes, with -1 resolved (AUTO_PROBES for DiSF, else 0)."""
@@ -256,7 +269,8 @@ def fingerprint(data: Dataset) -> dict:
 # settings whose default is not how runs went before the setting existed: a checkpoint without
 # them ran like this, so resuming it at today's default is refused as a change, not run silently
 BEFORE_THEY_EXISTED = {"probes": 0,  # -1 now means 64 probes for DiSF; older runs were exact
-                       "stop_every": 0}  # older runs ran every step and wrote the last read-off
+                       "stop_every": 0,  # older runs ran every step and wrote the last read-off
+                       "best_from": "check"}
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -268,6 +282,14 @@ def save_checkpoint(path: str, state: dict) -> None:
     checkpoint whole, and a failed save removes its temporary file."""
     with atomic_output(path) as tmp:
         torch.save(state, tmp)
+
+
+def resolved(settings: dict, rows: int) -> dict:
+    """`settings` with each auto replaced by what it does on `rows` input rows: what a resume
+    compares, so a checkpoint resumes under auto where auto means what it ran."""
+    config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
+    return {**settings, "init": config.start_init(rows),
+            "best_from": "start" if config.scores_start(rows) else "check"}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -289,12 +311,9 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
         raise UserError(f"{path}: not a datamask checkpoint (it holds a {type(state).__name__} "
                         f"without the learner's state)")
     # a setting added after the checkpoint was made ran as it did before the setting existed
-    saved = {**asdict(LearnerConfig()), **BEFORE_THEY_EXISTED, **state["config"]}
-    now = asdict(config)
-    # what auto resolves to is what ran: compare that, so an old `same` run resumes under auto
-    saved["init"] = LearnerConfig(algorithm=saved["algorithm"],
-                                  init=saved["init"]).start_init(len(data))
-    now["init"] = config.start_init(len(data))
+    saved = resolved({**asdict(LearnerConfig()), **BEFORE_THEY_EXISTED, **state["config"]},
+                     len(data))
+    now = resolved(asdict(config), len(data))
     changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
@@ -538,7 +557,8 @@ class MaskLearner:
         With the stopping rule (--stop_every m), every m steps and at the last step the read-off
         is scored on the run's joint objective over all candidates (`selection_value`, timed with
         the steps), the best kept with its logits; the run stops once `stalled`, and the best is
-        the selection and its logits the scores.
+        the selection and its logits the scores. With --best_from start (or auto on a greedy
+        start) the starting read-off is scored first, the best for the checks to beat.
 
         `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
         read-off (for curves); its time is excluded from the reported time. With
@@ -571,18 +591,27 @@ class MaskLearner:
                 "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
                 "variants": variants, "best": best})
 
-        def check(record: dict) -> bool:
-            """Score the read-off, keep it if best, note both in `record`; True: stop now."""
+        def keep_if_best() -> float:
+            """Score the read-off on the joint objective; keep it, with its logits, if best."""
             rows = read_off_rows(run.logits, ground.quality, shape.k_total, gen, cfg.readoff)
             value = selection_value(objective, ground, torch.as_tensor(rows, device=device)).item()
             if run.best is None or value > run.best["objective"]:
                 run.best = {"step": run.step, "objective": value, "rows": torch.as_tensor(rows),
                             "logits": run.logits.clone()}
+            return value
+
+        def check(record: dict) -> bool:
+            """Score the read-off, keep it if best, note both in `record`; True: stop now."""
+            value = keep_if_best()
             record.update(readoff_objective=value, best_objective=run.best["objective"],
                           best_step=run.best["step"])
             bests = [r["best_objective"] for r in run.history if "best_objective" in r]
             return stalled(bests, cfg.stop_window, cfg.stop_tolerance)
 
+        if state is None and cfg.scores_start(shape.n_total):
+            start = time.perf_counter()
+            keep_if_best()  # the best to beat; not a check, so `stalled` counts from the first
+            run.elapsed_s += time.perf_counter() - start
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
             if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once

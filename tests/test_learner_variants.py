@@ -523,3 +523,55 @@ def test_a_checkpoint_of_the_old_default_start_resumes_where_auto_means_the_same
         else:
             with pytest.raises(UserError, match="--init same -> greedy"):
                 resume.fit(data, progress=False, checkpoint_path=path, resume=True)
+
+
+def test_best_from_start_writes_the_greedys_picks_when_no_check_beats_them():
+    """At lamb 1 the greedy start is the exact optimum (the quality top-k): with --best_from
+    start the run writes it, read at step 0; with `check` the best is a later check's. Scoring
+    the start takes nothing from the generator, so the policy's steps are the same."""
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
+    common = dict(algorithm="Facility", lamb=1.0, init="greedy", partial=1.0, n_rollout=8,
+                  seed=3, device="cpu", stop_every=5, stop_window=2, n_epochs=40)
+    start = MaskLearner(LearnerConfig(**common, best_from="start")).fit(data, progress=False)
+    check = MaskLearner(LearnerConfig(**common, best_from="check")).fit(data, progress=False)
+    top_k = np.zeros(300, dtype=bool)
+    top_k[np.argsort(-data.quality, kind="stable")[:30]] = True
+    assert start.best_step == 0 and np.array_equal(start.selected, top_k)
+    assert check.best_step >= 5
+    same_steps = min(len(start.history), len(check.history))
+    assert [r["objective_mean"] for r in start.history[:same_steps]] == [
+        r["objective_mean"] for r in check.history[:same_steps]]
+
+
+def test_best_from_auto_scores_the_start_only_where_the_run_starts_from_the_greedy():
+    auto = dict(best_from="auto")
+    assert LearnerConfig(algorithm="Facility", **auto).scores_start(learner.GREEDY_INIT_ROWS)
+    assert not LearnerConfig(algorithm="Facility", **auto).scores_start(
+        learner.GREEDY_INIT_ROWS + 1)
+    assert not LearnerConfig(algorithm="Pair_simi", **auto).scores_start(100)
+    assert LearnerConfig(algorithm="Pair_simi", init="greedy", **auto).scores_start(100)
+    assert LearnerConfig(algorithm="Pair_simi", best_from="start").scores_start(100)
+    assert not LearnerConfig(algorithm="Facility", best_from="start",
+                             stop_every=0).scores_start(100)  # no stopping rule, no best
+
+
+def test_a_checkpoint_resumes_under_best_from_auto_where_auto_means_what_it_ran(tmp_path):
+    """A `check` checkpoint resumes under auto on an equal start (auto means check there) and is
+    refused on a greedy start (auto means start); one saved before the flag existed ran
+    `check`."""
+    data = synthetic_dataset(200, dim=8, n_clusters=4, seed=2)
+    for algorithm, resumes in (("Pair_simi", True), ("Facility", False)):
+        path = str(tmp_path / f"{algorithm}.pt")
+        old = dict(algorithm=algorithm, best_from="check", n_epochs=10, n_rollout=8,
+                   stop_every=5, device="cpu")
+        MaskLearner(LearnerConfig(**old)).fit(data, progress=False, checkpoint_path=path,
+                                              checkpoint_every=5)
+        saved = torch.load(path, weights_only=True)
+        del saved["config"]["best_from"]  # as a checkpoint from before the flag
+        torch.save(saved, path)
+        resume = MaskLearner(LearnerConfig(**{**old, "best_from": "auto"}))
+        if resumes:
+            resume.fit(data, progress=False, checkpoint_path=path, resume=True)
+        else:
+            with pytest.raises(UserError, match="--best_from check -> start"):
+                resume.fit(data, progress=False, checkpoint_path=path, resume=True)

@@ -165,7 +165,7 @@ def learner_run(data: Dataset, ratio: float, score: Callable[[np.ndarray], float
     curve = [CurvePoint(r["step"], r["elapsed_s"], r["objective"])
              for r in result.history if "objective" in r]
     return {"wall_s": result.wall_time_s, "selected": result.selected, "curve": curve,
-            "steps": [r["objective_mean"] for r in result.history]}
+            "steps": [r["objective_mean"] for r in result.history], "best_step": result.best_step}
 
 
 def warm_up_learner(dim: int, ratio: float, metrics, seed: int = 0, **config) -> None:

@@ -49,8 +49,8 @@ from eval.tables import markdown
 from eval.verdict import verdict_markdown
 
 from .common import lr_setting
-from .records import (DirectResult, SweepResult, SweepSummary, TimingResult, TimingRun, Value,
-                      best_of, of_metric)
+from .records import (DirectResult, SweepResult, SweepRun, SweepSummary, TimingResult, TimingRun,
+                      Value, best_of, of_metric)
 from .records import read_result
 from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
 from .timing import comparison, measured, steps_taken
@@ -554,16 +554,61 @@ LEVERS = (("L0 baseline (select's defaults)", "stop", 50.0),
           ("L8 init greedy", "init-greedy", "greedy"))
 
 
-def lever_ratios(folder: str, value) -> list[float] | None:
-    """Per-seed gain ratios (objective over the lazy greedy's: random's mean is 0 on this scale)
-    of one lever's runs, or None when its folder holds no results file."""
+def lever_runs(folder: str, value) -> list[tuple[float, SweepRun]] | None:
+    """(gain ratio, run) per seed of one lever's runs, the ratio being the objective over the
+    lazy greedy's (random's mean is 0 on this scale); None when its folder holds no results."""
     files = glob.glob(os.path.join(folder, "ablation-*.json"))
     if not files:
         return None
-    name = os.path.splitext(os.path.basename(files[0]))[0]
-    result = read_result(folder, name)
+    result = read_result(folder, os.path.splitext(os.path.basename(files[0]))[0])
     greedy = result.greedy[0].objective
-    return [r.objective / greedy for r in result.runs if r.value == value]
+    return [(r.objective / greedy, r) for r in result.runs if r.value == value]
+
+
+def lever_ratios(folder: str, value) -> list[float] | None:
+    runs = lever_runs(folder, value)
+    return None if runs is None else [ratio for ratio, _ in runs]
+
+
+# addendum 2's round: L9 against the default it would replace, both in each invocation
+START_LEVER, START_FOLDER, START_VALUE, START_BASE = ("L9 best from start", "best-from-start",
+                                                      "start", "check")
+
+
+def start_lever_claims(root: str) -> list[str]:
+    """Addendum 2 of plan.md: `--best_from start` against `check` (round 2's default) at 3,000
+    rows, seeds 0-2, then at 20,000, seed 0; adopted as `auto` if above both bars."""
+    screen = {value: lever_runs(os.path.join(root, START_FOLDER), value)
+              for value in (START_BASE, START_VALUE)}
+    confirm = {value: lever_runs(os.path.join(root, "confirm-20k", START_FOLDER), value)
+               for value in (START_BASE, START_VALUE)}
+    if not screen[START_VALUE]:
+        return [f"- {START_LEVER} (addendum 2): not run (no `{START_FOLDER}/`).", ""]
+    base, lever = ([ratio for ratio, _ in screen[v]] for v in (START_BASE, START_VALUE))
+    bar = float(np.median(base)) + (max(base) - min(base))
+    written = ", ".join(str(run.best_step) for _, run in screen[START_VALUE])
+    lines = [f"- {START_LEVER} (addendum 2, against the default `--best_from {START_BASE}`, "
+             f"`{START_FOLDER}/`): at 3,000 rows {', '.join(f'{r:.3f}' for r in lever)} "
+             f"(median {np.median(lever):.3f}) against {', '.join(f'{r:.3f}' for r in base)} "
+             f"(median {np.median(base):.3f}, bar {bar:.3f}); written at step {written} "
+             "(0: the greedy's picks, unimproved)."]
+    if confirm[START_VALUE] and confirm[START_BASE]:
+        (at_20k, run), (base_20k, _) = confirm[START_VALUE][0], confirm[START_BASE][0]
+        lines.append(f"- At 20,000 rows, seed 0: {START_LEVER} {at_20k:.3f} (written at step "
+                     f"{run.best_step}) against {base_20k:.3f}.")
+    else:
+        at_20k = base_20k = None
+        lines.append(f"- At 20,000 rows: no result (killed at the plan's 10 minutes, or not "
+                     "run): not confirmed.")
+    if np.median(lever) > bar and at_20k is not None and at_20k > base_20k:
+        met = min(np.median(lever), at_20k) >= FACILITY_GOAL
+        lines.append(f"- Rule 3: {START_LEVER} becomes Facility's default (`--best_from auto`). "
+                     f"Facility >= {FACILITY_GOAL} of the lazy greedy's gain at 3,000 and 20,000 "
+                     f"rows: {goal_verdict(met)} ({np.median(lever):.3f} and {at_20k:.3f}).")
+    else:
+        lines.append(f"- Rule 3: {START_LEVER} is not confirmed; `--best_from {START_BASE}` "
+                     "stays.")
+    return lines + [""]
 
 
 def facility_lever_claims(results: str) -> list[str]:
@@ -614,7 +659,7 @@ def facility_lever_claims(results: str) -> list[str]:
     else:
         lines.append("- Rule 3: no lever is confirmed; the baseline stays. Facility >= "
                      f"{FACILITY_GOAL} of the lazy greedy's gain: {goal_verdict(False)}.")
-    return lines + [""]
+    return lines + start_lever_claims(root)
 
 
 def downstream_claims(results: str) -> list[str]:
@@ -665,9 +710,9 @@ def report(results: str, figures: str) -> str:
         lines += section(None, f"ablation-{knob}", ablations[knob], knob_claims)
         lines += figure(figures, results, f"2-ablation-{knob}-values")
     lines += ["## Learner variants beyond the paper (`make ablation-variants`)", ""]
-    for knob in VARIANT_KNOBS:
-        if knob != "stop" or ablations[knob]:  # make ablation-stop writes one sweep per size,
-            lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)  # below
+    for knob in VARIANT_KNOBS:  # stop and best_from are measured in folders of their own
+        if knob not in ("stop", "best_from") or ablations[knob]:  # and reported below
+            lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)
     lines += ["## Issue 30: the stopping rule and Facility's levers", ""]
     lines += stop_claims(results) + facility_lever_claims(results)
     lines += ["## Issue 17's goals at the paper's scale (`scale-goals/`)", ""]

@@ -232,6 +232,7 @@ class SweepRun(Record):
     final: dict[str, float]
     curve: list[CurvePoint]
     steps_taken: int | None = None  # fewer than n_epochs where --patience stopped it
+    best_step: int | None = None  # the stopping rule's written read-off (0: the start's)
 
 
 @dataclass

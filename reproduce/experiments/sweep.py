@@ -69,10 +69,12 @@ KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` s
     "patience": ([0, 25, 50, 100], "not in the paper (a fixed number of steps)"),
     "probes": ([0, 16, 32, 64], "not in the paper (the exact collapse score)"),
     "stop": ([0, 50], "not in the paper (a fixed number of steps)"),
+    "best_from": (["check", "start"], "not in the paper (a fixed number of steps, the last "
+                                      "read-off written)"),
 }
-TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update")
+TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update", "best_from")
 VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience", "probes",  # beyond the paper
-                 "stop")
+                 "stop", "best_from")
 ONE_METRIC = {"cover_sample": "Facility", "probes": "DiSF"}  # knobs that only one metric has
 
 
@@ -96,7 +98,7 @@ def knob_params(knob: str, value, args) -> dict:
         change = {knob: int(value)}
     elif knob == "stop":
         change = {"stop_every": int(value)}
-    else:  # lamb, partial, logprob, scale_on: the learner's own name
+    else:  # lamb, partial, logprob, scale_on, best_from: the learner's own name
         change = {knob: value if knob in TEXT_KNOBS else float(value)}
     return learner_params(args, **dict({"lamb": args.lamb}, **change))
 
@@ -146,9 +148,11 @@ def run(args) -> SweepResult:
                 runs.append(SweepRun(metric=metric, value=value, seed=seed,
                                      params=dict(params, seed=seed), wall_s=result["wall_s"],
                                      objective=final[key], final=final, curve=result["curve"],
-                                     steps_taken=len(result["steps"])))
+                                     steps_taken=len(result["steps"]),
+                                     best_step=result["best_step"]))
                 print(f"{metric} {args.knob}={value} seed {seed}: {final[key]:.3f} in "
-                      f"{result['wall_s']:.2f} s", flush=True)
+                      f"{result['wall_s']:.2f} s (written: step {result['best_step']})",
+                      flush=True)
     greedy = []
     for metric in args.metrics if args.greedy else []:
         for lamb, report in reports.items():
