@@ -80,16 +80,16 @@ pool: install
 
 # The downstream experiment (reproduce/pipeline/downstream.py) on the pool: every method of
 # reproduce.pipeline.downstream.METHODS in both arms (free and stratified by domain), the null and
-# the junk and duplicate dose series (0.05-0.5), DS_SEEDS training seeds each, the same token budget
-# (reproduce/pipeline/configs/downstream.yaml, point C); tables per arm, arms.md, verdict and
-# figures under $(DS_DIR). 27 selections x 3 seeds: about 2.6 hours on the 2-core box at point C
-# (estimated from point C's ~225 s a run, two side by side; not yet run whole); an interrupted run
-# resumes where it stopped. The proxy sweep of reproduce/results/downstream/proxy-plan.md chooses
-# the model and budget that replace point C.
+# the junk and duplicate dose series (0.05-0.5), DS_SEEDS training seeds each, at the point the
+# proxy sweep picked (reproduce/results/downstream/proxy-plan.md, proxy-sweep/proxy.md): V512-d64,
+# a 512-entry tokenizer and configs/downstream-v512.yaml, 4 epochs of random's selection for every
+# run, the EMA's macro bits per byte as the primary metric; tables per arm, arms.md, verdict and
+# figures under $(DS_DIR). 27 selections x 3 seeds, about 226 s a run alone, two side by side; an
+# interrupted run resumes where it stopped. Point C (reproduce/results/downstream/tables): DS_FLAGS=.
 DS_DIR ?= runs/downstream
 DS_SEEDS ?= 0 1 2
 DS_JOBS ?= 2
-DS_FLAGS ?=
+DS_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 4 --primary 'bpb macro (EMA)'
 downstream: pool
 	$(BIN)/python -m reproduce.pipeline.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
 		--seeds $(DS_SEEDS) --jobs $(DS_JOBS) $(DS_FLAGS)
