@@ -288,8 +288,9 @@ def test_findings_verdicts_follow_the_numbers(tmp_path):
     assert "Not measured: no `timing.json`" in text and "no `ablation-direct.json`" in text
     # a missing sweep names the Make target that writes it: the same name as the file
     for knob in sweep.KNOBS:
-        if knob not in ("lr", "logprob", "G"):
+        if knob not in ("lr", "logprob", "G", "best_from"):
             assert f"no `ablation-{knob}.json` (run `make ablation-{knob}`)" in text
+    assert "(`make ablation-best_from` reruns its screen here)" in text  # reported with L9
     # unstable at every G, 128 included: that is not the paper's "below 128 diverges"
     assert ("smallest stable G none; paper's claim that G below 128 diverges (unstable below 128, "
             "stable from 128 on): **does not hold** (unstable: 32, 128)") in text

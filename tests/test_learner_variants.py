@@ -544,6 +544,8 @@ def test_best_from_start_writes_the_greedys_picks_when_no_check_beats_them():
 
 
 def test_best_from_auto_scores_the_start_only_where_the_run_starts_from_the_greedy():
+    """auto, the default since lever L9 (facility-levers, addendum 2)."""
+    assert LearnerConfig().best_from == "auto"
     auto = dict(best_from="auto")
     assert LearnerConfig(algorithm="Facility", **auto).scores_start(learner.GREEDY_INIT_ROWS)
     assert not LearnerConfig(algorithm="Facility", **auto).scores_start(
