@@ -317,6 +317,40 @@ def test_findings_carry_the_downstream_verdict_or_say_it_was_not_run(tmp_path):
     assert "a rule" in text and "- Power: the positive control is separated" in text
 
 
+def test_findings_state_issue_29s_goals_from_the_second_designs_tables(tmp_path):
+    """Noise against a third of point C's paired sd, the smallest resolved junk dose, the null
+    and both arms, each met or not from the committed tables."""
+    def write(path, record):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+
+    write(tmp_path / "downstream" / "tables" / "table2.json",
+          {"power": {"bpb macro": {"paired_sd": 0.036}}, "verdict": {"rule": "", "lines": []}})
+    folder = tmp_path / findings.SECOND_DESIGN
+    null = {"resolved": False, "difference": {"mean": 0.001, "low": -0.01, "high": 0.012}}
+    free = {"verdict": {"primary": "bpb macro (EMA)", "lines": ["Calibration: fine"],
+                        "calibration": {"null": null, "smallest_resolved": {"junk": 0.1}}},
+            "snr": {"bpb macro (EMA)": {"noise": 0.011}}}
+    assert "Not measured yet" in "\n".join(findings.second_design_claims(str(tmp_path)))
+    write(folder / "tables" / "table2.json", free)
+    text = "\n".join(findings.second_design_claims(str(tmp_path)))
+    assert "- Calibration: fine" in text
+    assert "(0.0360 / 3 = 0.0120): **met** (0.0110)." in text
+    assert "junk dose at most 0.25: **met** (0.1)." in text
+    assert "the null unresolved: **met** (+0.0010 [-0.0100, +0.0120])." in text
+    assert "both arms committed: **not met** (stratified arm missing)." in text
+    free["snr"]["bpb macro (EMA)"]["noise"] = 0.013
+    free["verdict"]["calibration"] = {"null": dict(null, resolved=True),
+                                      "smallest_resolved": {"junk": None}}
+    write(folder / "tables" / "table2.json", free)
+    write(folder / "tables-stratified" / "table2.json",
+          {"verdict": {"primary": "bpb macro (EMA)", "lines": ["Stratified: fine"]}})
+    text = "\n".join(findings.second_design_claims(str(tmp_path)))
+    assert "**not met** (0.0130)" in text and "**not met** (none)" in text
+    assert "the null unresolved: **not met**" in text and "- Stratified: fine" in text
+    assert "both arms committed: **met** (yes)." in text
+
+
 def test_committed_findings_are_what_the_committed_results_say(monkeypatch):
     """reproduce/results/ (files of older runs included) reads as records, and findings.md there
     is exactly what `make findings EXP_DIR=reproduce/results` writes from them."""

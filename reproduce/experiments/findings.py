@@ -670,11 +670,63 @@ def downstream_claims(results: str) -> list[str]:
     with open(path) as f:
         table = json.load(f)
     text = verdict_markdown(table["verdict"]).split("\n", 2)[2]  # without its own heading
-    lines = ["From `downstream/tables/table2.md` (rule in `eval/verdict.py`):", "", text]
+    lines = ["Point C, the first design (`make downstream DS_FLAGS=`), from "
+             "`downstream/tables/table2.md` (rule in `eval/verdict.py`):", "", text]
     figure_path = os.path.join(results, "downstream", "figures", "downstream.png")
     if os.path.exists(figure_path):
         lines += [f"![downstream]({os.path.relpath(figure_path, results)})", ""]
     return lines
+
+
+SECOND_DESIGN = os.path.join("downstream", "V512-d64")  # issue 29's full run, at the sweep's pick
+NOISE_CUT = 3  # issue 29: the primary metric's paired sd at most a third of point C's
+JUNK_GOAL = 0.25  # issue 29: the smallest resolved junk dose at most this
+
+
+def second_design_claims(results: str) -> list[str]:
+    """The full run of proxy-plan.md section 6: each arm's verdict, the mix-or-choice table and
+    issue 29's goals against point C's committed table."""
+    folder = os.path.join(results, SECOND_DESIGN)
+    free_path = os.path.join(folder, "tables", "table2.json")
+    if not os.path.exists(free_path):
+        return [f"Not measured yet: no `{SECOND_DESIGN}/tables/table2.json` (run `make "
+                "downstream`, then copy the run as its README says).", ""]
+    with open(free_path) as f:
+        free = json.load(f)
+    strat_path = os.path.join(folder, "tables-stratified", "table2.json")
+    stratified = None
+    if os.path.exists(strat_path):
+        with open(strat_path) as f:
+            stratified = json.load(f)
+    primary = free["verdict"]["primary"]
+    lines = [f"From `{SECOND_DESIGN}/` (proxy-plan.md section 6; primary metric `{primary}`).",
+             ""]
+    for arm, table in (("Free arm", free), ("Stratified arm", stratified)):
+        if table is not None:
+            lines += [f"{arm}:", "",
+                      *(f"- {line}" for line in table["verdict"]["lines"]), ""]
+    arms_path = os.path.join(folder, "arms.md")
+    if os.path.exists(arms_path):
+        with open(arms_path) as f:
+            lines += f.read().split("\n", 2)[2].strip().splitlines() + [""]
+    with open(os.path.join(results, "downstream", "tables", "table2.json")) as f:
+        point_c = json.load(f)["power"]["bpb macro"]["paired_sd"]
+    noise = free["snr"][primary]["noise"]
+    junk = free["verdict"]["calibration"]["smallest_resolved"].get("junk")
+    null = free["verdict"]["calibration"]["null"]
+    goals = [(f"pooled paired sd of `{primary}` at most a third of point C's ({point_c:.4f} / "
+              f"{NOISE_CUT} = {point_c / NOISE_CUT:.4f})", noise <= point_c / NOISE_CUT,
+              f"{noise:.4f}"),
+             (f"smallest resolved junk dose at most {JUNK_GOAL}",
+              junk is not None and junk <= JUNK_GOAL, "none" if junk is None else f"{junk:g}"),
+             ("the null unresolved", not null["resolved"],
+              f"{null['difference']['mean']:+.4f} [{null['difference']['low']:+.4f}, "
+              f"{null['difference']['high']:+.4f}]"),
+             ("both arms committed", stratified is not None,
+              "yes" if stratified is not None else "stratified arm missing")]
+    lines += ["Issue 29's goals:", ""]
+    lines += [f"- {goal}: {goal_verdict(met)} ({value})." for goal, met, value in goals]
+    return lines + [""]
 
 
 def report(results: str, figures: str) -> str:
@@ -723,6 +775,8 @@ def report(results: str, figures: str) -> str:
     lines += scale_goal_claims(results)
     lines += ["## Downstream: does a selection train a better model? (`make downstream`)", ""]
     lines += downstream_claims(results)
+    lines += ["### The second design (issue 29): the proxy V512-d64, both arms, calibrated", ""]
+    lines += second_design_claims(results)
     return "\n".join(lines)
 
 
