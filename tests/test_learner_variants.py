@@ -507,21 +507,29 @@ def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size():
     assert LearnerConfig(algorithm="Pair_simi", init="greedy").start_init(10**6) == "greedy"
 
 
-def test_a_checkpoint_of_the_old_default_start_resumes_where_auto_means_the_same(tmp_path):
-    """A Pair_simi checkpoint saved with init 'same' (the default before auto) resumes under
-    auto, which starts Pair_simi the same way; a Facility one is refused, auto being a greedy
-    start there."""
+@pytest.mark.parametrize("flag, old_default, saved_before_the_flag",
+                         [("init", "same", False), ("best_from", "check", True)])
+def test_a_checkpoint_of_an_old_default_resumes_where_auto_means_the_same(
+        tmp_path, flag, old_default, saved_before_the_flag):
+    """A Pair_simi checkpoint saved at a flag's old default (init 'same'; best_from 'check',
+    which a checkpoint from before the flag ran) resumes under auto, which runs Pair_simi the
+    same way; a Facility one is refused, auto being a greedy start, its read-off scored, there."""
     data = synthetic_dataset(200, dim=8, n_clusters=4, seed=2)
     for algorithm, resumes in (("Pair_simi", True), ("Facility", False)):
         path = str(tmp_path / f"{algorithm}.pt")
-        old = dict(algorithm=algorithm, init="same", n_epochs=10, n_rollout=8, device="cpu")
+        old = dict(algorithm=algorithm, n_epochs=10, n_rollout=8, stop_every=5, device="cpu",
+                   **{flag: old_default})
         MaskLearner(LearnerConfig(**old)).fit(data, progress=False, checkpoint_path=path,
                                               checkpoint_every=5)
-        resume = MaskLearner(LearnerConfig(**{**old, "init": "auto"}))
+        if saved_before_the_flag:
+            saved = torch.load(path, weights_only=True)
+            del saved["config"][flag]
+            torch.save(saved, path)
+        resume = MaskLearner(LearnerConfig(**{**old, flag: "auto"}))
         if resumes:
             resume.fit(data, progress=False, checkpoint_path=path, resume=True)
         else:
-            with pytest.raises(UserError, match="--init same -> greedy"):
+            with pytest.raises(UserError, match=f"--{flag} {old_default} -> "):
                 resume.fit(data, progress=False, checkpoint_path=path, resume=True)
 
 
@@ -555,25 +563,3 @@ def test_best_from_auto_scores_the_start_only_where_the_run_starts_from_the_gree
     assert LearnerConfig(algorithm="Pair_simi", best_from="start").scores_start(100)
     assert not LearnerConfig(algorithm="Facility", best_from="start",
                              stop_every=0).scores_start(100)  # no stopping rule, no best
-
-
-def test_a_checkpoint_resumes_under_best_from_auto_where_auto_means_what_it_ran(tmp_path):
-    """A `check` checkpoint resumes under auto on an equal start (auto means check there) and is
-    refused on a greedy start (auto means start); one saved before the flag existed ran
-    `check`."""
-    data = synthetic_dataset(200, dim=8, n_clusters=4, seed=2)
-    for algorithm, resumes in (("Pair_simi", True), ("Facility", False)):
-        path = str(tmp_path / f"{algorithm}.pt")
-        old = dict(algorithm=algorithm, best_from="check", n_epochs=10, n_rollout=8,
-                   stop_every=5, device="cpu")
-        MaskLearner(LearnerConfig(**old)).fit(data, progress=False, checkpoint_path=path,
-                                              checkpoint_every=5)
-        saved = torch.load(path, weights_only=True)
-        del saved["config"]["best_from"]  # as a checkpoint from before the flag
-        torch.save(saved, path)
-        resume = MaskLearner(LearnerConfig(**{**old, "best_from": "auto"}))
-        if resumes:
-            resume.fit(data, progress=False, checkpoint_path=path, resume=True)
-        else:
-            with pytest.raises(UserError, match="--best_from check -> start"):
-                resume.fit(data, progress=False, checkpoint_path=path, resume=True)
