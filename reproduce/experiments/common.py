@@ -100,6 +100,10 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                              "estimated with this many shared random directions; default 0, the "
                              "exact score, so that the committed runs' commands keep their "
                              "meaning (datamask select's own default for DiSF is 64)")
+    parser.add_argument("--init", default="auto", choices=("auto", "same", "quality", "greedy"),
+                        help="the learner's initial logits (datamask select --init; default "
+                             "%(default)s, select's: a stochastic greedy's picks for Facility "
+                             "up to 20,000 rows, all equal otherwise)")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -123,8 +127,8 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     (algorithm, seed, a swept knob) win."""
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
               "patience": args.patience, "stop_every": args.stop_every, "partial": args.partial,
-              "cover_sample": args.cover_sample, "probes": args.probes, "device": "cpu",
-              **lr_params(args.lr)}
+              "cover_sample": args.cover_sample, "probes": args.probes, "init": args.init,
+              "device": "cpu", **lr_params(args.lr)}
     return dict(params, **overrides)
 
 

@@ -491,6 +491,12 @@ def at_scale_claims(result: TimingResult | None, metric: str, folder: str,
     return lines
 
 
+def carried_step(learner: TimingRun, target: int) -> float:
+    """One learner step's seconds at `target` rows, carried from its run by N^2 (a dense
+    Facility step's work: every sampled row against every covered row)."""
+    return learner.wall_s / steps_taken(learner) * (target / learner.n) ** 2
+
+
 def facility_step_claims(result: TimingResult | None, n: int = 100_000,
                          target: int = 1_000_000) -> list[str]:
     """One Facility learner step at `n` against each sparse greedy's whole run there, and both
@@ -501,13 +507,13 @@ def facility_step_claims(result: TimingResult | None, n: int = 100_000,
     step = learner.wall_s / steps_taken(learner)
     lines = [f"- Facility at N = {target:,}, why the learner is not compared there: at N = {n:,} "
              f"one learner step takes {step:.3g} s, carried to {target:,} by N^2 "
-             f"{step * (target / n) ** 2:.3g} s."]
+             f"{carried_step(learner, target):.3g} s."]
     for label in ("facility-knn-greedy lazy", "facility-knn-greedy stochastic"):
         greedy, fit = timing_run(result, "Facility", n, label), result.fits["Facility"].get(label)
         if greedy and fit:
             lines.append(f"  `{label}`: {greedy.wall_s:.3g} s for its whole run at {n:,}, "
                          f"~{fit.predict(target):.3g} s at {target:,} (N^{fit.exponent:.2f}): "
-                         f"{fit.predict(target) / (step * (target / n) ** 2):.1f} learner steps "
+                         f"{fit.predict(target) / carried_step(learner, target):.1f} learner steps "
                          "in its time.")
     return lines
 
@@ -516,25 +522,33 @@ STOP_LOSS = 0.005  # issue 30: no metric gives up more than 0.5% of its fixed-st
 STOP_FOLDER = "ablation-stop"  # `make ablation-stop`: one sweep per size, in n<N>/
 
 
-def stop_claims(results: str) -> list[str]:
-    """The stopping rule against fixed steps (`make ablation-stop`): per size and metric the
-    rule's mean objective over the fixed steps' (value 0), and its mean wall time over theirs."""
+def stop_kept(results: str) -> tuple[list[dict], float | None, tuple]:
+    """`make ablation-stop`'s table (per size and metric the rule's mean objective over the fixed
+    steps', and its mean wall time over theirs), the worst objective kept (None: not run) and the
+    two `--stop_every` values compared (fixed, rule)."""
     folder = os.path.join(results, STOP_FOLDER)
     sizes = sorted((int(name[1:]), name) for name in (os.listdir(folder)
                    if os.path.isdir(folder) else []) if re.fullmatch(r"n\d+", name))
-    if not sizes:
-        return missing("ablation-stop")
-    table, worst = [], 1.0
+    table, worst, values = [], None, ()
     for n, name in sizes:
         result = read_result(os.path.join(folder, name), "ablation-stop")
         rows = {(s.metric, s.value): s for s in result.summary}
-        fixed, rule = result.config["values"]  # the first listed never stops
+        values = fixed, rule = result.config["values"]  # the first listed never stops
         for metric in result.metrics:
             kept = rows[metric, rule].objective_mean / rows[metric, fixed].objective_mean
-            worst = min(worst, kept)
+            worst = kept if worst is None else min(worst, kept)
             time = rows[metric, rule].wall_s_mean / rows[metric, fixed].wall_s_mean
             table.append({"rows": f"{n:,}", "metric": metric, "objective kept": f"{kept:.4f}",
                           "time": f"{time:.2f}"})
+    return table, worst, values
+
+
+def stop_claims(results: str) -> list[str]:
+    """The stopping rule against fixed steps (`make ablation-stop`), and the issue's bound."""
+    table, worst, values = stop_kept(results)
+    if worst is None:
+        return missing("ablation-stop")
+    fixed, rule = values
     return [f"The stopping rule (`--stop_every {rule:g}`) against fixed steps (`--stop_every "
             f"{fixed:g}`) (`{STOP_FOLDER}/`; objective and time: the rule's means over the fixed "
             "steps'):", "",
@@ -570,37 +584,58 @@ def lever_ratios(folder: str, value) -> list[float] | None:
     return None if runs is None else [ratio for ratio, _ in runs]
 
 
+def screen_bar(base: list[float]) -> float:
+    """Rule 1 of plan.md: a lever must beat the baseline's median by its seed range."""
+    return float(np.median(base)) + (max(base) - min(base))
+
+
+def confirmed(base: list[float], lever: list[float], base_20k: float | None,
+              lever_20k: float | None) -> bool:
+    """Rule 3 of plan.md: above rule 1's bar at 3,000 rows and above the baseline at 20,000."""
+    return (np.median(lever) > screen_bar(base) and None not in (base_20k, lever_20k)
+            and lever_20k > base_20k)
+
+
 # addendum 2's round: L9 against the default it would replace, both in each invocation
 START_LEVER, START_FOLDER, START_VALUE, START_BASE = ("L9 best from start", "best-from-start",
                                                       "start", "check")
 
 
+def start_round(root: str) -> dict | None:
+    """Addendum 2's runs, per value (`check`, `start`): the (gain ratio, run) of each seed at
+    3,000 rows and of seed 0 at 20,000 (None: not run); None when the screen did not run."""
+    screen = {value: lever_runs(os.path.join(root, START_FOLDER), value)
+              for value in (START_BASE, START_VALUE)}
+    if not screen[START_VALUE]:
+        return None
+    confirm = {value: (lever_runs(os.path.join(root, "confirm-20k", START_FOLDER), value)
+                       or [None])[0] for value in (START_BASE, START_VALUE)}
+    return {"screen": screen, "confirm": confirm}
+
+
 def start_lever_claims(root: str) -> list[str]:
     """Addendum 2 of plan.md: `--best_from start` against `check` (round 2's default) at 3,000
     rows, seeds 0-2, then at 20,000, seed 0; adopted as `auto` if above both bars."""
-    screen = {value: lever_runs(os.path.join(root, START_FOLDER), value)
-              for value in (START_BASE, START_VALUE)}
-    confirm = {value: lever_runs(os.path.join(root, "confirm-20k", START_FOLDER), value)
-               for value in (START_BASE, START_VALUE)}
-    if not screen[START_VALUE]:
+    outcome = start_round(root)
+    if outcome is None:
         return [f"- {START_LEVER} (addendum 2): not run (no `{START_FOLDER}/`).", ""]
+    screen, confirm = outcome["screen"], outcome["confirm"]
     base, lever = ([ratio for ratio, _ in screen[v]] for v in (START_BASE, START_VALUE))
-    bar = float(np.median(base)) + (max(base) - min(base))
     written = ", ".join(str(run.best_step) for _, run in screen[START_VALUE])
     lines = [f"- {START_LEVER} (addendum 2, against the default `--best_from {START_BASE}`, "
              f"`{START_FOLDER}/`): at 3,000 rows {', '.join(f'{r:.3f}' for r in lever)} "
              f"(median {np.median(lever):.3f}) against {', '.join(f'{r:.3f}' for r in base)} "
-             f"(median {np.median(base):.3f}, bar {bar:.3f}); written at step {written} "
-             "(0: the greedy's picks, unimproved)."]
+             f"(median {np.median(base):.3f}, bar {screen_bar(base):.3f}); written at step "
+             f"{written} (0: the greedy's picks, unimproved)."]
+    at_20k = base_20k = None
     if confirm[START_VALUE] and confirm[START_BASE]:
-        (at_20k, run), (base_20k, _) = confirm[START_VALUE][0], confirm[START_BASE][0]
+        (at_20k, run), (base_20k, _) = confirm[START_VALUE], confirm[START_BASE]
         lines.append(f"- At 20,000 rows, seed 0: {START_LEVER} {at_20k:.3f} (written at step "
                      f"{run.best_step}) against {base_20k:.3f}.")
     else:
-        at_20k = base_20k = None
         lines.append(f"- At 20,000 rows: no result (killed at the plan's 10 minutes, or not "
                      "run): not confirmed.")
-    if np.median(lever) > bar and at_20k is not None and at_20k > base_20k:
+    if confirmed(base, lever, base_20k, at_20k):
         met = min(np.median(lever), at_20k) >= FACILITY_GOAL
         lines.append(f"- Rule 3: {START_LEVER} becomes Facility's default (`--best_from auto`). "
                      f"Facility >= {FACILITY_GOAL} of the lazy greedy's gain at 3,000 and 20,000 "
@@ -620,7 +655,7 @@ def facility_lever_claims(results: str) -> list[str]:
               for label, folder, value in LEVERS}
     screen = {label: ratios for label, ratios in screen.items() if ratios}
     base = screen[LEVERS[0][0]]
-    bar = float(np.median(base)) + (max(base) - min(base))
+    bar = screen_bar(base)
     table = [{"lever": label, "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
               "median": f"{np.median(ratios):.3f}"} for label, ratios in screen.items()]
     winner = max(screen, key=lambda label: np.median(screen[label]))
@@ -646,9 +681,7 @@ def facility_lever_claims(results: str) -> list[str]:
     # at 20,000 becomes Facility's default; the goal needs both ratios at FACILITY_GOAL
     base_20k = at_20k[LEVERS[0][0]]
     adopted = [label for label in (winner, LEVERS[-1][0])
-               if label in screen and np.median(screen[label]) > bar
-               and at_20k.get(label) is not None and base_20k is not None
-               and at_20k[label] > base_20k]
+               if label in screen and confirmed(base, screen[label], base_20k, at_20k.get(label))]
     if adopted:
         best = max(adopted, key=lambda label: np.median(screen[label]))
         met = min(np.median(screen[best]), at_20k[best]) >= FACILITY_GOAL
@@ -662,13 +695,107 @@ def facility_lever_claims(results: str) -> list[str]:
     return lines + start_lever_claims(root)
 
 
+# issue 30, section 4: each timing target's run (scale-goals/plan.md, runs 12-15): metric, rows,
+# folder, the greedy it is held against, the least gain ratio (strictly above it where `above`),
+# whether the learner's final time must be at most the greedy's, and the data in words
+TIMING = "python -m reproduce.experiments.timing"
+DISF_RULE = "--metrics DiSF --steps 2000 --stop_every 50 --probes 64 --repeats 1"
+TIMING_TARGETS = (
+    ("DiSF", 100_000, "disf-rule-100k", "disf-greedy-fast", 2.0, False, True,
+     f"{TIMING} --sizes 1000 2000 20000 100000 {DISF_RULE} --budget_s 300"),
+    ("DiSF", 1_000_000, "disf-rule-1m", "disf-greedy-fast", 2.0, False, True,
+     f"{TIMING} --sizes 1000 2000 20000 1000000 {DISF_RULE} --budget_s 1800"),
+    ("DiSF", 100_000, "disf-rule-40c", "disf-greedy-fast", 1.0, True, True,
+     f"{TIMING} --clusters 40 --sizes 1000 2000 100000 {DISF_RULE} --budget_s 300"),
+    *(("Pair_simi", n, "pair-rule", "pair-greedy", PAIR_GOAL, False, False,
+       f"{TIMING} --sizes 1000 2000 5000 20000 100000 --metrics Pair_simi --steps 2000 "
+       "--stop_every 50 --repeats 1 --budget_s 300") for n in (5_000, 20_000, 100_000)))
+
+
+def timing_target(results: str, metric: str, n: int, folder: str, label: str, least: float,
+                  above: bool, timed: bool, command: str) -> dict:
+    """One timing target's row: what the learner measured against `label` and the verdict."""
+    result = read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
+    learner, greedy = (timing_run(result, metric, n, name) for name in ("datamask", label))
+    bound = f"{'above' if above else 'at least'} {least:g}x `{label}`'s gain"
+    target = (f"{metric} at {n:,} rows: " + ("final time at most the greedy's, " if timed else "")
+              + bound + (" (40 clusters)" if "--clusters 40" in command else ""))
+    row = {"target": target, "measured": f"not measured (`{folder}/`)", "verdict": "not measured",
+           "command": f"`{command} --output {folder}`"}
+    if learner and greedy:
+        versus = comparison(learner, greedy)
+        gain_ok = versus.gain_ratio > least if above else versus.gain_ratio >= least
+        met = gain_ok and (not timed or versus.time_ratio <= 1)
+        row.update(measured=f"gain {versus.gain_ratio:.3f}, time {versus.time_ratio:.2f}x "
+                            f"({learner.wall_s:.4g} s, {steps_taken(learner)} steps"
+                            + ("" if learner.best_step is None
+                               else f", written at step {learner.best_step}")
+                            + f", against {greedy.wall_s:.4g} s)", verdict=goal_verdict(met))
+        if timed and versus.time_ratio > 1:
+            row["measured"] += at_greedy_time(learner, greedy)
+    return row
+
+
+def at_greedy_time(learner: TimingRun, greedy: TimingRun) -> str:
+    """Where a learner slower than its greedy stood when the greedy ended: the gain ratio of the
+    last point of its curve by then, and that point's share of the learner's final gain, which is
+    what a stopping rule ending in the greedy's time would have kept at most at those points."""
+    point = [p for p in learner.curve if p.elapsed_s <= greedy.wall_s][-1]
+    then = comparison(replace(learner, objective=point.objective), greedy).gain_ratio
+    final = comparison(learner, greedy).gain_ratio
+    return (f"; by the greedy's time (step {point.step}, {point.elapsed_s:.4g} s) gain "
+            f"{then:.3f}, {then / final:.3f} of its final gain")
+
+
+def issue30_target_claims(results: str) -> list[str]:
+    """Issue 30's section 4, one row a target: the timing runs of scale-goals/plan.md runs 12-15,
+    Facility's adopted lever (plan.md addendum 2) and the stopping rule's ablation."""
+    rows = [timing_target(results, *target) for target in TIMING_TARGETS]
+    outcome = start_round(os.path.join(results, FACILITY_LEVERS))
+    facility = {"target": f"Facility at 3,000 and 20,000 rows: at least {FACILITY_GOAL} of the "
+                          "lazy greedy's gain", "measured": "not measured",
+                "verdict": "not measured",
+                "command": "`make ablation-best_from`, then facility-levers/plan.md addendum 2's "
+                           "confirm at 20,000"}
+    if outcome and outcome["confirm"][START_VALUE]:
+        at_3k = float(np.median([ratio for ratio, _ in outcome["screen"][START_VALUE]]))
+        at_20k = outcome["confirm"][START_VALUE][0]
+        facility.update(measured=f"{at_3k:.3f} and {at_20k:.3f}",
+                        verdict=goal_verdict(min(at_3k, at_20k) >= FACILITY_GOAL))
+    rows.append(facility)
+    step_run = timing_run(read_result(os.path.join(results, SCALE_GOALS, "facility-100k"),
+                                      "timing"), "Facility", 100_000, "datamask")
+    why = (f": one dense learner step there ~{carried_step(step_run, 1_000_000):.3g} s on this "
+           "CPU (`facility-100k/`, below)" if step_run else "")
+    rows.append({"target": "Facility at 1,000,000 rows: at least the sparse-kNN greedy's "
+                           "objective", "measured": "not measured" + why,
+                 "verdict": "not measured", "command": "none on this machine"})
+    _, worst, _ = stop_kept(results)
+    rows.append({"target": f"every metric keeps at least {1 - STOP_LOSS:.3f} of its fixed-steps "
+                           "objective under the stopping rule",
+                 "measured": "not measured" if worst is None else f"worst kept {worst:.4f}",
+                 "verdict": "not measured" if worst is None
+                 else goal_verdict(worst >= 1 - STOP_LOSS), "command": "`make ablation-stop`"})
+    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-15, "
+            "`facility-levers/plan.md`, `ablation-stop/plan.md`; gain: the learner's gain over "
+            "random over the greedy's; time: the learner's final wall time, its stopping rule's "
+            "checks counted, over the greedy's):", "",
+            *markdown(pd.DataFrame(rows)).splitlines(), ""]
+
+
+def json_or_none(path: str) -> dict | None:
+    """A committed table's JSON, or None where the run that writes it has not been committed."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def downstream_claims(results: str) -> list[str]:
     """The downstream verdict as eval/verdict.py's rule states it, from the committed table."""
-    path = os.path.join(results, "downstream", "tables", "table2.json")
-    if not os.path.exists(path):
+    table = json_or_none(os.path.join(results, "downstream", "tables", "table2.json"))
+    if table is None:
         return ["Not measured: no `downstream/tables/table2.json` (run `make downstream`).", ""]
-    with open(path) as f:
-        table = json.load(f)
     text = verdict_markdown(table["verdict"]).split("\n", 2)[2]  # without its own heading
     lines = ["Point C, the first design (`make downstream DS_FLAGS=`), from "
              "`downstream/tables/table2.md` (rule in `eval/verdict.py`):", "", text]
@@ -687,17 +814,11 @@ def second_design_claims(results: str) -> list[str]:
     """The full run of proxy-plan.md section 6: each arm's verdict, the mix-or-choice table and
     issue 29's goals against point C's committed table."""
     folder = os.path.join(results, SECOND_DESIGN)
-    free_path = os.path.join(folder, "tables", "table2.json")
-    if not os.path.exists(free_path):
+    free = json_or_none(os.path.join(folder, "tables", "table2.json"))
+    if free is None:
         return [f"Not measured yet: no `{SECOND_DESIGN}/tables/table2.json` (run `make "
                 "downstream`, then copy the run as its README says).", ""]
-    with open(free_path) as f:
-        free = json.load(f)
-    strat_path = os.path.join(folder, "tables-stratified", "table2.json")
-    stratified = None
-    if os.path.exists(strat_path):
-        with open(strat_path) as f:
-            stratified = json.load(f)
+    stratified = json_or_none(os.path.join(folder, "tables-stratified", "table2.json"))
     primary = free["verdict"]["primary"]
     lines = [f"From `{SECOND_DESIGN}/` (proxy-plan.md section 6; primary metric `{primary}`).",
              ""]
@@ -709,8 +830,8 @@ def second_design_claims(results: str) -> list[str]:
     if os.path.exists(arms_path):
         with open(arms_path) as f:
             lines += f.read().split("\n", 2)[2].strip().splitlines() + [""]
-    with open(os.path.join(results, "downstream", "tables", "table2.json")) as f:
-        point_c = json.load(f)["power"]["bpb macro"]["paired_sd"]
+    point_c = json_or_none(os.path.join(results, "downstream", "tables",
+                                        "table2.json"))["power"]["bpb macro"]["paired_sd"]
     noise = free["snr"][primary]["noise"]
     junk = free["verdict"]["calibration"]["smallest_resolved"].get("junk")
     null = free["verdict"]["calibration"]["null"]
@@ -771,6 +892,7 @@ def report(results: str, figures: str) -> str:
             lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)  # below
     lines += ["## Issue 30: the stopping rule and Facility's levers", ""]
     lines += stop_claims(results) + facility_lever_claims(results)
+    lines += issue30_target_claims(results)
     lines += ["## Issue 17's goals at the paper's scale (`scale-goals/`)", ""]
     lines += scale_goal_claims(results)
     lines += ["## Downstream: does a selection train a better model? (`make downstream`)", ""]

@@ -172,7 +172,8 @@ class PaperTiming(Record):
 class TimingRun(Record):
     """One selector at one (metric, N). status: 'measured' (wall_s the fastest of `repeats` runs),
     'extrapolated' (the fit's prediction) or 'killed' (at the budget; the prediction if larger);
-    objective is None unless measured; a learner run has its curve."""
+    objective is None unless measured; a learner run has its curve, and under the read-off
+    stopping rule the step its written selection was read at (0 on a scored start)."""
     metric: str
     n: int
     label: str
@@ -185,6 +186,7 @@ class TimingRun(Record):
     random_objective: float
     repeats: int | None = None
     curve: list[CurvePoint] | None = None
+    best_step: int | None = None
 
 
 @dataclass

@@ -175,7 +175,7 @@ def run(args) -> TimingResult:
                                   params=config, role="learner", status="measured",
                                   wall_s=result["wall_s"], random_objective=random_value,
                                   repeats=result["runs"], objective=score(result["selected"]),
-                                  curve=result["curve"]))
+                                  curve=result["curve"], best_step=result["best_step"]))
             print(f"N={n} {metric} datamask: {result['wall_s']:.2f} s", flush=True)
     # final fits, over every size each greedy (and the learner) finished
     fits = {m: {label: fit_of(runs, m, label) for label in [g[0] for g in GREEDIES[m]]
@@ -260,6 +260,7 @@ def markdown(results: TimingResult) -> str:
         f"G {cfg['n_rollout']}, {steps_text(cfg)}, partial {cfg['partial']:g}"
         + (f", cover_sample {cfg['cover_sample']:g}" if cfg.get("cover_sample") else "")
         + (f", probes {cfg['probes']}" if cfg.get("probes") else "")
+        + (f", init {cfg['init']}" if cfg.get("init", "auto") != "auto" else "")
         + f", lr {lr_of(cfg)}; budget {cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
             f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
@@ -296,7 +297,8 @@ def markdown(results: TimingResult) -> str:
                          else f"{comp.time_to_greedy_objective_s:.3g}"]
             label = run.label
             if run.role == "learner" and stopping_rule(cfg) and run.curve:
-                label += f" ({steps_taken(run)} steps)"
+                label += f" ({steps_taken(run)} steps" + (
+                    "" if run.best_step is None else f", written at step {run.best_step}") + ")"
             lines.append(f"| {run.n} | {label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
         fitted = [f"{label}: t ~ N^{fit.exponent:.2f} (sizes {fit.sizes})"
