@@ -73,8 +73,13 @@ class LearnerConfig:
                                "the run's); auto = greedy for Facility on at most "
                                f"{GREEDY_INIT_ROWS:,} input rows (the winner of its levers "
                                "there, reproduce/results/facility-levers; the greedy's cost "
-                               "grows as N^2 and larger inputs are not measured), same "
-                               "otherwise", choices=("auto", "same", "quality", "greedy"),
+                               "grows as N^2 and larger inputs are not measured) and for "
+                               "Pair_simi (lever P1: 0.996-0.999 of pair-greedy's gain at "
+                               "5k-100k rows against 0.987-0.992, its greedy ~N^1; "
+                               "scale-goals/pair-init-greedy), same otherwise; with the "
+                               "stopping rule the start is scored (--best_from auto), and in "
+                               "every measured run its picks were what got written",
+                       choices=("auto", "same", "quality", "greedy"),
                        original=True)
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
@@ -149,7 +154,10 @@ class LearnerConfig:
         """The initial logits a run on `rows` input rows takes: --init, with auto resolved."""
         if self.init != "auto":
             return self.init
-        return "greedy" if self.algorithm == "Facility" and rows <= GREEDY_INIT_ROWS else "same"
+        if self.algorithm == "Pair_simi" or (self.algorithm == "Facility"
+                                              and rows <= GREEDY_INIT_ROWS):
+            return "greedy"
+        return "same"
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""

@@ -4,7 +4,8 @@ from --max_lr to --min_lr unless --lr_schedule says otherwise (`datamask select`
 constant rate), DiSF's exact collapse score unless --probes says otherwise (`datamask select`
 estimates it with 64 probes), the original's fixed --n_epochs steps unless --stop_every says
 otherwise (`datamask select` stops once the selection it would write stops improving), and equal
-initial logits unless --init says otherwise (`datamask select` starts Facility from a greedy)."""
+initial logits unless --init says otherwise (`datamask select` starts Facility and Pair_simi
+from a greedy)."""
 
 import sys
 

@@ -505,7 +505,8 @@ def test_issue30_targets_follow_their_runs(tmp_path):
                     or f"--output {folder}`" in line)
 
     text = "\n".join(findings.issue30_target_claims(str(tmp_path)))
-    assert "not measured (`disf-rule-100k/`)" in text and "not measured (`pair-rule/`)" in text
+    assert "not measured (`disf-rule-100k/`)" in text
+    assert "not measured (`pair-init-greedy/`)" in text
     runs = {r["label"]: r for r in data["runs"] if (r["metric"], r["n"]) == ("DiSF", 100_000)}
     learner, greedy = runs["datamask"], runs["disf-greedy-fast"]
     slow = target("disf-rule-100k")
@@ -520,6 +521,29 @@ def test_issue30_targets_follow_their_runs(tmp_path):
     assert "**met**" in target("disf-rule-40c")  # the other data asks for more than 1x only
     stop = next(line for line in text.splitlines() if "under the stopping rule" in line)
     assert "| not measured | not measured |" in stop  # no ablation-stop/ here
+
+
+def test_pair_lever_is_adopted_only_above_the_goal_and_the_base_at_every_size(tmp_path):
+    """From the committed runs 15 and 16: P1 is adopted; made worse than run 15 at one size (or
+    missing there), the default stays (or the round is not measured)."""
+    committed = ROOT / "reproduce" / "results" / findings.SCALE_GOALS
+    data = {name: json.loads((committed / name / "timing.json").read_text())
+            for name in (findings.PAIR_BASE, findings.PAIR_LEVER)}
+
+    def claims() -> str:
+        for name, result in data.items():
+            (tmp_path / findings.SCALE_GOALS / name).mkdir(parents=True, exist_ok=True)
+            (tmp_path / findings.SCALE_GOALS / name / "timing.json").write_text(json.dumps(result))
+        return "\n".join(findings.pair_lever_claims(str(tmp_path)))
+
+    assert "P1 becomes Pair_simi's `--init auto`" in claims() and "written at step 0" in claims()
+    runs = {(r["n"], r["label"]): r for r in data[findings.PAIR_LEVER]["runs"]}
+    learner, greedy = runs[20_000, "datamask"], runs[20_000, "pair-greedy"]
+    rnd = learner["random_objective"]
+    learner["objective"] = rnd + 0.98 * (greedy["objective"] - rnd)  # below 0.99 at 20k
+    assert "0.980 against" in claims() and "the default stays" in claims()
+    data[findings.PAIR_LEVER]["runs"].remove(learner)
+    assert "not measured at 20,000 rows" in claims()
 
 
 def test_overall_best_breaks_a_tie_in_mean_rank_to_the_value_listed_first():
