@@ -77,8 +77,9 @@ class LearnerConfig:
                                "Pair_simi (lever P1: 0.996-0.999 of pair-greedy's gain at "
                                "5k-100k rows against 0.987-0.992, its greedy ~N^1; "
                                "scale-goals/pair-init-greedy), same otherwise; with the "
-                               "stopping rule the start is scored (--best_from auto), and in "
-                               "every measured run its picks were what got written",
+                               "stopping rule the start is scored (--best_from auto): "
+                               "Facility's runs have always written it, Pair_simi's beat it "
+                               "at lamb 0.5 (ablation-stop)",
                        choices=("auto", "same", "quality", "greedy"),
                        original=True)
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
