@@ -267,8 +267,9 @@ ablation-variants: $(VARIANT_TARGETS) ablation-stop
 
 ablations: $(ABLATION_TARGETS) ablation-direct ablation-variants
 
+# from the committed results (EXP_DIR=reproduce/results) it also rewrites the front page's headline
 findings: install
-	$(EXP).findings --results $(EXP_DIR)
+	$(EXP).findings --results $(EXP_DIR) $(if $(filter reproduce/results,$(EXP_DIR)),--readme README.md)
 
 figures: install
 	$(BIN)/python -m figures --results $(EXP_DIR) --output $(EXP_DIR)/figures

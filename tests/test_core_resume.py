@@ -39,10 +39,12 @@ sys.exit(main(sys.argv[2:]))
 
 
 def select_args(shard, out, *extra):
+    """From equal logits, whose steps the runs below pin (a greedy start's resume is tested in
+    test_learner_variants)."""
     return ["select", "--input", str(shard), "--output", str(out), "--algorithm", "Pair_simi",
             "--partial", "1", "--n_epochs", str(STEPS), "--checkpoint_every", str(EVERY),
             "--device", "cpu", "--seed", "3", "--no_progress", "--log_jsonl", f"{out}.jsonl",
-            *extra]
+            "--init", "same", *extra]
 
 
 @pytest.fixture

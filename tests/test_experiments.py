@@ -546,6 +546,24 @@ def test_pair_lever_is_adopted_only_above_the_goal_and_the_base_at_every_size(tm
     assert "not measured at 20,000 rows" in claims()
 
 
+def test_the_front_pages_headline_is_what_the_committed_results_say(tmp_path):
+    """README.md's generated block is `headline` of reproduce/results; filling a page rewrites
+    that block alone, and a page without it is refused by name with nothing written."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.partition(findings.README_BEGIN)[2].partition(findings.README_END)[0]
+    assert block == "\n" + findings.headline(str(ROOT / "reproduce" / "results"))
+    page = tmp_path / "README.md"
+    page.write_text(f"# Title\n\n{findings.README_BEGIN}\nold\n{findings.README_END}\n\nrest\n")
+    findings.fill_readme(str(page), str(tmp_path))  # no results here: says so
+    assert page.read_text() == (f"# Title\n\n{findings.README_BEGIN}\nNothing measured yet: "
+                                "run the experiments, then `make findings`.\n"
+                                f"{findings.README_END}\n\nrest\n")
+    page.write_text("# no block\n")
+    with pytest.raises(UserError, match="README.md: no generated block"):
+        findings.fill_readme(str(page), str(tmp_path))
+    assert page.read_text() == "# no block\n" and os.listdir(tmp_path) == ["README.md"]
+
+
 def test_overall_best_breaks_a_tie_in_mean_rank_to_the_value_listed_first():
     """Two values with the same mean rank (each best on one metric): the first listed wins,
     whichever is best on the first metric; a strictly better mean rank wins outright."""
