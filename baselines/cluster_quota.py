@@ -25,6 +25,7 @@ import torch
 from datamask.data import Dataset
 from datamask.options import option
 from datamask.selectors import Selector
+from datamask.stratify import largest_remainder
 
 from .semdedup import spherical_kmeans
 
@@ -45,13 +46,12 @@ def quotas(sizes, k: int, balance: str = "proportional") -> np.ndarray:
     sizes = np.asarray(sizes, dtype=np.int64)
     if k > sizes.sum():
         raise ValueError(f"a budget of {k} rows exceeds the {sizes.sum()} rows of the clusters")
-    if balance == "proportional":
-        ideal = k * sizes / sizes.sum()
-    else:
-        ideal = np.minimum(sizes, water_level(sizes, k))
+    if balance == "proportional":  # the split --stratify makes, in exact integer arithmetic
+        return largest_remainder(k, sizes)
+    ideal = np.minimum(sizes, water_level(sizes, k))
     quota = np.minimum(np.floor(ideal).astype(np.int64), sizes)
     # largest remainder among the clusters with rows left, ties to the lower cluster; a second
-    # pass (never needed for these two rules, kept for safety) fills clusters with room in order
+    # pass (never needed for the water level, kept for safety) fills clusters with room in order
     room = np.flatnonzero(quota < sizes)
     order = room[np.lexsort((room, -(ideal - quota)[room]))]
     while quota.sum() < k:

@@ -408,8 +408,8 @@ def test_timing_learner_takes_init_and_records_the_step_it_wrote(tmp_path):
     """--init reaches the learner; under the read-off rule each learner run records the step its
     written selection came from (0: the scored greedy start, else a check's step)."""
     result = timing.main([*TOY, "--sizes", "200", "300", "--metrics", "Pair_simi", "--budget_s",
-                          "60", "--init", "greedy", "--stop_every", "5", "--steps", "10", "--repeats", "1",
-                          "--output", str(tmp_path)])
+                          "60", "--init", "greedy", "--stop_every", "5", "--steps", "10",
+                          "--repeats", "1", "--output", str(tmp_path)])
     learners = [r for r in result.runs if r.role == "learner"]
     assert learners and all(r.params["init"] == "greedy" for r in learners)
     assert all(r.best_step is not None and r.best_step % 5 == 0 for r in learners)

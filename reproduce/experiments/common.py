@@ -102,8 +102,8 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                              "meaning (datamask select's own default for DiSF is 64)")
     parser.add_argument("--init", default="auto", choices=("auto", "same", "quality", "greedy"),
                         help="the learner's initial logits (datamask select --init; default "
-                             "%(default)s, select's: a stochastic greedy's picks for Facility "
-                             "up to 20,000 rows, all equal otherwise)")
+                             "%(default)s, select's: a stochastic greedy's picks for Pair_simi "
+                             "and for Facility up to 20,000 rows, all equal otherwise)")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
