@@ -564,6 +564,38 @@ def test_the_front_pages_headline_is_what_the_committed_results_say(tmp_path):
     assert page.read_text() == "# no block\n" and os.listdir(tmp_path) == ["README.md"]
 
 
+def test_facility_target_reads_the_runs_of_whichever_value_rule_3_left_as_default(tmp_path):
+    """From the committed addendum-2 runs L9 (`start`) is the default and the target row reads
+    its ratios; made worse than `check` at 20,000 rows, L9 is not confirmed and the row reads
+    `check`'s."""
+    import shutil
+    levers = ROOT / "reproduce" / "results" / findings.FACILITY_LEVERS
+    root = tmp_path / findings.FACILITY_LEVERS
+    for part in (findings.START_FOLDER, f"confirm-20k/{findings.START_FOLDER}"):
+        shutil.copytree(levers / part, root / part)
+
+    def facility_row() -> str:
+        text = "\n".join(findings.issue30_target_claims(str(tmp_path)))
+        return next(line for line in text.splitlines() if "Facility at 3,000 and 20,000" in line)
+
+    outcome = findings.start_round(str(root))
+    assert findings.start_default(outcome) == "start"
+    check_3k, check_20k = findings.start_ratios(outcome, "check")
+    start_3k, start_20k = findings.start_ratios(outcome, "start")
+    assert f"| {np.median(start_3k):.3f} and {start_20k:.3f} |" in facility_row()
+    confirm = root / "confirm-20k" / findings.START_FOLDER / "ablation-best_from.json"
+    data = json.loads(confirm.read_text())
+    check_run = next(r for r in data["runs"] if r["value"] == "check")
+    for run in data["runs"]:
+        if run["value"] == "start":
+            run["objective"] = check_run["objective"] * 0.99  # below check's at 20,000
+    confirm.write_text(json.dumps(data))
+    assert findings.start_default(findings.start_round(str(root))) == "check"
+    assert f"| {np.median(check_3k):.3f} and {check_20k:.3f} | **not met** |" in facility_row()
+    assert "is not confirmed; `--best_from check` stays" in "\n".join(
+        findings.start_lever_claims(str(root)))
+
+
 def test_overall_best_breaks_a_tie_in_mean_rank_to_the_value_listed_first():
     """Two values with the same mean rank (each best on one metric): the first listed wins,
     whichever is best on the first metric; a strictly better mean rank wins outright."""

@@ -26,6 +26,7 @@ from .records import CurvePoint, ExperimentResult, Fit, Machine
 
 T = TypeVar("T")
 
+LEARNER_INITS = LearnerConfig.__dataclass_fields__["init"].metadata["choices"]  # select's --init
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
 
 
@@ -100,10 +101,9 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                              "estimated with this many shared random directions; default 0, the "
                              "exact score, so that the committed runs' commands keep their "
                              "meaning (datamask select's own default for DiSF is 64)")
-    parser.add_argument("--init", default="auto", choices=("auto", "same", "quality", "greedy"),
+    parser.add_argument("--init", default="auto", choices=LEARNER_INITS,
                         help="the learner's initial logits (datamask select --init; default "
-                             "%(default)s, select's: a stochastic greedy's picks for Pair_simi "
-                             "and for Facility up to 20,000 rows, all equal otherwise)")
+                             "%(default)s, select's)")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),

@@ -54,7 +54,7 @@ from .records import (DirectResult, SweepResult, SweepRun, SweepSummary, TimingR
                       Value, best_of, of_metric)
 from .records import read_result
 from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
-from .timing import comparison, measured, steps_taken
+from .timing import comparison, measured, steps_taken, written_at
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
 KEEPS = 0.99  # share of the never-stopping run's objective a stopping rule must keep to win
@@ -614,6 +614,19 @@ def start_round(root: str) -> dict | None:
     return {"screen": screen, "confirm": confirm}
 
 
+def start_ratios(outcome: dict, value: str) -> tuple[list[float], float | None]:
+    """One value's gain ratios in addendum 2's round: per seed at 3,000 rows, and at 20,000."""
+    confirm = outcome["confirm"][value]
+    return [ratio for ratio, _ in outcome["screen"][value]], confirm and confirm[0]
+
+
+def start_default(outcome: dict) -> str:
+    """The `--best_from` value that rule 3 leaves as Facility's default after addendum 2."""
+    (base, base_20k), (lever, at_20k) = (start_ratios(outcome, v) for v in (START_BASE,
+                                                                           START_VALUE))
+    return START_VALUE if confirmed(base, lever, base_20k, at_20k) else START_BASE
+
+
 def start_lever_claims(root: str) -> list[str]:
     """Addendum 2 of plan.md: `--best_from start` against `check` (round 2's default) at 3,000
     rows, seeds 0-2, then at 20,000, seed 0; adopted as `auto` if above both bars."""
@@ -621,22 +634,21 @@ def start_lever_claims(root: str) -> list[str]:
     if outcome is None:
         return [f"- {START_LEVER} (addendum 2): not run (no `{START_FOLDER}/`).", ""]
     screen, confirm = outcome["screen"], outcome["confirm"]
-    base, lever = ([ratio for ratio, _ in screen[v]] for v in (START_BASE, START_VALUE))
+    (base, base_20k), (lever, at_20k) = (start_ratios(outcome, v) for v in (START_BASE,
+                                                                           START_VALUE))
     written = ", ".join(str(run.best_step) for _, run in screen[START_VALUE])
     lines = [f"- {START_LEVER} (addendum 2, against the default `--best_from {START_BASE}`, "
              f"`{START_FOLDER}/`): at 3,000 rows {', '.join(f'{r:.3f}' for r in lever)} "
              f"(median {np.median(lever):.3f}) against {', '.join(f'{r:.3f}' for r in base)} "
              f"(median {np.median(base):.3f}, bar {screen_bar(base):.3f}); written at step "
              f"{written} (0: the greedy's picks, unimproved)."]
-    at_20k = base_20k = None
     if confirm[START_VALUE] and confirm[START_BASE]:
-        (at_20k, run), (base_20k, _) = confirm[START_VALUE], confirm[START_BASE]
         lines.append(f"- At 20,000 rows, seed 0: {START_LEVER} {at_20k:.3f} (written at step "
-                     f"{run.best_step}) against {base_20k:.3f}.")
+                     f"{confirm[START_VALUE][1].best_step}) against {base_20k:.3f}.")
     else:
         lines.append(f"- At 20,000 rows: no result (killed at the plan's 10 minutes, or not "
                      "run): not confirmed.")
-    if confirmed(base, lever, base_20k, at_20k):
+    if start_default(outcome) == START_VALUE:
         met = min(np.median(lever), at_20k) >= FACILITY_GOAL
         lines.append(f"- Rule 3: {START_LEVER} becomes Facility's default (`--best_from auto`). "
                      f"Facility >= {FACILITY_GOAL} of the lazy greedy's gain at 3,000 and 20,000 "
@@ -783,9 +795,8 @@ def timing_target(results: str, goal: TimingTarget) -> dict:
         met = gain_ok and (not goal.timed or versus.time_ratio <= 1)
         row.update(measured=f"gain {versus.gain_ratio:.3f}, time {versus.time_ratio:.2f}x "
                             f"({learner.wall_s:.4g} s, {steps_taken(learner)} steps"
-                            + ("" if learner.best_step is None
-                               else f", written at step {learner.best_step}")
-                            + f", against {greedy.wall_s:.4g} s)", verdict=goal_verdict(met))
+                            f"{written_at(learner)}, against {greedy.wall_s:.4g} s)",
+                    verdict=goal_verdict(met))
         if goal.timed and versus.time_ratio > 1:
             row["measured"] += at_greedy_time(learner, greedy)
     return row
@@ -812,9 +823,9 @@ def issue30_target_claims(results: str) -> list[str]:
                 "verdict": "not measured",
                 "command": "`make ablation-best_from`, then facility-levers/plan.md addendum 2's "
                            "confirm at 20,000"}
-    if outcome and outcome["confirm"][START_VALUE]:
-        at_3k = float(np.median([ratio for ratio, _ in outcome["screen"][START_VALUE]]))
-        at_20k = outcome["confirm"][START_VALUE][0]
+    if outcome and outcome["confirm"][start_default(outcome)]:  # the default's runs
+        at_3k, at_20k = start_ratios(outcome, start_default(outcome))
+        at_3k = float(np.median(at_3k))
         facility.update(measured=f"{at_3k:.3f} and {at_20k:.3f}",
                         verdict=goal_verdict(min(at_3k, at_20k) >= FACILITY_GOAL))
     rows.append(facility)
@@ -885,8 +896,8 @@ def second_design_claims(results: str) -> list[str]:
     if os.path.exists(arms_path):
         with open(arms_path) as f:
             lines += f.read().split("\n", 2)[2].strip().splitlines() + [""]
-    point_c = json_or_none(os.path.join(results, "downstream", "tables",
-                                        "table2.json"))["power"]["bpb macro"]["paired_sd"]
+    with open(os.path.join(results, "downstream", "tables", "table2.json")) as f:
+        point_c = json.load(f)["power"]["bpb macro"]["paired_sd"]
     noise = free["snr"][primary]["noise"]
     junk = free["verdict"]["calibration"]["smallest_resolved"].get("junk")
     null = free["verdict"]["calibration"]["null"]
@@ -950,8 +961,8 @@ def headline(results: str, link: str = "reproduce/results") -> str:
                            "time" + written_from(learner.best_step),
                      "source": f"[{PAIR_LEVER}]({link}/{SCALE_GOALS}/{PAIR_LEVER}/timing.md)"})
     outcome = start_round(os.path.join(results, FACILITY_LEVERS))
-    if outcome and outcome["confirm"][START_VALUE]:
-        at_20k, run = outcome["confirm"][START_VALUE]
+    if outcome and outcome["confirm"][start_default(outcome)]:  # the default's run
+        at_20k, run = outcome["confirm"][start_default(outcome)]
         rows.append({"claim": "Facility at 20,000 rows: the same share, against the lazy greedy",
                      "paper": "-", HERE: f"{at_20k:.3f}" + written_from(run.best_step),
                      "source": f"[facility-levers]({link}/{FACILITY_LEVERS}/verdict.md)"})

@@ -216,6 +216,11 @@ def steps_taken(learner: TimingRun) -> int:
     return learner.curve[-1].step + 1
 
 
+def written_at(learner: TimingRun) -> str:
+    """", written at step S" where the run recorded the step its selection came from."""
+    return "" if learner.best_step is None else f", written at step {learner.best_step}"
+
+
 def crossover(comparisons: list[Comparison], metrics) -> dict:
     """Smallest N from which (at every larger N too) the learner takes less time than the fast
     greedy; null when it never does at the sizes run."""
@@ -297,8 +302,7 @@ def markdown(results: TimingResult) -> str:
                          else f"{comp.time_to_greedy_objective_s:.3g}"]
             label = run.label
             if run.role == "learner" and stopping_rule(cfg) and run.curve:
-                label += f" ({steps_taken(run)} steps" + (
-                    "" if run.best_step is None else f", written at step {run.best_step}") + ")"
+                label += f" ({steps_taken(run)} steps{written_at(run)})"
             lines.append(f"| {run.n} | {label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
         fitted = [f"{label}: t ~ N^{fit.exponent:.2f} (sizes {fit.sizes})"
