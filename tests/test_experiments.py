@@ -5,6 +5,7 @@ reproduce-timing`, `make ablation-<knob>`) are benchmarks."""
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -546,6 +547,41 @@ def test_pair_lever_is_adopted_only_above_the_goal_and_the_base_at_every_size(tm
     assert "not measured at 20,000 rows" in claims()
 
 
+def test_disf_lever_is_adopted_only_where_both_100k_targets_are_met(tmp_path):
+    """From the committed runs 12, 13, 17 and 18: D1 decides by its own 100k runs; adopted, the
+    DiSF target rows read its folders; made slower than its greedy on the 40-cluster data, the
+    default stays and the rows read the equal-logits runs; with a run missing it is undecided."""
+    committed = ROOT / "reproduce" / "results" / findings.SCALE_GOALS
+    names = [*findings.DISF_LEVER, *findings.DISF_LEVER.values()]
+    data = {name: json.loads((committed / name / "timing.json").read_text())
+            for name in names if (committed / name / "timing.json").exists()}
+
+    def claims() -> tuple[str, str]:
+        for name, result in data.items():
+            (tmp_path / findings.SCALE_GOALS / name).mkdir(parents=True, exist_ok=True)
+            (tmp_path / findings.SCALE_GOALS / name / "timing.json").write_text(json.dumps(result))
+        return ("\n".join(findings.disf_lever_claims(str(tmp_path))),
+                "\n".join(findings.issue30_target_claims(str(tmp_path))))
+
+    lever, targets = claims()
+    adopted = findings.disf_lever_adopted(str(committed.parent))
+    assert adopted is not None  # both 100k runs are committed
+    assert ("D1 becomes DiSF's `--init auto`" in lever) == adopted
+    assert ("--output disf-init-greedy`" in targets) == adopted
+    runs = {(r["n"], r["label"]): r for r in data["disf-init-greedy-40c"]["runs"]
+            if r["metric"] == "DiSF"}
+    learner, greedy = runs[100_000, "datamask"], runs[100_000, "disf-greedy-fast"]
+    learner["wall_s"] = greedy["wall_s"] * 1.01
+    lever, targets = claims()
+    assert "the default stays (equal logits)" in lever
+    assert "--output disf-rule-100k`" in targets and "--output disf-init-greedy`" not in targets
+    assert "time 1.01x" in lever
+    shutil.rmtree(tmp_path / findings.SCALE_GOALS / "disf-init-greedy-40c")
+    del data["disf-init-greedy-40c"]
+    lever, _ = claims()
+    assert "not decided: a run is missing" in lever and "(`disf-init-greedy-40c/`): not" in lever
+
+
 def test_the_front_pages_headline_is_what_the_committed_results_say(tmp_path):
     """README.md's generated block is `headline` of reproduce/results; filling a page rewrites
     that block alone, and a page without it is refused by name with nothing written."""
@@ -568,7 +604,6 @@ def test_facility_target_reads_the_runs_of_whichever_value_rule_3_left_as_defaul
     """From the committed addendum-2 runs L9 (`start`) is the default and the target row reads
     its ratios; made worse than `check` at 20,000 rows, L9 is not confirmed and the row reads
     `check`'s."""
-    import shutil
     levers = ROOT / "reproduce" / "results" / findings.FACILITY_LEVERS
     root = tmp_path / findings.FACILITY_LEVERS
     for part in (findings.START_FOLDER, f"confirm-20k/{findings.START_FOLDER}"):

@@ -761,7 +761,7 @@ class TimingTarget:
 
 TIMING = "python -m reproduce.experiments.timing"
 DISF_RULE = "--metrics DiSF --steps 2000 --stop_every 50 --probes 64 --repeats 1"
-TIMING_TARGETS = (
+DISF_TARGETS = (  # at select's defaults before lever D1: from equal logits (plan.md 12, 13, 14b)
     TimingTarget("DiSF", 100_000, "disf-rule-100k", "disf-greedy-fast", 2.0,
                  f"{TIMING} --sizes 1000 2000 20000 100000 {DISF_RULE} --budget_s 300",
                  timed=True),
@@ -770,9 +770,74 @@ TIMING_TARGETS = (
                  greedy_folder="disf-chunks-1m"),
     TimingTarget("DiSF", 100_000, "disf-rule-40c", "disf-greedy-fast", 1.0,
                  f"{TIMING} --clusters 40 --sizes 1000 2000 100000 {DISF_RULE} --budget_s 300",
-                 above=True, timed=True, data=" (40 clusters)"),
-    *(TimingTarget("Pair_simi", n, PAIR_LEVER, "pair-greedy", PAIR_GOAL,
-                   f"{PAIR_RULE} --init greedy") for n in PAIR_SIZES))
+                 above=True, timed=True, data=" (40 clusters)"))
+PAIR_TARGETS = tuple(TimingTarget("Pair_simi", n, PAIR_LEVER, "pair-greedy", PAIR_GOAL,
+                                  f"{PAIR_RULE} --init greedy") for n in PAIR_SIZES)
+# lever D1 (plan.md runs 17-19): the same commands from the greedy start, each in its own folder
+DISF_LEVER = {"disf-rule-100k": "disf-init-greedy", "disf-rule-40c": "disf-init-greedy-40c",
+              "disf-rule-1m": "disf-init-greedy-1m"}
+
+
+def disf_lever_target(goal: TimingTarget) -> TimingTarget:
+    """A DiSF target as lever D1's run measures it: the same command with `--init greedy`."""
+    return replace(goal, folder=DISF_LEVER[goal.folder], command=f"{goal.command} --init greedy")
+
+
+def disf_lever_adopted(results: str) -> bool | None:
+    """Lever D1's rule (plan.md, fixed before runs 17 and 18): a greedy start becomes DiSF's
+    `--init auto` if both of its 100k runs meet their targets; None while either is missing."""
+    met = [timing_target(results, disf_lever_target(goal))["met"]
+           for goal in DISF_TARGETS if goal.n == 100_000]
+    return None if None in met else all(met)
+
+
+def timing_targets(results: str) -> tuple[TimingTarget, ...]:
+    """Issue 30's timing targets at select's defaults: DiSF's read lever D1's runs once its rule
+    adopted it."""
+    adopted = disf_lever_adopted(results)
+    return (*(disf_lever_target(goal) if adopted else goal for goal in DISF_TARGETS),
+            *PAIR_TARGETS)
+
+
+def disf_lever_claims(results: str) -> list[str]:
+    """Lever D1 against runs 12 and 13 (equal logits) at each size both ran, and its verdict."""
+    lines = []
+    for goal in DISF_TARGETS:
+        if goal.n != 100_000:
+            continue
+        lever = disf_lever_target(goal)
+        runs = {folder: read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
+                for folder in (goal.folder, lever.folder)}
+        if not runs[lever.folder]:
+            lines.append(f"- DiSF's lever D1 (`{lever.folder}/`): not measured.")
+            continue
+        sizes = sorted({r.n for r in runs[lever.folder].runs if r.metric == "DiSF"})
+        cells = []
+        for n in sizes:
+            pair = {folder: (timing_run(run, "DiSF", n, "datamask"),
+                             timing_run(run, "DiSF", n, goal.label))
+                    for folder, run in runs.items()}
+            if not all(pair[lever.folder]):
+                continue
+            new = comparison(*pair[lever.folder])
+            cell = (f"{n:,}: gain {new.gain_ratio:.3f}, time {new.time_ratio:.2f}x"
+                    f"{written_at(pair[lever.folder][0])}")
+            if all(pair[goal.folder]):
+                old = comparison(*pair[goal.folder])
+                cell += f" (from equal logits: {old.gain_ratio:.3f}, {old.time_ratio:.2f}x)"
+            cells.append(cell)
+        lines.append(f"- DiSF's lever D1 on the data of `{goal.folder}/`{goal.data} "
+                     f"(`{lever.folder}/`), against `{goal.label}` by rows: "
+                     + "; ".join(cells) + ".")
+    adopted = disf_lever_adopted(results)
+    rule = ("not decided: a run is missing" if adopted is None else
+            "D1 becomes DiSF's `--init auto`, and the DiSF targets below read its runs"
+            if adopted else "the default stays (equal logits)")
+    return ["DiSF's lever D1, a greedy start (`--init greedy`: the stochastic greedy's picks on "
+            "the run's objective, their time counted, scored as the best to beat; plan.md runs "
+            "17-19, fixed before they ran). Gain: over random, as a share of the greedy's; time: "
+            "the learner's final time over the greedy's; written at step 0: the greedy's picks.",
+            "", *lines, f"- By the plan's rule (both 100k targets met): {rule}.", ""]
 
 
 def timing_target(results: str, goal: TimingTarget) -> dict:
@@ -788,7 +853,8 @@ def timing_target(results: str, goal: TimingTarget) -> dict:
               + ("final time at most the greedy's, " if goal.timed else "") + bound + goal.data
               + (f" (the greedy's run: `{goal.greedy_folder}/`)" if goal.greedy_folder else ""))
     row = {"target": target, "measured": f"not measured (`{goal.folder}/`)",
-           "verdict": "not measured", "command": f"`{goal.command} --output {goal.folder}`"}
+           "verdict": "not measured", "command": f"`{goal.command} --output {goal.folder}`",
+           "met": None}
     if learner and greedy:
         versus = comparison(learner, greedy)
         gain_ok = versus.gain_ratio > goal.least if goal.above else versus.gain_ratio >= goal.least
@@ -796,7 +862,7 @@ def timing_target(results: str, goal: TimingTarget) -> dict:
         row.update(measured=f"gain {versus.gain_ratio:.3f}, time {versus.time_ratio:.2f}x "
                             f"({learner.wall_s:.4g} s, {steps_taken(learner)} steps"
                             f"{written_at(learner)}, against {greedy.wall_s:.4g} s)",
-                    verdict=goal_verdict(met))
+                    verdict=goal_verdict(met), met=met)
         if goal.timed and versus.time_ratio > 1:
             row["measured"] += at_greedy_time(learner, greedy)
     return row
@@ -814,9 +880,9 @@ def at_greedy_time(learner: TimingRun, greedy: TimingRun) -> str:
 
 
 def issue30_target_claims(results: str) -> list[str]:
-    """Issue 30's section 4, one row a target: the timing runs of scale-goals/plan.md (12-16, 14b),
+    """Issue 30's section 4, one row a target: the timing runs of scale-goals/plan.md (12-19, 14b),
     Facility's adopted lever (plan.md addendum 2) and the stopping rule's ablation."""
-    rows = [timing_target(results, target) for target in TIMING_TARGETS]
+    rows = [timing_target(results, target) for target in timing_targets(results)]
     outcome = start_round(os.path.join(results, FACILITY_LEVERS))
     facility = {"target": f"Facility at 3,000 and 20,000 rows: at least {FACILITY_GOAL} of the "
                           "lazy greedy's gain", "measured": "not measured",
@@ -842,11 +908,11 @@ def issue30_target_claims(results: str) -> list[str]:
                  "measured": "not measured" if worst is None else f"worst kept {worst:.4f}",
                  "verdict": "not measured" if worst is None
                  else goal_verdict(worst >= 1 - STOP_LOSS), "command": "`make ablation-stop`"})
-    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-16 "
+    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-19 "
             "and 14b, `facility-levers/plan.md`, `ablation-stop/plan.md`; gain: the learner's "
             "gain over random over the greedy's; time: the learner's final wall time, its "
             "stopping rule's checks counted, over the greedy's):", "",
-            *markdown(pd.DataFrame(rows)).splitlines(), ""]
+            *markdown(pd.DataFrame(rows).drop(columns="met")).splitlines(), ""]
 
 
 def json_or_none(path: str) -> dict | None:
@@ -927,12 +993,14 @@ def headline(results: str, link: str = "reproduce/results") -> str:
     """The front page's table: the paper's headline claims beside what this box measured, each
     read from its results file (`link`: that folder as the page links it)."""
     rows = []
-    disf = read_result(os.path.join(results, SCALE_GOALS, "disf-rule-100k"), "timing")
+    folder = next(goal.folder for goal in timing_targets(results)  # select's default's run
+                  if (goal.metric, goal.n, goal.data) == ("DiSF", 100_000, ""))
+    disf = read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
     learner, fast = (timing_run(disf, "DiSF", 100_000, label)
                      for label in ("datamask", "disf-greedy-fast"))
     ref = next((r for r in disf.runs if (r.metric, r.n, r.label)  # measured or extrapolated
                 == ("DiSF", 100_000, "disf-greedy")), None) if disf else None
-    source = f"[disf-rule-100k]({link}/{SCALE_GOALS}/disf-rule-100k/timing.md)"
+    source = f"[{folder}]({link}/{SCALE_GOALS}/{folder}/timing.md)"
     if learner and fast and ref:
         fit = disf.fits["DiSF"]["disf-greedy"]
         extrapolated = ("" if ref.status == "measured" else
@@ -949,7 +1017,8 @@ def headline(results: str, link: str = "reproduce/results") -> str:
         rows.append({"claim": "the same, over this project's fast DiSF greedy (same picks, rank-1 "
                               "updates)", "paper": "-",
                      HERE: f"{versus.time_ratio:.2f}x the time, {versus.gain_ratio:.2f}x its "
-                           "gain over random", "source": source})
+                           "gain over random" + written_from(learner.best_step),
+                     "source": source})
     pair = read_result(os.path.join(results, SCALE_GOALS, PAIR_LEVER), "timing")
     learner, greedy = (timing_run(pair, "Pair_simi", 100_000, label)
                        for label in ("datamask", "pair-greedy"))
@@ -1047,7 +1116,8 @@ def report(results: str, figures: str) -> str:
             lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)  # below
     lines += ["## Issue 30: the stopping rule and Facility's levers", ""]
     lines += stop_claims(results) + facility_lever_claims(results)
-    lines += pair_lever_claims(results) + issue30_target_claims(results)
+    lines += pair_lever_claims(results) + disf_lever_claims(results)
+    lines += issue30_target_claims(results)
     lines += ["## Issue 17's goals at the paper's scale (`scale-goals/`)", ""]
     lines += scale_goal_claims(results)
     lines += ["## Downstream: does a selection train a better model? (`make downstream`)", ""]
