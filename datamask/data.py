@@ -67,6 +67,17 @@ def budget(select_ratio: float, n_rows: int) -> int:
     return k
 
 
+def block_count(n_rows: int, block_size: int) -> int:
+    """Blocks of at most `block_size` rows over `n_rows` (one block where block_size <= 0)."""
+    return 1 if block_size <= 0 else max(1, -(-n_rows // block_size))
+
+
+def random_blocks(n_rows: int, n_blocks: int, seed: int) -> list[np.ndarray]:
+    """The paper's independent blocks: a seeded permutation of range(n_rows) cut into `n_blocks`
+    near-equal parts, the same for the pipeline's plan and the experiments."""
+    return np.array_split(np.random.default_rng(seed).permutation(n_rows), n_blocks)
+
+
 def check_column_names(id_column: str, quality_column: str, feature_column: str) -> None:
     """The three input columns are distinct, and the id column is not one the output adds."""
     if id_column in OUTPUT_COLUMNS:

@@ -73,13 +73,16 @@ class LearnerConfig:
                                "the run's); auto = greedy for Facility on at most "
                                f"{GREEDY_INIT_ROWS:,} input rows (the winner of its levers "
                                "there, reproduce/results/facility-levers; the greedy's cost "
-                               "grows as N^2 and larger inputs are not measured) and for "
+                               "grows as N^2 and larger inputs are not measured), for "
                                "Pair_simi (lever P1: 0.996-0.999 of pair-greedy's gain at "
                                "5k-100k rows against 0.987-0.992, its greedy ~N^1; "
-                               "scale-goals/pair-init-greedy), same otherwise; with the "
+                               "scale-goals/pair-init-greedy) and for DiSF (lever D1: "
+                               "0.91x and 0.64x disf-greedy-fast's time at 100k rows, against "
+                               "2.57x and 1.35x from equal logits, at a higher gain; "
+                               "scale-goals/disf-init-greedy), same otherwise; with the "
                                "stopping rule the start is scored (--best_from auto): "
-                               "Facility's runs have always written it, Pair_simi's beat it "
-                               "at lamb 0.5 (ablation-stop)",
+                               "Facility's and DiSF's runs have always written it, "
+                               "Pair_simi's beat it at lamb 0.5 (ablation-stop)",
                        choices=("auto", "same", "quality", "greedy"),
                        original=True)
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
@@ -155,9 +158,8 @@ class LearnerConfig:
         """The initial logits a run on `rows` input rows takes: --init, with auto resolved."""
         if self.init != "auto":
             return self.init
-        if self.algorithm == "Pair_simi" or (self.algorithm == "Facility"
-                                              and rows <= GREEDY_INIT_ROWS):
-            return "greedy"
+        if self.algorithm in ("Pair_simi", "DiSF") or rows <= GREEDY_INIT_ROWS:  # Facility: up
+            return "greedy"  # to the size its levers measured
         return "same"
 
     def scores_start(self, rows: int) -> bool:

@@ -55,7 +55,7 @@ def curves(timing: TimingResult):
     fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 3.4 * len(metrics)), squeeze=False)
     for row, metric in zip(axes, metrics):
         runs = of_metric(timing.runs, metric)
-        learned = {r.n for r in runs if r.role == "learner" and r.status == "measured"}
+        learned = {r.n for r in runs if r.role == "learner" and r.curve}  # not in blocks
         n = max(r.n for r in runs if r.role != "learner" and r.status == "measured"
                 and r.n in learned)
         learner = next(r for r in runs if r.n == n and r.role == "learner")

@@ -81,7 +81,7 @@ def test_exact_budget_and_determinism():
 
 # Computed with the learner before its step became `policy_step` (commit 87de87d): a refactor
 # must keep the same seed's selection and objective exactly. From the paper's equal start
-# (Pair_simi's default became a greedy start with lever P1).
+# (Pair_simi's and DiSF's defaults became a greedy start with levers P1 and D1).
 PINNED_RUNS = [
     ({"algorithm": "Pair_simi", "partial": 0.5, "init": "same"},
      [5, 20, 33, 44, 61, 68, 77, 81, 82, 86, 97, 104, 113, 130, 134, 135, 173, 174, 177, 184],
@@ -89,7 +89,7 @@ PINNED_RUNS = [
     ({"algorithm": "Facility", "logprob": "exact", "prune_ratio": 0.2, "init": "quality"},
      [5, 27, 49, 61, 68, 70, 77, 82, 97, 130, 134, 135, 138, 167, 176, 177, 184, 186, 197, 199],
      0.664212703704834),
-    ({"algorithm": "DiSF", "lr_schedule": "linear"},
+    ({"algorithm": "DiSF", "lr_schedule": "linear", "init": "same"},
      [5, 15, 27, 44, 49, 64, 82, 86, 91, 96, 113, 134, 138, 145, 148, 161, 167, 184, 188, 197],
      0.2702539265155792),
 ]

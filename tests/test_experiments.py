@@ -524,6 +524,34 @@ def test_issue30_targets_follow_their_runs(tmp_path):
     assert "| not measured | not measured |" in stop  # no ablation-stop/ here
 
 
+def test_facility_at_1m_holds_the_blocks_run_against_the_committed_knn_greedy(tmp_path):
+    """The target reads the learner of `facility-blocks-1m/` (missing: not measured) against
+    `onerun-1m/`'s stochastic sparse-kNN greedy: met at its objective, not met just below."""
+    committed = (ROOT / "reproduce" / "results" / findings.SCALE_GOALS / "onerun-1m"
+                 / "timing.json")
+    data = json.loads(committed.read_text())
+    folder = tmp_path / findings.SCALE_GOALS
+    (folder / "onerun-1m").mkdir(parents=True)
+    (folder / "onerun-1m" / "timing.json").write_text(committed.read_text())
+
+    def row() -> str:
+        text = "\n".join(findings.issue30_target_claims(str(tmp_path)))
+        return next(line for line in text.splitlines() if "Facility at 1,000,000 rows" in line)
+
+    assert "not measured (`facility-blocks-1m/`)" in row()
+    greedy = next(r for r in data["runs"] if (r["metric"], r["n"], r["label"])
+                  == ("Facility", 1_000_000, "facility-knn-greedy stochastic"))
+    learner = {**greedy, "label": "datamask", "selector": "datamask", "role": "learner",
+               "curve": None, "best_step": 0, "block_s": [1.0, 2.0], "wall_s": 3.0}
+    (folder / "facility-blocks-1m").mkdir()
+    for objective, verdict in ((greedy["objective"], "| **met** |"),
+                               (greedy["objective"] - 1e-4, "| **not met** |")):
+        learner["objective"] = objective
+        (folder / "facility-blocks-1m" / "timing.json").write_text(
+            json.dumps({**data, "runs": [learner]}))
+        assert verdict in row() and "2 blocks, the slowest 2 s, written at step 0" in row()
+
+
 def test_pair_lever_is_adopted_only_above_the_goal_and_the_base_at_every_size(tmp_path):
     """From the committed runs 15 and 16: P1 is adopted; made worse than run 15 at one size (or
     missing there), the default stays (or the round is not measured)."""

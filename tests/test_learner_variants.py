@@ -27,14 +27,14 @@ from reproduce.experiments.records import SweepRun, SweepSummary
 # Facility re-pinned when masks sharing rows began to gather their similarities from one kernel
 # (one GEMM of all rows instead of one per mask: its logits moved by 3.3e-6, selection identical).
 DEFAULT_RUNS = [
-    # the paper's equal start (datamask select's Facility and Pair_simi defaults start from a
-    # greedy)
+    # the paper's equal start (datamask select's defaults start from a greedy: Facility's up to
+    # 20,000 rows, Pair_simi's and DiSF's at every size)
     ({"algorithm": "Facility", "partial": 0.2, "init": "same"},
      "fc5cee3b130e5a48fc5e16de29a501affd939dc42f44c9eeb2de156c9726366f"),
     ({"algorithm": "Pair_simi", "init": "same"},
      "aef9ae84220d8903ab68c9cb8836df3c13eeb7561a8865ea1184dbd5ceabea2e"),
     # python -m datamask.train_mask's schedule and exact score (datamask select's DiSF probes it)
-    ({"algorithm": "DiSF", "lr_schedule": "linear", "probes": 0},
+    ({"algorithm": "DiSF", "lr_schedule": "linear", "probes": 0, "init": "same"},
      "43733e0cfba821a40296fc8680a7ca3775bb3b483c73235edf70e41d46380239"),
 ]
 
@@ -499,26 +499,29 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
     np.testing.assert_array_equal(resumed.logits, whole.logits)
 
 
-def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_for_pair_simi():
+def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():
     facility, pair = LearnerConfig(algorithm="Facility"), LearnerConfig(algorithm="Pair_simi")
-    assert facility.init == pair.init == "auto"
+    disf = LearnerConfig(algorithm="DiSF")
+    assert facility.init == pair.init == disf.init == "auto"
     assert facility.start_init(learner.GREEDY_INIT_ROWS) == "greedy"
     assert facility.start_init(learner.GREEDY_INIT_ROWS + 1) == "same"
     assert pair.start_init(100) == pair.start_init(10**6) == "greedy"  # lever P1, every size
-    assert LearnerConfig(algorithm="DiSF").start_init(9) == "same"
-    assert LearnerConfig(algorithm="Facility", init="same").start_init(100) == "same"
-    assert LearnerConfig(algorithm="Pair_simi", init="same").start_init(100) == "same"
+    assert disf.start_init(9) == disf.start_init(10**6) == "greedy"  # lever D1, every size
+    for algorithm in learner.DIVERSITY_METRICS:
+        assert LearnerConfig(algorithm=algorithm, init="same").start_init(100) == "same"
 
 
 @pytest.mark.parametrize("flag, old_default, saved_before_the_flag",
                          [("init", "same", False), ("best_from", "check", True)])
 def test_a_checkpoint_of_an_old_default_resumes_where_auto_means_the_same(
-        tmp_path, flag, old_default, saved_before_the_flag):
-    """A DiSF checkpoint saved at a flag's old default (init 'same'; best_from 'check', which a
-    checkpoint from before the flag ran) resumes under auto, which runs DiSF the same way; a
-    Facility or Pair_simi one is refused, auto being a greedy start, its read-off scored, there."""
+        tmp_path, monkeypatch, flag, old_default, saved_before_the_flag):
+    """A Facility checkpoint saved at a flag's old default (init 'same'; best_from 'check', which
+    a checkpoint from before the flag ran) resumes under auto on more rows than Facility's greedy
+    start is measured on, where auto runs it the same way; a DiSF or Pair_simi one is refused,
+    auto being a greedy start, its read-off scored, there at every size."""
     data = synthetic_dataset(200, dim=8, n_clusters=4, seed=2)
-    for algorithm, resumes in (("DiSF", True), ("Facility", False), ("Pair_simi", False)):
+    monkeypatch.setattr(learner, "GREEDY_INIT_ROWS", 199)
+    for algorithm, resumes in (("Facility", True), ("DiSF", False), ("Pair_simi", False)):
         path = str(tmp_path / f"{algorithm}.pt")
         old = dict(algorithm=algorithm, n_epochs=10, n_rollout=8, stop_every=5, device="cpu",
                    **{flag: old_default})
@@ -561,8 +564,8 @@ def test_best_from_auto_scores_the_start_only_where_the_run_starts_from_the_gree
     assert LearnerConfig(algorithm="Facility", **auto).scores_start(learner.GREEDY_INIT_ROWS)
     assert not LearnerConfig(algorithm="Facility", **auto).scores_start(
         learner.GREEDY_INIT_ROWS + 1)
-    assert not LearnerConfig(algorithm="DiSF", **auto).scores_start(100)
-    assert LearnerConfig(algorithm="DiSF", init="greedy", **auto).scores_start(100)
+    assert LearnerConfig(algorithm="DiSF", **auto).scores_start(100)  # auto: greedy (D1)
+    assert not LearnerConfig(algorithm="DiSF", init="same", **auto).scores_start(100)
     assert LearnerConfig(algorithm="Pair_simi", **auto).scores_start(10**6)  # auto: greedy
     assert LearnerConfig(algorithm="Pair_simi", best_from="start").scores_start(100)
     assert not LearnerConfig(algorithm="Facility", best_from="start",

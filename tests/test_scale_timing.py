@@ -12,7 +12,10 @@ from datamask.selectors import make_selector
 from datamask.examples.synthetic import synthetic_dataset
 from figures.plots import main as figures_main
 from reproduce.experiments import timing
-from reproduce.experiments.common import greedy_curve, greedy_run, metric_scorer
+from datamask.data import Dataset, random_blocks
+from datamask.learner import LearnerConfig, MaskLearner
+from reproduce.experiments.common import (blocks_learner_run, greedy_curve, greedy_run,
+                                          metric_scorer)
 from reproduce.experiments.records import read_result
 
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3", "--n_rollout", "8"]
@@ -65,6 +68,47 @@ def test_anytime_figure_per_metric_and_size(scaled, tmp_path):
     names = {p.rsplit("/", 1)[1] for p in written}
     # 400 too: the greedies have objectives there, the learner is a hollow extrapolated marker
     assert {f"3-anytime-Pair_simi-{n}.png" for n in (200, 300, 400)} <= names
+
+
+def test_the_learner_in_blocks_learns_each_random_block_alone_at_its_budget():
+    """300 rows in blocks of at most 100: three blocks of the pipeline's seeded plan, each
+    selecting 10% of its own rows exactly as a learner given that block alone would."""
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=3)
+    config = dict(algorithm="Facility", n_epochs=20, n_rollout=8, stop_every=5, device="cpu")
+    result = blocks_learner_run(data, 0.1, 100, plan_seed=4, **config)
+    assert len(result["block_s"]) == 3 and result["selected"].sum() == 30
+    for rows in random_blocks(300, 3, 4):
+        rows = np.sort(rows)
+        alone = MaskLearner(LearnerConfig(select_ratio=0.1, **config)).fit(
+            Dataset(data.ids[rows], data.quality[rows], data.features[rows]), progress=False)
+        np.testing.assert_array_equal(result["selected"][rows], alone.selected)
+    assert result["best_step"] == 0  # every block writes its greedy start here
+
+
+def test_timing_runs_a_learner_in_blocks_past_learner_blocks(tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(timing.GREEDIES, "Facility", timing.GREEDIES["Facility"][1:2])  # lazy
+        result = timing.main(["--sizes", "200", "300", "--metrics", "Facility", "--budget_s",
+                              "120", "--repeats", "1", "--stop_every", "2", "--learner_blocks",
+                              "Facility=250", "--output", str(tmp_path), *TOY])
+    learner = {r.n: r for r in result.runs if r.role == "learner"}
+    assert learner[200].curve and learner[200].block_s is None  # under the cap: one run
+    assert learner[300].curve is None and len(learner[300].block_s) == 2
+    assert learner[300].wall_s == pytest.approx(sum(learner[300].block_s))
+    assert learner[300].objective is not None and result.fits["Facility"]["datamask"]
+    text = (tmp_path / "timing.md").read_text()
+    assert "past N = 250, Facility's learner run in independent random blocks" in text
+    assert "| 300 | datamask (2 blocks, the slowest" in text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--learner_max_n", "Facility=9", "--learner_blocks", "Facility=9"], "both name"),
+    (["--learner_blocks", "Facility=0"], "at least 1"),
+    (["--learner_blocks", "Facility"], "expected METRIC=N")])
+def test_learner_blocks_is_refused_where_it_means_nothing(flags, message, capsys):
+    with pytest.raises(SystemExit):
+        timing.parse(flags)
+    assert message in capsys.readouterr().err
 
 
 def test_facility_scored_on_a_sample_of_covered_rows_past_score_rows():

@@ -46,6 +46,7 @@ import pandas as pd
 
 from datamask.data import atomic_output
 from datamask.errors import UserError
+from datamask.learner import DIVERSITY_METRICS
 from eval.tables import markdown
 from eval.verdict import verdict_markdown
 
@@ -54,7 +55,7 @@ from .records import (DirectResult, SweepResult, SweepRun, SweepSummary, TimingR
                       Value, best_of, of_metric)
 from .records import read_result
 from .sweep import KNOBS, VARIANT_KNOBS, ratio_and_steps
-from .timing import comparison, measured, steps_taken, written_at
+from .timing import comparison, learner_steps, measured, steps_taken, written_at
 
 AS_GOOD = 0.95  # gain ratio from which the learner counts as good as a greedy
 KEEPS = 0.99  # share of the never-stopping run's objective a stopping rule must keep to win
@@ -521,26 +522,37 @@ def facility_step_claims(result: TimingResult | None, n: int = 100_000,
 
 STOP_LOSS = 0.005  # issue 30: no metric gives up more than 0.5% of its fixed-steps objective
 STOP_FOLDER = "ablation-stop"  # `make ablation-stop`: one sweep per size, in n<N>/
+STOP_DISF_D1 = "disf-init-greedy"  # scale-goals run 20: DiSF alone from lever D1's start, n<N>/
+STOP_D1_COMMAND = ("python -m reproduce.experiments.sweep --knob stop --seeds 0 1 2 --n <N> --dim 32 "
+                   "--clusters 30 --steps 2000 --metrics DiSF --init greedy --output "
+                   f"reproduce/results/{STOP_FOLDER}/{STOP_DISF_D1}/n<N>")
 
 
 def stop_kept(results: str) -> tuple[list[dict], float | None, tuple]:
     """`make ablation-stop`'s table (per size and metric the rule's mean objective over the fixed
-    steps', and its mean wall time over theirs), the worst objective kept (None: not run) and the
-    two `--stop_every` values compared (fixed, rule)."""
+    steps', and its mean wall time over theirs, and the sweep it comes from), the worst objective
+    kept (None: not run) and the two `--stop_every` values compared (fixed, rule). Once lever D1
+    is DiSF's default, DiSF's rows are run 20's, at that default."""
     folder = os.path.join(results, STOP_FOLDER)
     sizes = sorted((int(name[1:]), name) for name in (os.listdir(folder)
                    if os.path.isdir(folder) else []) if re.fullmatch(r"n\d+", name))
     table, worst, values = [], None, ()
     for n, name in sizes:
-        result = read_result(os.path.join(folder, name), "ablation-stop")
-        rows = {(s.metric, s.value): s for s in result.summary}
-        values = fixed, rule = result.config["values"]  # the first listed never stops
-        for metric in result.metrics:
+        sweeps = {metric: name for metric in DIVERSITY_METRICS}
+        if disf_lever_adopted(results) and os.path.isdir(os.path.join(folder, STOP_DISF_D1,
+                                                                      name)):
+            sweeps["DiSF"] = f"{STOP_DISF_D1}/{name}"
+        for metric, sweep in sweeps.items():
+            result = read_result(os.path.join(folder, sweep), "ablation-stop")
+            rows = {(s.metric, s.value): s for s in result.summary}
+            values = fixed, rule = result.config["values"]  # the first listed never stops
+            if (metric, rule) not in rows:
+                continue
             kept = rows[metric, rule].objective_mean / rows[metric, fixed].objective_mean
             worst = kept if worst is None else min(worst, kept)
             time = rows[metric, rule].wall_s_mean / rows[metric, fixed].wall_s_mean
             table.append({"rows": f"{n:,}", "metric": metric, "objective kept": f"{kept:.4f}",
-                          "time": f"{time:.2f}"})
+                          "time": f"{time:.2f}", "sweep": f"`{sweep}/`"})
     return table, worst, values
 
 
@@ -554,6 +566,8 @@ def stop_claims(results: str) -> list[str]:
             f"{fixed:g}`) (`{STOP_FOLDER}/`; objective and time: the rule's means over the fixed "
             "steps'):", "",
             *markdown(pd.DataFrame(table), right=("rows", "objective kept", "time")).splitlines(),
+            "", f"(`{STOP_DISF_D1}/`: DiSF alone from lever D1's greedy start, scale-goals/plan.md "
+            f"run 20: `{STOP_D1_COMMAND}`.)",
             "", f"- No metric gives up more than {STOP_LOSS:.1%} of its fixed-steps objective: "
             f"{goal_verdict(worst >= 1 - STOP_LOSS)} (worst kept {worst:.4f}).", ""]
 
@@ -773,6 +787,14 @@ DISF_TARGETS = (  # at select's defaults before lever D1: from equal logits (pla
                  above=True, timed=True, data=" (40 clusters)"))
 PAIR_TARGETS = tuple(TimingTarget("Pair_simi", n, PAIR_LEVER, "pair-greedy", PAIR_GOAL,
                                   f"{PAIR_RULE} --init greedy") for n in PAIR_SIZES)
+# Facility at 1M (plan.md run 21): the learner in the paper's blocks, against the better of the
+# sparse-kNN greedies' objectives in onerun-1m/ (the same rows and scorer): a gain ratio of 1 is
+# that objective
+FACILITY_1M = TimingTarget(
+    "Facility", 1_000_000, "facility-blocks-1m", "facility-knn-greedy stochastic", 1.0,
+    f"{TIMING} --sizes 1000 2000 1000000 --metrics Facility --steps 2000 --stop_every 50 "
+    "--learner_blocks Facility=20000 --repeats 1 --budget_s 60", greedy_folder="onerun-1m",
+    data=", its learner in 20,000-row blocks")
 # lever D1 (plan.md runs 17-19): the same commands from the greedy start, each in its own folder
 DISF_LEVER = {"disf-rule-100k": "disf-init-greedy", "disf-rule-40c": "disf-init-greedy-40c",
               "disf-rule-1m": "disf-init-greedy-1m"}
@@ -796,26 +818,29 @@ def timing_targets(results: str) -> tuple[TimingTarget, ...]:
     adopted it."""
     adopted = disf_lever_adopted(results)
     return (*(disf_lever_target(goal) if adopted else goal for goal in DISF_TARGETS),
-            *PAIR_TARGETS)
+            *PAIR_TARGETS, FACILITY_1M)
 
 
 def disf_lever_claims(results: str) -> list[str]:
-    """Lever D1 against runs 12 and 13 (equal logits) at each size both ran, and its verdict."""
+    """Lever D1 against runs 12, 13 and 14b (equal logits) at each size both ran, a greedy that
+    ran apart (14b's) read from its own folder, and the verdict."""
+    def timing_of(folder: str | None) -> TimingResult | None:
+        return folder and read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
+
     lines = []
     for goal in DISF_TARGETS:
-        if goal.n != 100_000:
-            continue
         lever = disf_lever_target(goal)
-        runs = {folder: read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
-                for folder in (goal.folder, lever.folder)}
+        runs = {folder: timing_of(folder) for folder in (goal.folder, lever.folder)}
         if not runs[lever.folder]:
             lines.append(f"- DiSF's lever D1 (`{lever.folder}/`): not measured.")
             continue
+        apart = timing_of(goal.greedy_folder)
         sizes = sorted({r.n for r in runs[lever.folder].runs if r.metric == "DiSF"})
         cells = []
         for n in sizes:
             pair = {folder: (timing_run(run, "DiSF", n, "datamask"),
-                             timing_run(run, "DiSF", n, goal.label))
+                             timing_run(run, "DiSF", n, goal.label)
+                             or timing_run(apart, "DiSF", n, goal.label))
                     for folder, run in runs.items()}
             if not all(pair[lever.folder]):
                 continue
@@ -827,15 +852,16 @@ def disf_lever_claims(results: str) -> list[str]:
                 cell += f" (from equal logits: {old.gain_ratio:.3f}, {old.time_ratio:.2f}x)"
             cells.append(cell)
         lines.append(f"- DiSF's lever D1 on the data of `{goal.folder}/`{goal.data} "
-                     f"(`{lever.folder}/`), against `{goal.label}` by rows: "
-                     + "; ".join(cells) + ".")
+                     f"(`{lever.folder}/`), against `{goal.label}`"
+                     + (f" (at {goal.n:,} rows `{goal.greedy_folder}/`'s)" if apart else "")
+                     + " by rows: " + "; ".join(cells) + ".")
     adopted = disf_lever_adopted(results)
     rule = ("not decided: a run is missing" if adopted is None else
             "D1 becomes DiSF's `--init auto`, and the DiSF targets below read its runs"
             if adopted else "the default stays (equal logits)")
     return ["DiSF's lever D1, a greedy start (`--init greedy`: the stochastic greedy's picks on "
             "the run's objective, their time counted, scored as the best to beat; plan.md runs "
-            "17-19, fixed before they ran). Gain: over random, as a share of the greedy's; time: "
+            "17-20, fixed before they ran). Gain: over random, as a share of the greedy's; time: "
             "the learner's final time over the greedy's; written at step 0: the greedy's picks.",
             "", *lines, f"- By the plan's rule (both 100k targets met): {rule}.", ""]
 
@@ -860,8 +886,8 @@ def timing_target(results: str, goal: TimingTarget) -> dict:
         gain_ok = versus.gain_ratio > goal.least if goal.above else versus.gain_ratio >= goal.least
         met = gain_ok and (not goal.timed or versus.time_ratio <= 1)
         row.update(measured=f"gain {versus.gain_ratio:.3f}, time {versus.time_ratio:.2f}x "
-                            f"({learner.wall_s:.4g} s, {steps_taken(learner)} steps"
-                            f"{written_at(learner)}, against {greedy.wall_s:.4g} s)",
+                            f"({learner.wall_s:.4g} s, {learner_steps(learner)}, against "
+                            f"{greedy.wall_s:.4g} s)",
                     verdict=goal_verdict(met), met=met)
         if goal.timed and versus.time_ratio > 1:
             row["measured"] += at_greedy_time(learner, greedy)
@@ -872,7 +898,12 @@ def at_greedy_time(learner: TimingRun, greedy: TimingRun) -> str:
     """Where a learner slower than its greedy stood when the greedy ended: the gain ratio of the
     last point of its curve by then, and that point's share of the learner's final gain, which is
     what a stopping rule ending in the greedy's time would have kept at most at those points."""
-    point = [p for p in learner.curve if p.elapsed_s <= greedy.wall_s][-1]
+    points = [p for p in learner.curve if p.elapsed_s <= greedy.wall_s]
+    if not points:  # a greedy start that alone outlasts the greedy
+        first = learner.curve[0]
+        return (f"; by the greedy's time it had no read-off yet (its first, step {first.step}, "
+                f"came at {first.elapsed_s:.4g} s)")
+    point = points[-1]
     then = comparison(replace(learner, objective=point.objective), greedy).gain_ratio
     final = comparison(learner, greedy).gain_ratio
     return (f"; by the greedy's time (step {point.step}, {point.elapsed_s:.4g} s) gain "
@@ -894,20 +925,15 @@ def issue30_target_claims(results: str) -> list[str]:
         at_3k = float(np.median(at_3k))
         facility.update(measured=f"{at_3k:.3f} and {at_20k:.3f}",
                         verdict=goal_verdict(min(at_3k, at_20k) >= FACILITY_GOAL))
-    rows.append(facility)
-    step_run = timing_run(read_result(os.path.join(results, SCALE_GOALS, "facility-100k"),
-                                      "timing"), "Facility", 100_000, "datamask")
-    why = (f": one dense learner step there ~{carried_step(step_run, 1_000_000):.3g} s on this "
-           "CPU (`facility-100k/`, below)" if step_run else "")
-    rows.append({"target": "Facility at 1,000,000 rows: at least the sparse-kNN greedy's "
-                           "objective", "measured": "not measured" + why,
-                 "verdict": "not measured", "command": "none on this machine"})
+    rows.insert(-1, facility)  # before Facility at 1M
     _, worst, _ = stop_kept(results)
     rows.append({"target": f"every metric keeps at least {1 - STOP_LOSS:.3f} of its fixed-steps "
                            "objective under the stopping rule",
                  "measured": "not measured" if worst is None else f"worst kept {worst:.4f}",
                  "verdict": "not measured" if worst is None
-                 else goal_verdict(worst >= 1 - STOP_LOSS), "command": "`make ablation-stop`"})
+                 else goal_verdict(worst >= 1 - STOP_LOSS),
+                 "command": "`make ablation-stop`"
+                 + (f"; DiSF: `{STOP_D1_COMMAND}`" if disf_lever_adopted(results) else "")})
     return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-19 "
             "and 14b, `facility-levers/plan.md`, `ablation-stop/plan.md`; gain: the learner's "
             "gain over random over the greedy's; time: the learner's final wall time, its "

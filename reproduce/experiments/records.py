@@ -173,7 +173,8 @@ class TimingRun(Record):
     """One selector at one (metric, N). status: 'measured' (wall_s the fastest of `repeats` runs),
     'extrapolated' (the fit's prediction) or 'killed' (at the budget; the prediction if larger);
     objective is None unless measured; a learner run has its curve, and under the read-off
-    stopping rule the step its written selection was read at (0 on a scored start)."""
+    stopping rule the step its written selection was read at (0 on a scored start); a learner
+    run in blocks (--learner_blocks) has each block's seconds instead of a curve."""
     metric: str
     n: int
     label: str
@@ -187,6 +188,7 @@ class TimingRun(Record):
     repeats: int | None = None
     curve: list[CurvePoint] | None = None
     best_step: int | None = None
+    block_s: list[float] | None = None
 
 
 @dataclass

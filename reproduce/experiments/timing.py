@@ -2,7 +2,8 @@
 
     python -m reproduce.experiments.timing [--sizes 1000 2000 5000 20000 100000] [--budget_s 300]
         [--metrics DiSF Facility Pair_simi] [--steps 500] [--output runs/experiments]
-        [--learner_max_n Facility=20000] [--score_rows 20000] [--greedy_points 10]
+        [--learner_max_n Facility=20000] [--learner_blocks Facility=20000] [--score_rows 20000]
+        [--greedy_points 10]
 
 The paper (DiSF objective, 100k rows, GPU): greedy 78 h, DATAMASK ~50 min, a time ratio of 1.07%.
 Here, per diversity metric and per N, on the same synthetic rows in one process: the reference
@@ -18,11 +19,13 @@ the budget together, against the noise of a shared CPU.
 At the paper's scale (up to 1M x 384) the scalable greedies (role 'scalable') join: the stochastic
 greedy (Mirzasoleiman et al. 2015) for Pair_simi, and for Facility the lazy and stochastic greedies
 on a sparse kNN kernel (faiss IVF). Past --learner_max_n the learner is not run either: its time is
-extrapolated from its own fit. Past --score_rows rows, Facility is scored on a seeded uniform
-sample of that many covered rows (an unbiased estimate of the objective on all rows; the exact
-one costs N k d per score). Every run with a per-step clock (the learner, the greedies of
-datamask.greedy) also gets an anytime curve: the objective on all rows against wall time, a
-greedy's being that of its first t picks (what stopping it then would give).
+extrapolated from its own fit. Past --learner_blocks it runs the way the paper scales it, in
+independent random blocks of at most that many rows (the pipeline's plan), one after the other:
+its time is their sum, and it has no anytime curve. Past --score_rows rows, Facility is scored on
+a seeded uniform sample of that many covered rows (an unbiased estimate of the objective on all
+rows; the exact one costs N k d per score). Every run with a per-step clock (the learner, the
+greedies of datamask.greedy) also gets an anytime curve: the objective on all rows against wall
+time, a greedy's being that of its first t picks (what stopping it then would give).
 
 `timing.json` schema (records.TimingResult):
 - machine: cpu, cores, torch_threads, torch, device, gpu, python; config: the flags; paper: the
@@ -31,7 +34,8 @@ greedy's being that of its first t picks (what stopping it then would give).
   params, role ('learner' | 'reference' | 'fast' | 'scalable'), status ('measured' | 'extrapolated' |
   'killed'), wall_s (measured: the fastest of `repeats` runs; else the fit's prediction, or for a
   run killed with no fit the budget, a lower bound), objective (null unless measured),
-  random_objective (a random selection's, same N);
+  random_objective (a random selection's, same N); block_s: each block's seconds (a learner run in
+  blocks, else null);
   curve: [{step, elapsed_s, objective}] (the learner's; a greedy's of its first step + 1 picks),
   null without a per-step clock
 - fits: {metric: {label: {exponent, coef, sizes} | null}}: t = coef * N^exponent, seconds (the
@@ -47,9 +51,10 @@ from __future__ import annotations
 
 from datamask.examples.synthetic import synthetic_dataset
 
-from .common import (experiment_main, experiment_parser, fastest, greedy_curve, greedy_run,
-                     greedy_runs_killable, learner_params, learner_run, lr_of, machine,
-                     metric_scorer, power_law, start_of_last_run, warm_up_learner)
+from .common import (blocks_learner_run, experiment_main, experiment_parser, fastest,
+                     greedy_curve, greedy_run, greedy_runs_killable, learner_params, learner_run,
+                     lr_of, machine, metric_scorer, power_law, start_of_last_run,
+                     warm_up_learner)
 from .records import Comparison, Fit, PaperTiming, TimingResult, TimingRun
 
 # metric -> greedies optimising it: (label, selector, params, role)
@@ -91,6 +96,11 @@ def parse(argv):
     parser.add_argument("--learner_max_n", nargs="*", default=[], metavar="METRIC=N",
                         help="run METRIC's learner only up to N rows, its time extrapolated past "
                              "it (e.g. Facility=20000), while the greedies go on")
+    parser.add_argument("--learner_blocks", nargs="*", default=[], metavar="METRIC=N",
+                        help="past N rows, run METRIC's learner in independent random blocks of "
+                             "at most N rows, one after the other, its time their sum (the "
+                             "paper's route at scale; e.g. Facility=20000, the largest size its "
+                             "greedy start was measured on)")
     parser.add_argument("--score_rows", type=int, default=20000,
                         help="past this many rows, score Facility on a seeded sample of this "
                              "many covered rows")
@@ -98,7 +108,7 @@ def parse(argv):
                         help="points on each greedy's anytime curve")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for flag in ("max_n", "learner_max_n"):
+    for flag in ("max_n", "learner_max_n", "learner_blocks"):
         entries = getattr(args, flag)
         try:
             caps = {metric: int(n) for metric, n in (e.split("=") for e in entries)}
@@ -107,6 +117,12 @@ def parse(argv):
         if set(caps) - set(GREEDIES):
             parser.error(f"--{flag}: unknown metric in {sorted(caps)}; known: {list(GREEDIES)}")
         setattr(args, flag, caps)
+    both = set(args.learner_max_n) & set(args.learner_blocks)
+    if both:
+        parser.error(f"--learner_max_n and --learner_blocks both name {sorted(both)}: a learner "
+                     "past N is either extrapolated or run in blocks")
+    if any(n < 1 for n in args.learner_blocks.values()):
+        parser.error(f"--learner_blocks: N must be at least 1, got {args.learner_blocks}")
     if args.score_rows < 1:
         parser.error(f"--score_rows must be at least 1, got {args.score_rows}")
     return args
@@ -169,6 +185,17 @@ def run(args) -> TimingResult:
                                           random_objective=random_value, objective=None))
                 print(f"N={n} {metric} datamask: not run (--learner_max_n)", flush=True)
                 continue
+            if n > args.learner_blocks.get(metric, n):
+                result = blocks_learner_run(data, args.ratio, args.learner_blocks[metric],
+                                            args.seed, **config)
+                runs.append(TimingRun(metric=metric, n=n, label="datamask", selector="datamask",
+                                      params=config, role="learner", status="measured",
+                                      wall_s=result["wall_s"], random_objective=random_value,
+                                      objective=score(result["selected"]),
+                                      best_step=result["best_step"], block_s=result["block_s"]))
+                print(f"N={n} {metric} datamask: {result['wall_s']:.2f} s in "
+                      f"{len(result['block_s'])} blocks", flush=True)
+                continue
             result = fastest(lambda: learner_run(data, args.ratio, score, args.eval_points,
                                                  **config), args.repeats, args.budget_s)
             runs.append(TimingRun(metric=metric, n=n, label="datamask", selector="datamask",
@@ -221,6 +248,15 @@ def written_at(learner: TimingRun) -> str:
     return "" if learner.best_step is None else f", written at step {learner.best_step}"
 
 
+def learner_steps(learner: TimingRun) -> str:
+    """How a learner run went: its steps, or its blocks and the slowest, and where its selection
+    was read."""
+    if learner.block_s:
+        return (f"{len(learner.block_s)} blocks, the slowest {max(learner.block_s):.3g} s"
+                + written_at(learner))
+    return f"{steps_taken(learner)} steps{written_at(learner)}"
+
+
 def crossover(comparisons: list[Comparison], metrics) -> dict:
     """Smallest N from which (at every larger N too) the learner takes less time than the fast
     greedy; null when it never does at the sizes run."""
@@ -269,7 +305,10 @@ def markdown(results: TimingResult) -> str:
         + f", lr {lr_of(cfg)}; budget {cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
             f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
-            for m, n in cfg.get("learner_max_n", {}).items())
+            for m, n in cfg.get("learner_max_n", {}).items()) + "".join(
+            f"; past N = {n:,}, {m}'s learner run in independent random blocks of at most {n:,} "
+            "rows, one after the other (its time their sum)"
+            for m, n in cfg.get("learner_blocks", {}).items())
         + (f"; past N = {cfg['score_rows']:,}, Facility scored on a seeded sample of "
            f"{cfg['score_rows']:,} covered rows (unbiased)" if "score_rows" in cfg else "")
         + ". Objective: the metric's set function on all N rows (higher is better). gain ratio = "
@@ -301,8 +340,8 @@ def markdown(results: TimingResult) -> str:
                          "not reached" if comp.time_to_greedy_objective_s is None
                          else f"{comp.time_to_greedy_objective_s:.3g}"]
             label = run.label
-            if run.role == "learner" and stopping_rule(cfg) and run.curve:
-                label += f" ({steps_taken(run)} steps{written_at(run)})"
+            if run.role == "learner" and (stopping_rule(cfg) and run.curve or run.block_s):
+                label += f" ({learner_steps(run)})"
             lines.append(f"| {run.n} | {label} | {wall} | {obj} | " + " | ".join(cells)
                          + " |")
         fitted = [f"{label}: t ~ N^{fit.exponent:.2f} (sizes {fit.sizes})"

@@ -39,8 +39,10 @@ from datamask.data import (
     FEATURE_COLUMN,
     ID_COLUMN,
     QUALITY_COLUMN,
+    block_count,
     budget,
     check_unique_ids,
+    random_blocks,
     read_column,
     read_dataset,
     write_json_atomic,
@@ -246,8 +248,7 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
     block = np.empty(len(ids), np.int32)
-    for b, rows in enumerate(np.array_split(np.random.default_rng(seed).permutation(len(ids)),
-                                            n_blocks)):
+    for b, rows in enumerate(random_blocks(len(ids), n_blocks, seed)):
         block[rows] = b
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
     metadata = {"n_blocks": str(n_blocks)}
@@ -380,7 +381,7 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs],
                  "--strata_from": strata_from}, folders={"--output": output})
     n_rows = check_prepared(files)
-    n_blocks = 1 if block_size <= 0 else max(1, -(-n_rows // block_size))
+    n_blocks = block_count(n_rows, block_size)
     budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
     if strata_from and not stratify:
         raise UserError("--strata_from names where the --stratify column is; give --stratify")
