@@ -70,15 +70,31 @@ def test_objective_and_gains_equal_a_brute_force_reading_of_the_kernel():
     assert term.covered / 200 == pytest.approx(dense[picked].max(axis=0).mean(), abs=1e-6)
 
 
+def exact_coverage(data, rows: list[int]) -> float:
+    """Facility location of `rows` on clipped cosine over all rows, in float64."""
+    unit = torch.nn.functional.normalize(torch.tensor(data.features, dtype=torch.float64), dim=1)
+    return (unit @ unit[rows].T).clamp_min(0).max(dim=1).values.mean().item()
+
+
 @pytest.mark.parametrize("optimizer", ["lazy", "naive"])
 def test_every_neighbour_kept_is_facility_greedy_pick_for_pick(optimizer):
+    """The same picks, but where two rows tie exactly (equal in float64 given the picks before:
+    rows 92 and 295 at step 12 here), float32 rounding of the two kernels may break the tie
+    apart, and does on some CPUs; the greedies may part only there, their values agreeing at
+    every step."""
     data = synthetic_dataset(300, dim=12, seed=4)
     dense = make_selector("facility-greedy", optimizer=optimizer, device="cpu").select(data, 0.05)
     sparse = make_selector("facility-knn-greedy", neighbours=300, optimizer=optimizer,
                            device="cpu").select(data, 0.05)
-    assert picked_rows(sparse) == picked_rows(dense)
-    assert sparse.history[-1]["facility_knn"] == pytest.approx(
-        dense.history[-1]["facility"], rel=1e-5)
+    dense_rows, sparse_rows = picked_rows(dense), picked_rows(sparse)
+    parted = next((step for step, (a, b) in enumerate(zip(dense_rows, sparse_rows)) if a != b),
+                  None)
+    if parted is not None:
+        before = dense_rows[:parted]
+        assert exact_coverage(data, before + [sparse_rows[parted]]) == pytest.approx(
+            exact_coverage(data, before + [dense_rows[parted]]), abs=1e-12)
+    for ours, theirs in zip(sparse.history, dense.history, strict=True):
+        assert ours["facility_knn"] == pytest.approx(theirs["facility"], rel=1e-5)
 
 
 def test_stochastic_with_every_row_sampled_equals_lazy():
