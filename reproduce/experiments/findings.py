@@ -1072,7 +1072,8 @@ def headline(results: str, link: str = "reproduce/results") -> str:
                          f"{arm} arm: " + ", ".join(f"{m.removeprefix('datamask-')} {v}"
                                                     for m, v in by_method.items())
                          for arm, by_method in verdicts) + " (a 0.1M-parameter proxy, bits "
-                                                            "per byte, before lever P1)",
+                                                            "per byte, before the greedy "
+                                                            "starts of levers P1 and D1)",
                      "source": f"[V512-d64]({link}/{SECOND_DESIGN}/README.md)"})
     if not rows:
         return "Nothing measured yet: run the experiments, then `make findings`.\n"
