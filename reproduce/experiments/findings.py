@@ -537,13 +537,15 @@ def stop_kept(results: str) -> tuple[list[dict], float | None, tuple]:
     sizes = sorted((int(name[1:]), name) for name in (os.listdir(folder)
                    if os.path.isdir(folder) else []) if re.fullmatch(r"n\d+", name))
     table, worst, values = [], None, ()
+    adopted = disf_lever_adopted(results)
     for n, name in sizes:
         sweeps = {metric: name for metric in DIVERSITY_METRICS}
-        if disf_lever_adopted(results) and os.path.isdir(os.path.join(folder, STOP_DISF_D1,
-                                                                      name)):
+        if adopted and os.path.isdir(os.path.join(folder, STOP_DISF_D1, name)):
             sweeps["DiSF"] = f"{STOP_DISF_D1}/{name}"
+        read = {sweep: read_result(os.path.join(folder, sweep), "ablation-stop")
+                for sweep in set(sweeps.values())}  # each sweep's file once
         for metric, sweep in sweeps.items():
-            result = read_result(os.path.join(folder, sweep), "ablation-stop")
+            result = read[sweep]
             rows = {(s.metric, s.value): s for s in result.summary}
             values = fixed, rule = result.config["values"]  # the first listed never stops
             if (metric, rule) not in rows:
