@@ -17,6 +17,7 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, fields
+from itertools import accumulate
 from typing import Callable
 
 import numpy as np
@@ -139,6 +140,13 @@ class LearnerConfig:
                                     "3,000 and 20,000 rows against 0.886 and 0.892, every "
                                     "run writing the greedy's picks; facility-levers)",
                             choices=("check", "start", "auto"))
+    stall_on: str = option("best", "what the stopping rule's stall is tested on: best = the "
+                                   "best so far, the scored start included (a run whose checks "
+                                   "climb from below the start stops after one window); checks "
+                                   "= the best of the checks' read-offs alone, so a run goes on "
+                                   "while they rise. Either way the best of the start and the "
+                                   "checks is written (lever S2, scale-goals/plan.md runs 23-24)",
+                           choices=("best", "checks"))
     patience: int = option(0, "an older, separate rule on the mean objective of the sampled "
                               "masks, not of the selection written (it gave up 8% of DiSF's "
                               "objective at 25: ablation-patience): stop once the last this "
@@ -570,8 +578,9 @@ class MaskLearner:
 
         With the stopping rule (--stop_every m), every m steps and at the last step the read-off
         is scored on the run's joint objective over all candidates (`selection_value`, timed with
-        the steps), the best kept with its logits; the run stops once `stalled`, and the best is
-        the selection and its logits the scores. With --best_from start (or auto on a greedy
+        the steps), the best kept with its logits; the run stops once `stalled` (tested on that
+        best, or with --stall_on checks on the checks' own best), and the best is the selection
+        and its logits the scores. With --best_from start (or auto on a greedy
         start) the starting read-off is scored first, the best for the checks to beat.
 
         `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
@@ -619,7 +628,8 @@ class MaskLearner:
             value = keep_if_best()
             record.update(readoff_objective=value, best_objective=run.best["objective"],
                           best_step=run.best["step"])
-            bests = [r["best_objective"] for r in run.history if "best_objective" in r]
+            watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
+            bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
             return stalled(bests, cfg.stop_window, cfg.stop_tolerance)
 
         if state is None and cfg.scores_start(shape.n_total):

@@ -3,6 +3,7 @@ rows sampled, Adam, the stopping rule. Each runs on CPU, seeded and repeatable; 
 update stays the default, bit for bit."""
 
 import hashlib
+from itertools import accumulate
 from types import SimpleNamespace
 
 import numpy as np
@@ -555,6 +556,28 @@ def test_best_from_start_writes_the_greedys_picks_when_no_check_beats_them():
     same_steps = min(len(start.history), len(check.history))
     assert [r["objective_mean"] for r in start.history[:same_steps]] == [
         r["objective_mean"] for r in check.history[:same_steps]]
+
+
+def test_stall_on_checks_goes_on_while_the_checks_climb_below_the_start():
+    """At lamb 1 the greedy start is the exact optimum, which the checks' read-offs climb towards
+    from below: tested on the best (the start), the stall comes after the first window; tested
+    on the checks' own best (lever S2), the run goes on while they rise. The steps both take are
+    the same, and both write the start."""
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
+    common = dict(algorithm="Facility", lamb=1.0, init="greedy", partial=1.0, n_rollout=8,
+                  seed=3, device="cpu", stop_every=5, stop_window=2, n_epochs=40,
+                  best_from="start")
+    best = MaskLearner(LearnerConfig(**common, stall_on="best")).fit(data, progress=False)
+    checks = MaskLearner(LearnerConfig(**common, stall_on="checks")).fit(data, progress=False)
+    assert LearnerConfig().stall_on == "best"
+    assert len(best.history) == 15  # three checks: the window of two, after the first
+    readoffs = [r["readoff_objective"] for r in checks.history if "readoff_objective" in r]
+    assert len(checks.history) > 15 and readoffs[2] > readoffs[0]
+    assert learner.stalled(list(accumulate(readoffs, max)), 2, 0.01) or len(readoffs) == 8
+    assert best.best_step == checks.best_step == 0
+    assert np.array_equal(best.selected, checks.selected)
+    assert [r["objective_mean"] for r in checks.history[:15]] == [
+        r["objective_mean"] for r in best.history]
 
 
 def test_best_from_auto_scores_the_start_only_where_the_run_starts_from_the_greedy():

@@ -27,6 +27,7 @@ from .records import CurvePoint, ExperimentResult, Fit, Machine
 T = TypeVar("T")
 
 LEARNER_INITS = LearnerConfig.__dataclass_fields__["init"].metadata["choices"]  # select's --init
+STALL_ON = LearnerConfig.__dataclass_fields__["stall_on"]  # select's --stall_on
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
 
 
@@ -104,6 +105,9 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
     parser.add_argument("--init", default="auto", choices=LEARNER_INITS,
                         help="the learner's initial logits (datamask select --init; default "
                              "%(default)s, select's)")
+    parser.add_argument("--stall_on", default=STALL_ON.default, choices=STALL_ON.metadata["choices"],
+                        help="what the stopping rule's stall is tested on, with --stop_every "
+                             "(datamask select --stall_on; default %(default)s, select's)")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -128,6 +132,7 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
               "patience": args.patience, "stop_every": args.stop_every, "partial": args.partial,
               "cover_sample": args.cover_sample, "probes": args.probes, "init": args.init,
+              "stall_on": args.stall_on,
               "device": "cpu", **lr_params(args.lr)}
     return dict(params, **overrides)
 
