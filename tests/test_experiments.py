@@ -610,6 +610,44 @@ def test_disf_lever_is_adopted_only_where_both_100k_targets_are_met(tmp_path):
     assert "not decided: a run is missing" in lever and "(`disf-init-greedy-40c/`): not" in lever
 
 
+def test_stall_lever_is_adopted_only_where_the_bound_and_both_100k_targets_hold(tmp_path):
+    """Lever S2's rule on runs built from committed ones: run 23's sweeps as the rerun of make
+    ablation-stop (worst kept 0.9952) and run 24's timings as lever D1's 100k runs: adopted,
+    the stop row and the DiSF rows read S2's folders, 1M (no S2 run) says it ran under `best`;
+    a 100k run slower than its greedy keeps `best`; a missing run leaves it undecided."""
+    results = ROOT / "reproduce" / "results"
+    for name in (*findings.DISF_LEVER.values(), "disf-chunks-1m"):
+        if (results / findings.SCALE_GOALS / name).is_dir():
+            shutil.copytree(results / findings.SCALE_GOALS / name,
+                            tmp_path / findings.SCALE_GOALS / name)
+    for d1, s2 in findings.STALL_DISF.items():
+        if d1 != findings.DISF_LEVER["disf-rule-1m"]:
+            shutil.copytree(results / findings.SCALE_GOALS / d1,
+                            tmp_path / findings.SCALE_GOALS / s2)
+    stop = tmp_path / findings.STOP_FOLDER
+    for n in ("n1000", "n3000"):
+        shutil.copytree(results / findings.STOP_FOLDER / n, stop / findings.STALL_LEVER / n)
+    assert findings.stall_lever_adopted(str(tmp_path)) is True
+    targets = "\n".join(findings.issue30_target_claims(str(tmp_path)))
+    assert "--output disf-stall-checks`" in targets
+    assert "--stall_on checks --output reproduce/results/ablation-stop/stall-on-checks" in targets
+    assert "(run under `--stall_on best`, before S2)" in targets
+    claims = "\n".join(findings.stall_lever_claims(str(tmp_path)))
+    assert "S2 becomes select's default" in claims and "worst kept 0.9952" in claims
+
+    timing = tmp_path / findings.SCALE_GOALS / "disf-stall-checks-40c" / "timing.json"
+    data = json.loads(timing.read_text())
+    runs = {(r["n"], r["label"]): r for r in data["runs"] if r["metric"] == "DiSF"}
+    runs[100_000, "datamask"]["wall_s"] = runs[100_000, "disf-greedy-fast"]["wall_s"] * 1.01
+    timing.write_text(json.dumps(data))
+    assert findings.stall_lever_adopted(str(tmp_path)) is False
+    assert "the default stays (`--stall_on best`)" in "\n".join(
+        findings.stall_lever_claims(str(tmp_path)))
+    shutil.rmtree(stop / findings.STALL_LEVER / "n3000")
+    shutil.rmtree(timing.parent)
+    assert findings.stall_lever_adopted(str(tmp_path)) is None
+
+
 def test_the_front_pages_headline_is_what_the_committed_results_say(tmp_path):
     """README.md's generated block is `headline` of reproduce/results; filling a page rewrites
     that block alone, and a page without it is refused by name with nothing written."""

@@ -523,21 +523,31 @@ def facility_step_claims(result: TimingResult | None, n: int = 100_000,
 STOP_LOSS = 0.005  # issue 30: no metric gives up more than 0.5% of its fixed-steps objective
 STOP_FOLDER = "ablation-stop"  # `make ablation-stop`: one sweep per size, in n<N>/
 STOP_DISF_D1 = "disf-init-greedy"  # scale-goals run 20: DiSF alone from lever D1's start, n<N>/
-STOP_D1_COMMAND = ("python -m reproduce.experiments.sweep --knob stop --seeds 0 1 2 --n <N> --dim 32 "
-                   "--clusters 30 --steps 2000 --metrics DiSF --init greedy --output "
+STOP_COMMAND = ("python -m reproduce.experiments.sweep --knob stop --seeds 0 1 2 --n <N> --dim 32 "
+                "--clusters 30 --steps 2000")  # make ablation-stop's, one size
+STOP_D1_COMMAND = (f"{STOP_COMMAND} --metrics DiSF --init greedy --output "
                    f"reproduce/results/{STOP_FOLDER}/{STOP_DISF_D1}/n<N>")
+# lever S2 (scale-goals/plan.md runs 23-24): the stall tested on the checks' own read-offs
+STALL_LEVER = "stall-on-checks"  # ablation-stop/<it>/n<N>/: run 23, every metric
+STALL_FLAG = "--stall_on checks"
+STALL_COMMAND = (f"{STOP_COMMAND} {STALL_FLAG} --output "
+                 f"reproduce/results/{STOP_FOLDER}/{STALL_LEVER}/n<N>")
 
 
-def stop_kept(results: str) -> tuple[list[dict], float | None, tuple]:
+def stop_kept(results: str, lever: bool | None = None) -> tuple[list[dict], float | None, tuple]:
     """`make ablation-stop`'s table (per size and metric the rule's mean objective over the fixed
     steps', and its mean wall time over theirs, and the sweep it comes from), the worst objective
     kept (None: not run) and the two `--stop_every` values compared (fixed, rule). Once lever D1
-    is DiSF's default, DiSF's rows are run 20's, at that default."""
-    folder = os.path.join(results, STOP_FOLDER)
+    is DiSF's default, DiSF's rows are run 20's, at that default; once lever S2 is select's
+    default (or with `lever` True), every row is run 23's (`STALL_LEVER/`)."""
+    lever = stall_lever_adopted(results) if lever is None else lever
+    folder = os.path.join(results, STOP_FOLDER, STALL_LEVER) if lever else os.path.join(
+        results, STOP_FOLDER)
     sizes = sorted((int(name[1:]), name) for name in (os.listdir(folder)
                    if os.path.isdir(folder) else []) if re.fullmatch(r"n\d+", name))
     table, worst, values = [], None, ()
-    adopted = disf_lever_adopted(results)
+    adopted = not lever and disf_lever_adopted(results)
+    prefix = f"{STALL_LEVER}/" if lever else ""
     for n, name in sizes:
         sweeps = {metric: name for metric in DIVERSITY_METRICS}
         if adopted and os.path.isdir(os.path.join(folder, STOP_DISF_D1, name)):
@@ -554,7 +564,7 @@ def stop_kept(results: str) -> tuple[list[dict], float | None, tuple]:
             worst = kept if worst is None else min(worst, kept)
             time = rows[metric, rule].wall_s_mean / rows[metric, fixed].wall_s_mean
             table.append({"rows": f"{n:,}", "metric": metric, "objective kept": f"{kept:.4f}",
-                          "time": f"{time:.2f}", "sweep": f"`{sweep}/`"})
+                          "time": f"{time:.2f}", "sweep": f"`{prefix}{sweep}/`"})
     return table, worst, values
 
 
@@ -799,7 +809,11 @@ FACILITY_1M = TimingTarget(
     data=", its learner in 20,000-row blocks")
 # lever D1 (plan.md runs 17-19): the same commands from the greedy start, each in its own folder
 DISF_LEVER = {"disf-rule-100k": "disf-init-greedy", "disf-rule-40c": "disf-init-greedy-40c",
-              "disf-rule-1m": "disf-init-greedy-1m"}
+              "disf-rule-1m": "disf-1m-fixed-start"}  # run 22: run 19's command, QualityGains fixed
+DISF_1M_BEFORE_FIX = "disf-init-greedy-1m"  # run 19, quoted beside run 22
+STALL_DISF = {"disf-init-greedy": "disf-stall-checks",  # lever S2's run 24 (and 1M), by D1's
+              "disf-init-greedy-40c": "disf-stall-checks-40c",
+              "disf-1m-fixed-start": "disf-stall-checks-1m"}
 
 
 def disf_lever_target(goal: TimingTarget) -> TimingTarget:
@@ -815,12 +829,72 @@ def disf_lever_adopted(results: str) -> bool | None:
     return None if None in met else all(met)
 
 
+def stall_target(goal: TimingTarget) -> TimingTarget:
+    """A DiSF target (lever D1's) as lever S2's run measures it: the same command with
+    `--stall_on checks`."""
+    return replace(goal, folder=STALL_DISF[goal.folder], command=f"{goal.command} {STALL_FLAG}")
+
+
+def stall_lever_adopted(results: str) -> bool | None:
+    """Lever S2's rule (plan.md, fixed before runs 23-24): `--stall_on checks` becomes select's
+    default if run 23 keeps at least 1 - STOP_LOSS of every metric's fixed-steps objective at
+    every size and run 24 still meets both 100k DiSF targets; None while a run is missing."""
+    _, worst, _ = stop_kept(results, lever=True)
+    met = [timing_target(results, stall_target(disf_lever_target(goal)))["met"]
+           for goal in DISF_TARGETS if goal.n == 100_000]
+    if worst is None or None in met:
+        return None
+    return worst >= 1 - STOP_LOSS and all(met)
+
+
 def timing_targets(results: str) -> tuple[TimingTarget, ...]:
     """Issue 30's timing targets at select's defaults: DiSF's read lever D1's runs once its rule
-    adopted it."""
-    adopted = disf_lever_adopted(results)
-    return (*(disf_lever_target(goal) if adopted else goal for goal in DISF_TARGETS),
-            *PAIR_TARGETS, FACILITY_1M)
+    adopted it, and lever S2's where S2 is adopted and its run exists (1M: plan.md says it runs
+    only with an hour left; without it the row says it ran under `--stall_on best`)."""
+    goals = DISF_TARGETS
+    if disf_lever_adopted(results):
+        goals = tuple(disf_lever_target(goal) for goal in goals)
+        if stall_lever_adopted(results):
+            goals = tuple(
+                stall_target(goal) if read_result(os.path.join(
+                    results, SCALE_GOALS, STALL_DISF[goal.folder]), "timing")
+                else replace(goal, data=f"{goal.data} (run under `--stall_on best`, before S2)")
+                for goal in goals)
+    return (*goals, *PAIR_TARGETS, FACILITY_1M)
+
+
+def stall_lever_claims(results: str) -> list[str]:
+    """Lever S2 against select's rule before it: run 23's objective kept beside `best`'s at each
+    size and metric, run 24's DiSF targets beside D1's runs, and the plan's verdict."""
+    table, worst, _ = stop_kept(results, lever=True)
+    before = {(row["rows"], row["metric"]): row for row in stop_kept(results, lever=False)[0]}
+    for row in table:
+        old = before.get((row["rows"], row["metric"]))
+        row["kept under best"] = old["objective kept"] if old else "-"
+        row["time under best"] = old["time"] if old else "-"
+    lines = ["Lever S2, the stall tested on the checks' own read-offs (`--stall_on checks`: a run "
+             "whose checks still climb, below a better start or not, goes on; the best of the "
+             "start and the checks is written either way; scale-goals/plan.md runs 23-24, fixed "
+             "before they ran):", ""]
+    if worst is None:
+        lines += [f"- `{STOP_FOLDER}/{STALL_LEVER}/`: not measured (run 23: `{STALL_COMMAND}`)."]
+    else:
+        lines += [*markdown(pd.DataFrame(table), right=(
+            "rows", "objective kept", "time", "kept under best", "time under best")).splitlines(),
+                  "", f"(Run 23: `{STALL_COMMAND}`; worst kept {worst:.4f}.)"]
+    for goal in DISF_TARGETS:
+        lever = disf_lever_target(goal)
+        stall = stall_target(lever)
+        row, base = timing_target(results, stall), timing_target(results, lever)
+        where = "" if row["met"] is None else f" (`{stall.folder}/`)"  # else named already
+        lines.append(f"- DiSF at {goal.n:,} rows{goal.data}, under S2{where}: {row['measured']}; "
+                     f"under `best` (`{lever.folder}/`): {base['measured']}.")
+    adopted = stall_lever_adopted(results)
+    rule = ("not decided: a run is missing" if adopted is None else
+            "S2 becomes select's default (`--stall_on checks`)" if adopted else
+            "the default stays (`--stall_on best`)")
+    return [*lines, f"- By the plan's rule (every metric keeps at least {1 - STOP_LOSS:.3f} at "
+            "both sizes, both 100k DiSF targets still met): " + rule + ".", ""]
 
 
 def disf_lever_claims(results: str) -> list[str]:
@@ -857,6 +931,14 @@ def disf_lever_claims(results: str) -> list[str]:
                      f"(`{lever.folder}/`), against `{goal.label}`"
                      + (f" (at {goal.n:,} rows `{goal.greedy_folder}/`'s)" if apart else "")
                      + " by rows: " + "; ".join(cells) + ".")
+    before = timing_run(timing_of(DISF_1M_BEFORE_FIX), "DiSF", 1_000_000, "datamask")
+    greedy = timing_run(timing_of("disf-chunks-1m"), "DiSF", 1_000_000, "disf-greedy-fast")
+    if before and greedy:
+        versus = comparison(before, greedy)
+        lines.append(f"- At 1,000,000 rows before the `QualityGains` fix (run 19, "
+                     f"`{DISF_1M_BEFORE_FIX}/`, the same command): gain {versus.gain_ratio:.3f}, "
+                     f"time {versus.time_ratio:.2f}x ({before.wall_s:.4g} s); run 22 above "
+                     "replaces it.")
     adopted = disf_lever_adopted(results)
     rule = ("not decided: a run is missing" if adopted is None else
             "D1 becomes DiSF's `--init auto`, and the DiSF targets below read its runs"
@@ -934,9 +1016,10 @@ def issue30_target_claims(results: str) -> list[str]:
                  "measured": "not measured" if worst is None else f"worst kept {worst:.4f}",
                  "verdict": "not measured" if worst is None
                  else goal_verdict(worst >= 1 - STOP_LOSS),
-                 "command": "`make ablation-stop`"
+                 "command": f"`{STALL_COMMAND}`" if stall_lever_adopted(results)
+                 else "`make ablation-stop`"
                  + (f"; DiSF: `{STOP_D1_COMMAND}`" if disf_lever_adopted(results) else "")})
-    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-19 "
+    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-24 "
             "and 14b, `facility-levers/plan.md`, `ablation-stop/plan.md`; gain: the learner's "
             "gain over random over the greedy's; time: the learner's final wall time, its "
             "stopping rule's checks counted, over the greedy's):", "",
@@ -1145,7 +1228,7 @@ def report(results: str, figures: str) -> str:
             lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)  # below
     lines += ["## Issue 30: the stopping rule and Facility's levers", ""]
     lines += stop_claims(results) + facility_lever_claims(results)
-    lines += pair_lever_claims(results) + disf_lever_claims(results)
+    lines += pair_lever_claims(results) + disf_lever_claims(results) + stall_lever_claims(results)
     lines += issue30_target_claims(results)
     lines += ["## Issue 17's goals at the paper's scale (`scale-goals/`)", ""]
     lines += scale_goal_claims(results)
