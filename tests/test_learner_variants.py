@@ -512,14 +512,16 @@ def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_el
         assert LearnerConfig(algorithm=algorithm, init="same").start_init(100) == "same"
 
 
-@pytest.mark.parametrize("flag, old_default, saved_before_the_flag",
-                         [("init", "same", False), ("best_from", "check", True)])
-def test_a_checkpoint_of_an_old_default_resumes_where_auto_means_the_same(
-        tmp_path, monkeypatch, flag, old_default, saved_before_the_flag):
-    """A Facility checkpoint saved at a flag's old default (init 'same'; best_from 'check', which
-    a checkpoint from before the flag ran) resumes under auto on more rows than Facility's greedy
-    start is measured on, where auto runs it the same way; a DiSF or Pair_simi one is refused,
-    auto being a greedy start, its read-off scored, there at every size."""
+@pytest.mark.parametrize("flag, old_default, new_default, saved_before_the_flag",
+                         [("init", "same", "auto", False), ("best_from", "check", "auto", True),
+                          ("stall_on", "best", "checks", True)])
+def test_a_checkpoint_of_an_old_default_resumes_where_the_new_one_means_the_same(
+        tmp_path, monkeypatch, flag, old_default, new_default, saved_before_the_flag):
+    """A Facility checkpoint saved at a flag's old default (init 'same'; best_from 'check' and
+    stall_on 'best', which a checkpoint from before the flag ran) resumes under the new default
+    on more rows than Facility's greedy start is measured on, where it runs the same way (no
+    start scored, so both stall tests are one); a DiSF or Pair_simi one is refused, the new
+    default being a greedy start, its read-off scored, there at every size."""
     data = synthetic_dataset(200, dim=8, n_clusters=4, seed=2)
     monkeypatch.setattr(learner, "GREEDY_INIT_ROWS", 199)
     for algorithm, resumes in (("Facility", True), ("DiSF", False), ("Pair_simi", False)):
@@ -532,7 +534,7 @@ def test_a_checkpoint_of_an_old_default_resumes_where_auto_means_the_same(
             saved = torch.load(path, weights_only=True)
             del saved["config"][flag]
             torch.save(saved, path)
-        resume = MaskLearner(LearnerConfig(**{**old, flag: "auto"}))
+        resume = MaskLearner(LearnerConfig(**{**old, flag: new_default}))
         if resumes:
             resume.fit(data, progress=False, checkpoint_path=path, resume=True)
         else:
@@ -569,7 +571,7 @@ def test_stall_on_checks_goes_on_while_the_checks_climb_below_the_start():
                   best_from="start")
     best = MaskLearner(LearnerConfig(**common, stall_on="best")).fit(data, progress=False)
     checks = MaskLearner(LearnerConfig(**common, stall_on="checks")).fit(data, progress=False)
-    assert LearnerConfig().stall_on == "best"
+    assert LearnerConfig().stall_on == "checks"  # lever S2, adopted by runs 23-24
     assert len(best.history) == 15  # three checks: the window of two, after the first
     readoffs = [r["readoff_objective"] for r in checks.history if "readoff_objective" in r]
     assert len(checks.history) > 15 and readoffs[2] > readoffs[0]
