@@ -570,16 +570,20 @@ def stop_kept(results: str, lever: bool | None = None) -> tuple[list[dict], floa
 
 def stop_claims(results: str) -> list[str]:
     """The stopping rule against fixed steps (`make ablation-stop`), and the issue's bound."""
-    table, worst, values = stop_kept(results)
+    lever = stall_lever_adopted(results)
+    table, worst, values = stop_kept(results, lever)
     if worst is None:
         return missing("ablation-stop")
     fixed, rule = values
+    source = (f"`{STALL_LEVER}/`: every metric at select's defaults since lever S2, "
+              f"scale-goals/plan.md run 23: `{STALL_COMMAND}`" if lever else
+              f"`{STOP_DISF_D1}/`: DiSF alone from lever D1's greedy start, scale-goals/plan.md "
+              f"run 20: `{STOP_D1_COMMAND}`")
     return [f"The stopping rule (`--stop_every {rule:g}`) against fixed steps (`--stop_every "
             f"{fixed:g}`) (`{STOP_FOLDER}/`; objective and time: the rule's means over the fixed "
             "steps'):", "",
             *markdown(pd.DataFrame(table), right=("rows", "objective kept", "time")).splitlines(),
-            "", f"(`{STOP_DISF_D1}/`: DiSF alone from lever D1's greedy start, scale-goals/plan.md "
-            f"run 20: `{STOP_D1_COMMAND}`.)",
+            "", f"({source}.)",
             "", f"- No metric gives up more than {STOP_LOSS:.1%} of its fixed-steps objective: "
             f"{goal_verdict(worst >= 1 - STOP_LOSS)} (worst kept {worst:.4f}).", ""]
 
@@ -931,8 +935,9 @@ def disf_lever_claims(results: str) -> list[str]:
                      f"(`{lever.folder}/`), against `{goal.label}`"
                      + (f" (at {goal.n:,} rows `{goal.greedy_folder}/`'s)" if apart else "")
                      + " by rows: " + "; ".join(cells) + ".")
-    before = timing_run(timing_of(DISF_1M_BEFORE_FIX), "DiSF", 1_000_000, "datamask")
-    greedy = timing_run(timing_of("disf-chunks-1m"), "DiSF", 1_000_000, "disf-greedy-fast")
+    at_1m = next(goal for goal in DISF_TARGETS if goal.n == 1_000_000)
+    before = timing_run(timing_of(DISF_1M_BEFORE_FIX), "DiSF", at_1m.n, "datamask")
+    greedy = timing_run(timing_of(at_1m.greedy_folder), "DiSF", at_1m.n, at_1m.label)
     if before and greedy:
         versus = comparison(before, greedy)
         lines.append(f"- At 1,000,000 rows before the `QualityGains` fix (run 19, "
