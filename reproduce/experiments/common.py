@@ -105,7 +105,8 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
     parser.add_argument("--init", default="auto", choices=LEARNER_INITS,
                         help="the learner's initial logits (datamask select --init; default "
                              "%(default)s, select's)")
-    parser.add_argument("--stall_on", default=STALL_ON.default, choices=STALL_ON.metadata["choices"],
+    parser.add_argument("--stall_on", default=STALL_ON.default,
+                        choices=STALL_ON.metadata["choices"],
                         help="what the stopping rule's stall is tested on, with --stop_every "
                              "(datamask select --stall_on; default %(default)s, select's)")
     parser.add_argument("--n_rollout", type=int, default=128)
