@@ -217,10 +217,10 @@ PROBES_DIM ?= 384
 # default: every 50 steps the selection it would write is scored on the run's joint objective,
 # the best kept; stop once the checks' best rose by at most 1% of its rise over 4 checks, the
 # --stall_on checks of lever S2: ablation-stop/stall-on-checks/ is this target at that default)
-# against the fixed steps it caps (value 0). Fixed before it ran: every metric, at each of STOP_SIZES rows of
-# VARIANT_DIM-d in VARIANT_CLUSTERS clusters (one sweep per size, in ablation-stop/n<N>/),
-# ABLATION_SEEDS, select's other defaults (G 128, partial 0.1, lamb 0.5, constant 10), cap
-# STOP_STEPS = select's n_epochs. Measured: the mean final objective (Report on all N rows,
+# against the fixed steps it caps (value 0). Fixed before it ran: every metric, at each of
+# STOP_SIZES rows of VARIANT_DIM-d in VARIANT_CLUSTERS clusters (one sweep per size, in
+# ablation-stop/n<N>/), ABLATION_SEEDS, select's other defaults (G 128, partial 0.1, lamb 0.5,
+# constant 10), cap STOP_STEPS = select's n_epochs. Measured: the mean final objective (Report on all N rows,
 # random ~ 0, so a gain over random) and the mean wall seconds (the rule's checks counted), each
 # as the rule's over the fixed steps' at the same metric and size. Verdict: the rule keeps its
 # default if at every size every metric keeps at least 0.995 of its fixed-steps objective (the

@@ -315,7 +315,7 @@ def resolved(settings: dict, rows: int) -> dict:
     at one value where no start is scored (the two are then one rule): what a resume compares, so
     a checkpoint resumes under a default that means what it ran."""
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
-    scored = config.scores_start(rows)  # without a scored start both stall tests are one
+    scored = config.scores_start(rows)
     return {**settings, "init": config.start_init(rows),
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks"}

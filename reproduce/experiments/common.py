@@ -181,10 +181,10 @@ def learner_run(data: Dataset, ratio: float, score: Callable[[np.ndarray], float
 def blocks_learner_run(data: Dataset, ratio: float, block_rows: int, plan_seed: int,
                        **config) -> dict:
     """DATAMASK the way the paper scales it: `random_blocks` of at most `block_rows` rows (the
-    pipeline's plan, seeded by `plan_seed`), each learned alone at its own budget, one after the other here; `wall_s` is
-    their sum, `block_s` each block's (a cluster runs them side by side). No anytime curve: the
-    blocks end apart. `best_step` is the step every block's selection was read at, where they
-    agree."""
+    pipeline's plan, seeded by `plan_seed`), each learned alone at its own budget, one after the
+    other here; `wall_s` is their sum, `block_s` each block's (a cluster runs them side by side).
+    No anytime curve: the blocks end apart. `best_step` is the step every block's selection was
+    read at, where they agree."""
     selected = np.zeros(len(data), dtype=bool)
     block_s, best_steps = [], set()
     for rows in random_blocks(len(data), block_count(len(data), block_rows), plan_seed):

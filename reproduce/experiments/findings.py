@@ -331,6 +331,11 @@ ONE_RUN_COMPARISONS = (
      (20_000, 100_000, 1_000_000)))
 
 
+def scale_goal_timing(results: str, folder: str | None) -> TimingResult | None:
+    """The timing run in `scale-goals/<folder>/`; None where it is absent or no folder is named."""
+    return folder and read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
+
+
 def timing_run(result: TimingResult | None, metric: str, n: int, label: str) -> TimingRun | None:
     """The measured run of `label` at (metric, n) in a timing result, if there is one."""
     return next((r for r in measured(result.runs if result else [], metric, label)
@@ -749,8 +754,7 @@ def pair_lever_claims(results: str) -> list[str]:
     """Lever P1 (plan.md run 16) against run 15 at each size, by the addendum's rule: P1 becomes
     Pair_simi's `--init auto` if its gain ratio is at least PAIR_GOAL and at least run 15's at
     every size."""
-    run = {name: read_result(os.path.join(results, SCALE_GOALS, name), "timing")
-           for name in (PAIR_BASE, PAIR_LEVER)}
+    run = {name: scale_goal_timing(results, name) for name in (PAIR_BASE, PAIR_LEVER)}
     rows, adopted = [], True
     for n in PAIR_SIZES:
         base, lever = ((timing_run(run[name], "Pair_simi", n, "datamask"),
@@ -860,8 +864,7 @@ def timing_targets(results: str) -> tuple[TimingTarget, ...]:
         goals = tuple(disf_lever_target(goal) for goal in goals)
         if stall_lever_adopted(results):
             goals = tuple(
-                stall_target(goal) if read_result(os.path.join(
-                    results, SCALE_GOALS, STALL_DISF[goal.folder]), "timing")
+                stall_target(goal) if scale_goal_timing(results, STALL_DISF[goal.folder])
                 else replace(goal, data=f"{goal.data} (run under `--stall_on best`, before S2)")
                 for goal in goals)
     return (*goals, *PAIR_TARGETS, FACILITY_1M)
@@ -904,17 +907,15 @@ def stall_lever_claims(results: str) -> list[str]:
 def disf_lever_claims(results: str) -> list[str]:
     """Lever D1 against runs 12, 13 and 14b (equal logits) at each size both ran, a greedy that
     ran apart (14b's) read from its own folder, and the verdict."""
-    def timing_of(folder: str | None) -> TimingResult | None:
-        return folder and read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
-
     lines = []
     for goal in DISF_TARGETS:
         lever = disf_lever_target(goal)
-        runs = {folder: timing_of(folder) for folder in (goal.folder, lever.folder)}
+        runs = {folder: scale_goal_timing(results, folder)
+                for folder in (goal.folder, lever.folder)}
         if not runs[lever.folder]:
             lines.append(f"- DiSF's lever D1 (`{lever.folder}/`): not measured.")
             continue
-        apart = timing_of(goal.greedy_folder)
+        apart = scale_goal_timing(results, goal.greedy_folder)
         sizes = sorted({r.n for r in runs[lever.folder].runs if r.metric == "DiSF"})
         cells = []
         for n in sizes:
@@ -936,8 +937,10 @@ def disf_lever_claims(results: str) -> list[str]:
                      + (f" (at {goal.n:,} rows `{goal.greedy_folder}/`'s)" if apart else "")
                      + " by rows: " + "; ".join(cells) + ".")
     at_1m = next(goal for goal in DISF_TARGETS if goal.n == 1_000_000)
-    before = timing_run(timing_of(DISF_1M_BEFORE_FIX), "DiSF", at_1m.n, "datamask")
-    greedy = timing_run(timing_of(at_1m.greedy_folder), "DiSF", at_1m.n, at_1m.label)
+    before = timing_run(scale_goal_timing(results, DISF_1M_BEFORE_FIX), "DiSF", at_1m.n,
+                        "datamask")
+    greedy = timing_run(scale_goal_timing(results, at_1m.greedy_folder), "DiSF", at_1m.n,
+                        at_1m.label)
     if before and greedy:
         versus = comparison(before, greedy)
         lines.append(f"- At 1,000,000 rows before the `QualityGains` fix (run 19, "
@@ -958,8 +961,7 @@ def disf_lever_claims(results: str) -> list[str]:
 def timing_target(results: str, goal: TimingTarget) -> dict:
     """One timing target's row: what the learner measured against its greedy, and the verdict."""
     def run_of(folder: str, label: str) -> TimingRun | None:
-        result = read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
-        return timing_run(result, goal.metric, goal.n, label)
+        return timing_run(scale_goal_timing(results, folder), goal.metric, goal.n, label)
 
     learner = run_of(goal.folder, "datamask")
     greedy = run_of(goal.greedy_folder or goal.folder, goal.label)
@@ -1015,13 +1017,14 @@ def issue30_target_claims(results: str) -> list[str]:
         facility.update(measured=f"{at_3k:.3f} and {at_20k:.3f}",
                         verdict=goal_verdict(min(at_3k, at_20k) >= FACILITY_GOAL))
     rows.insert(-1, facility)  # before Facility at 1M
-    _, worst, _ = stop_kept(results)
+    stall_adopted = stall_lever_adopted(results)
+    _, worst, _ = stop_kept(results, stall_adopted)
     rows.append({"target": f"every metric keeps at least {1 - STOP_LOSS:.3f} of its fixed-steps "
                            "objective under the stopping rule",
                  "measured": "not measured" if worst is None else f"worst kept {worst:.4f}",
                  "verdict": "not measured" if worst is None
                  else goal_verdict(worst >= 1 - STOP_LOSS),
-                 "command": f"`{STALL_COMMAND}`" if stall_lever_adopted(results)
+                 "command": f"`{STALL_COMMAND}`" if stall_adopted
                  else "`make ablation-stop`"
                  + (f"; DiSF: `{STOP_D1_COMMAND}`" if disf_lever_adopted(results) else "")})
     return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-24 "
@@ -1111,7 +1114,7 @@ def headline(results: str, link: str = "reproduce/results") -> str:
     rows = []
     folder = next(goal.folder for goal in timing_targets(results)  # select's default's run
                   if (goal.metric, goal.n, goal.data) == ("DiSF", 100_000, ""))
-    disf = read_result(os.path.join(results, SCALE_GOALS, folder), "timing")
+    disf = scale_goal_timing(results, folder)
     learner, fast = (timing_run(disf, "DiSF", 100_000, label)
                      for label in ("datamask", "disf-greedy-fast"))
     ref = next((r for r in disf.runs if (r.metric, r.n, r.label)  # measured or extrapolated
@@ -1135,7 +1138,7 @@ def headline(results: str, link: str = "reproduce/results") -> str:
                      HERE: f"{versus.time_ratio:.2f}x the time, {versus.gain_ratio:.2f}x its "
                            "gain over random" + written_from(learner.best_step),
                      "source": source})
-    pair = read_result(os.path.join(results, SCALE_GOALS, PAIR_LEVER), "timing")
+    pair = scale_goal_timing(results, PAIR_LEVER)
     learner, greedy = (timing_run(pair, "Pair_simi", 100_000, label)
                        for label in ("datamask", "pair-greedy"))
     if learner and greedy:
