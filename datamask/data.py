@@ -78,6 +78,29 @@ def random_blocks(n_rows: int, n_blocks: int, seed: int) -> list[np.ndarray]:
     return np.array_split(np.random.default_rng(seed).permutation(n_rows), n_blocks)
 
 
+def neighbourhood_blocks(features: np.ndarray, n_blocks: int) -> list[np.ndarray]:
+    """`n_blocks` near-equal blocks of neighbouring rows, for coverage objectives learned block by
+    block: random blocks each cover a random slice of the whole space, so their union is redundant.
+    Balanced bisection along each part's principal direction: a part given b blocks is split at
+    the floor(b/2)/b quantile of its projections, so every block has floor(n/B) or ceil(n/B) rows.
+    Deterministic; sorted row indices."""
+    if not 1 <= n_blocks <= len(features):
+        raise ValueError(f"{n_blocks} blocks over {len(features)} rows")
+    blocks, parts = [], [(np.arange(len(features)), n_blocks)]
+    while parts:
+        rows, b = parts.pop()
+        if b == 1:
+            blocks.append(np.sort(rows))
+            continue
+        part = features[rows]
+        part = part - part.mean(axis=0)
+        direction = np.linalg.eigh((part.T @ part).astype(np.float64))[1][:, -1]
+        left = len(rows) * (b // 2) // b
+        order = np.argpartition(part @ direction.astype(part.dtype), left)
+        parts += [(rows[order[left:]], b - b // 2), (rows[order[:left]], b // 2)]
+    return blocks
+
+
 def check_column_names(id_column: str, quality_column: str, feature_column: str) -> None:
     """The three input columns are distinct, and the id column is not one the output adds."""
     if id_column in OUTPUT_COLUMNS:

@@ -12,7 +12,7 @@ from datamask.selectors import make_selector
 from datamask.examples.synthetic import synthetic_dataset
 from figures.plots import main as figures_main
 from reproduce.experiments import timing
-from datamask.data import Dataset, random_blocks
+from datamask.data import Dataset, neighbourhood_blocks, random_blocks
 from datamask.learner import LearnerConfig, MaskLearner
 from reproduce.experiments.common import (blocks_learner_run, greedy_curve, greedy_run,
                                           metric_scorer)
@@ -70,19 +70,55 @@ def test_anytime_figure_per_metric_and_size(scaled, tmp_path):
     assert {f"3-anytime-Pair_simi-{n}.png" for n in (200, 300, 400)} <= names
 
 
-def test_the_learner_in_blocks_learns_each_random_block_alone_at_its_budget():
-    """300 rows in blocks of at most 100: three blocks of the pipeline's seeded plan, each
-    selecting 10% of its own rows exactly as a learner given that block alone would."""
+@pytest.mark.parametrize("plan", ["random", "neighbourhood"])
+def test_the_learner_in_blocks_learns_each_block_of_its_plan_alone_at_its_budget(plan):
+    """300 rows in blocks of at most 100: three blocks of the plan, each selecting 10% of its own
+    rows exactly as a learner given that block alone would; the plan's time is counted."""
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=3)
     config = dict(algorithm="Facility", n_epochs=20, n_rollout=8, stop_every=5, device="cpu")
-    result = blocks_learner_run(data, 0.1, 100, plan_seed=4, **config)
+    result = blocks_learner_run(data, 0.1, 100, plan_seed=4, plan=plan, **config)
     assert len(result["block_s"]) == 3 and result["selected"].sum() == 30
-    for rows in random_blocks(300, 3, 4):
+    assert result["wall_s"] == pytest.approx(result["plan_s"] + sum(result["block_s"]))
+    blocks = (random_blocks(300, 3, 4) if plan == "random"
+              else neighbourhood_blocks(data.features, 3))
+    steps = set()
+    for rows in blocks:
         rows = np.sort(rows)
         alone = MaskLearner(LearnerConfig(select_ratio=0.1, **config)).fit(
             Dataset(data.ids[rows], data.quality[rows], data.features[rows]), progress=False)
         np.testing.assert_array_equal(result["selected"][rows], alone.selected)
-    assert result["best_step"] == 0  # every block writes its greedy start here
+        steps.add(alone.best_step)
+    # the step the blocks' selections were read at where they agree (the greedy start's, 0, on
+    # the random plan here), else none
+    assert result["best_step"] == (steps.pop() if len(steps) == 1 else None)
+    assert plan == "neighbourhood" or result["best_step"] == 0
+
+
+@pytest.mark.parametrize("n_rows, n_blocks", [(1000, 7), (101, 50), (64, 64), (10, 3)])
+def test_neighbourhood_blocks_cover_every_row_once_in_near_equal_blocks(n_rows, n_blocks):
+    features = np.random.default_rng(n_rows).normal(size=(n_rows, 5)).astype(np.float32)
+    blocks = neighbourhood_blocks(features, n_blocks)
+    sizes = [len(rows) for rows in blocks]
+    assert len(blocks) == n_blocks and {n_rows // n_blocks, -(-n_rows // n_blocks)} >= set(sizes)
+    np.testing.assert_array_equal(np.sort(np.concatenate(blocks)), np.arange(n_rows))
+
+
+def test_neighbourhood_blocks_put_each_far_apart_cluster_in_its_own_block():
+    """Four tight clusters of 50 rows at the corners of a rectangle (one long side, so the first
+    cut has one direction to take): four blocks, each one cluster; random blocks mix them."""
+    rng = np.random.default_rng(0)
+    corners = np.array([[0, 0], [0, 10], [40, 0], [40, 10]], dtype=np.float32)
+    cluster = np.repeat(np.arange(4), 50)
+    features = corners[cluster] + rng.normal(scale=0.5, size=(200, 2)).astype(np.float32)
+    order = rng.permutation(200)
+    features, cluster = features[order], cluster[order]
+    assert sorted(len(set(cluster[rows])) for rows in neighbourhood_blocks(features, 4)) == [1] * 4
+    assert max(len(set(cluster[rows])) for rows in random_blocks(200, 4, 0)) > 1
+
+
+def test_neighbourhood_blocks_refuse_more_blocks_than_rows():
+    with pytest.raises(ValueError, match="5 blocks over 4 rows"):
+        neighbourhood_blocks(np.zeros((4, 2), np.float32), 5)
 
 
 def test_timing_runs_a_learner_in_blocks_past_learner_blocks(tmp_path):
@@ -94,7 +130,7 @@ def test_timing_runs_a_learner_in_blocks_past_learner_blocks(tmp_path):
     learner = {r.n: r for r in result.runs if r.role == "learner"}
     assert learner[200].curve and learner[200].block_s is None  # under the cap: one run
     assert learner[300].curve is None and len(learner[300].block_s) == 2
-    assert learner[300].wall_s == pytest.approx(sum(learner[300].block_s))
+    assert learner[300].wall_s == pytest.approx(learner[300].plan_s + sum(learner[300].block_s))
     assert learner[300].objective is not None and result.fits["Facility"]["datamask"]
     text = (tmp_path / "timing.md").read_text()
     assert "past N = 250, Facility's learner run in independent random blocks" in text
@@ -104,7 +140,9 @@ def test_timing_runs_a_learner_in_blocks_past_learner_blocks(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--learner_max_n", "Facility=9", "--learner_blocks", "Facility=9"], "both name"),
     (["--learner_blocks", "Facility=0"], "at least 1"),
-    (["--learner_blocks", "Facility"], "expected METRIC=N")])
+    (["--learner_blocks", "Facility"], "expected METRIC=N"),
+    (["--block_plan", "neighbourhood"], "give --learner_blocks"),
+    (["--learner_blocks", "Facility=9", "--block_plan", "kmeans"], "invalid choice")])
 def test_learner_blocks_is_refused_where_it_means_nothing(flags, message, capsys):
     with pytest.raises(SystemExit):
         timing.parse(flags)

@@ -174,7 +174,7 @@ class TimingRun(Record):
     'extrapolated' (the fit's prediction) or 'killed' (at the budget; the prediction if larger);
     objective is None unless measured; a learner run has its curve, and under the read-off
     stopping rule the step its written selection was read at (0 on a scored start); a learner
-    run in blocks (--learner_blocks) has each block's seconds instead of a curve."""
+    run in blocks (--learner_blocks) has each block's seconds and its plan's instead of a curve."""
     metric: str
     n: int
     label: str
@@ -189,6 +189,7 @@ class TimingRun(Record):
     curve: list[CurvePoint] | None = None
     best_step: int | None = None
     block_s: list[float] | None = None
+    plan_s: float | None = None
 
 
 @dataclass

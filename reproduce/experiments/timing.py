@@ -2,8 +2,8 @@
 
     python -m reproduce.experiments.timing [--sizes 1000 2000 5000 20000 100000] [--budget_s 300]
         [--metrics DiSF Facility Pair_simi] [--steps 500] [--output runs/experiments]
-        [--learner_max_n Facility=20000] [--learner_blocks Facility=20000] [--score_rows 20000]
-        [--greedy_points 10]
+        [--learner_max_n Facility=20000] [--learner_blocks Facility=20000]
+        [--block_plan random|neighbourhood] [--score_rows 20000] [--greedy_points 10]
 
 The paper (DiSF objective, 100k rows, GPU): greedy 78 h, DATAMASK ~50 min, a time ratio of 1.07%.
 Here, per diversity metric and per N, on the same synthetic rows in one process: the reference
@@ -20,8 +20,9 @@ At the paper's scale (up to 1M x 384) the scalable greedies (role 'scalable') jo
 greedy (Mirzasoleiman et al. 2015) for Pair_simi, and for Facility the lazy and stochastic greedies
 on a sparse kNN kernel (faiss IVF). Past --learner_max_n the learner is not run either: its time is
 extrapolated from its own fit. Past --learner_blocks it runs the way the paper scales it, in
-independent random blocks of at most that many rows (the pipeline's plan), one after the other:
-its time is their sum, and it has no anytime curve. Past --score_rows rows, Facility is scored on
+independent blocks of at most that many rows, one after the other: random ones (the pipeline's
+plan) or, with --block_plan neighbourhood, regions of the space. Its time is their sum and the
+plan's, and it has no anytime curve. Past --score_rows rows, Facility is scored on
 a seeded uniform sample of that many covered rows (an unbiased estimate of the objective on all
 rows; the exact one costs N k d per score). Every run with a per-step clock (the learner, the
 greedies of datamask.greedy) also gets an anytime curve: the objective on all rows against wall
@@ -34,8 +35,8 @@ time, a greedy's being that of its first t picks (what stopping it then would gi
   params, role ('learner' | 'reference' | 'fast' | 'scalable'), status ('measured' | 'extrapolated' |
   'killed'), wall_s (measured: the fastest of `repeats` runs; else the fit's prediction, or for a
   run killed with no fit the budget, a lower bound), objective (null unless measured),
-  random_objective (a random selection's, same N); block_s: each block's seconds (a learner run in
-  blocks, else null);
+  random_objective (a random selection's, same N); block_s, plan_s: each block's seconds and the
+  block plan's (a learner run in blocks, else null);
   curve: [{step, elapsed_s, objective}] (the learner's; a greedy's of its first step + 1 picks),
   null without a per-step clock
 - fits: {metric: {label: {exponent, coef, sizes} | null}}: t = coef * N^exponent, seconds (the
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 from datamask.examples.synthetic import synthetic_dataset
 
-from .common import (blocks_learner_run, experiment_main, experiment_parser, fastest,
+from .common import (BLOCK_PLANS, blocks_learner_run, experiment_main, experiment_parser, fastest,
                      greedy_curve, greedy_run, greedy_runs_killable, learner_params, learner_run,
                      lr_of, machine, metric_scorer, power_law, start_of_last_run,
                      warm_up_learner)
@@ -101,6 +102,10 @@ def parse(argv):
                              "at most N rows, one after the other, its time their sum (the "
                              "paper's route at scale; e.g. Facility=20000, the largest size its "
                              "greedy start was measured on)")
+    parser.add_argument("--block_plan", choices=BLOCK_PLANS, default="random",
+                        help="how --learner_blocks cuts the rows: random (the pipeline's seeded "
+                             "plan) or neighbourhood (balanced bisection along principal "
+                             "directions, so each block covers its own region)")
     parser.add_argument("--score_rows", type=int, default=20000,
                         help="past this many rows, score Facility on a seeded sample of this "
                              "many covered rows")
@@ -121,6 +126,9 @@ def parse(argv):
     if both:
         parser.error(f"--learner_max_n and --learner_blocks both name {sorted(both)}: a learner "
                      "past N is either extrapolated or run in blocks")
+    if args.block_plan != "random" and not args.learner_blocks:
+        parser.error(f"--block_plan {args.block_plan} cuts the blocks of --learner_blocks; give "
+                     "--learner_blocks METRIC=N too")
     if any(n < 1 for n in args.learner_blocks.values()):
         parser.error(f"--learner_blocks: N must be at least 1, got {args.learner_blocks}")
     if args.score_rows < 1:
@@ -187,12 +195,13 @@ def run(args) -> TimingResult:
                 continue
             if n > args.learner_blocks.get(metric, n):
                 result = blocks_learner_run(data, args.ratio, args.learner_blocks[metric],
-                                            args.seed, **config)
+                                            args.seed, args.block_plan, **config)
                 runs.append(TimingRun(metric=metric, n=n, label="datamask", selector="datamask",
                                       params=config, role="learner", status="measured",
                                       wall_s=result["wall_s"], random_objective=random_value,
                                       objective=score(result["selected"]),
-                                      best_step=result["best_step"], block_s=result["block_s"]))
+                                      best_step=result["best_step"], block_s=result["block_s"],
+                                      plan_s=result["plan_s"]))
                 print(f"N={n} {metric} datamask: {result['wall_s']:.2f} s in "
                       f"{len(result['block_s'])} blocks", flush=True)
                 continue
@@ -253,6 +262,7 @@ def learner_steps(learner: TimingRun) -> str:
     was read."""
     if learner.block_s:
         return (f"{len(learner.block_s)} blocks, the slowest {max(learner.block_s):.3g} s"
+                + (f", plan {learner.plan_s:.3g} s" if learner.plan_s is not None else "")
                 + written_at(learner))
     return f"{steps_taken(learner)} steps{written_at(learner)}"
 
@@ -306,8 +316,9 @@ def markdown(results: TimingResult) -> str:
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
             f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
             for m, n in cfg.get("learner_max_n", {}).items()) + "".join(
-            f"; past N = {n:,}, {m}'s learner run in independent random blocks of at most {n:,} "
-            "rows, one after the other (its time their sum)"
+            f"; past N = {n:,}, {m}'s learner run in independent "
+            f"{cfg.get('block_plan', 'random')} blocks of at most {n:,} rows, one after the "
+            "other (its time their sum and the plan's)"
             for m, n in cfg.get("learner_blocks", {}).items())
         + (f"; past N = {cfg['score_rows']:,}, Facility scored on a seeded sample of "
            f"{cfg['score_rows']:,} covered rows (unbiased)" if "score_rows" in cfg else "")
