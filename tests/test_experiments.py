@@ -524,32 +524,62 @@ def test_issue30_targets_follow_their_runs(tmp_path):
     assert "| not measured | not measured |" in stop  # no ablation-stop/ here
 
 
-def test_facility_at_1m_holds_the_blocks_run_against_the_committed_knn_greedy(tmp_path):
-    """The target reads the learner of `facility-blocks-1m/` (missing: not measured) against
-    `onerun-1m/`'s stochastic sparse-kNN greedy: met at its objective, not met just below."""
+@pytest.fixture
+def facility_1m(tmp_path):
+    """`onerun-1m/` as committed under tmp_path, and a writer of a blocks learner run into a
+    folder beside it, at an objective relative to the stochastic sparse-kNN greedy's."""
     committed = (ROOT / "reproduce" / "results" / findings.SCALE_GOALS / "onerun-1m"
                  / "timing.json")
     data = json.loads(committed.read_text())
     folder = tmp_path / findings.SCALE_GOALS
     (folder / "onerun-1m").mkdir(parents=True)
     (folder / "onerun-1m" / "timing.json").write_text(committed.read_text())
-
-    def row() -> str:
-        text = "\n".join(findings.issue30_target_claims(str(tmp_path)))
-        return next(line for line in text.splitlines() if "Facility at 1,000,000 rows" in line)
-
-    assert "not measured (`facility-blocks-1m/`)" in row()
     greedy = next(r for r in data["runs"] if (r["metric"], r["n"], r["label"])
                   == ("Facility", 1_000_000, "facility-knn-greedy stochastic"))
     learner = {**greedy, "label": "datamask", "selector": "datamask", "role": "learner",
                "curve": None, "best_step": 0, "block_s": [1.0, 2.0], "wall_s": 3.0}
-    (folder / "facility-blocks-1m").mkdir()
-    for objective, verdict in ((greedy["objective"], "| **met** |"),
-                               (greedy["objective"] - 1e-4, "| **not met** |")):
-        learner["objective"] = objective
-        (folder / "facility-blocks-1m" / "timing.json").write_text(
-            json.dumps({**data, "runs": [learner]}))
-        assert verdict in row() and "2 blocks, the slowest 2 s, written at step 0" in row()
+
+    def write(name: str, above_greedy: float) -> None:
+        (folder / name).mkdir(exist_ok=True)
+        run = {**learner, "objective": greedy["objective"] + above_greedy}
+        (folder / name / "timing.json").write_text(json.dumps({**data, "runs": [run]}))
+
+    return write
+
+
+def facility_1m_row(results) -> str:
+    text = "\n".join(findings.issue30_target_claims(str(results)))
+    return next(line for line in text.splitlines() if "Facility at 1,000,000 rows" in line)
+
+
+def test_facility_at_1m_holds_the_blocks_run_against_the_committed_knn_greedy(tmp_path,
+                                                                              facility_1m):
+    """The target reads the learner of `facility-blocks-1m/` (missing: not measured) against
+    `onerun-1m/`'s stochastic sparse-kNN greedy: met at its objective, not met just below."""
+    assert "not measured (`facility-blocks-1m/`)" in facility_1m_row(tmp_path)
+    for above, verdict in ((0.0, "| **met** |"), (-1e-4, "| **not met** |")):
+        facility_1m("facility-blocks-1m", above)
+        row = facility_1m_row(tmp_path)
+        assert verdict in row and "2 blocks, the slowest 2 s, written at step 0" in row
+
+
+def test_block_lever_is_adopted_only_where_its_run_meets_the_1m_target(tmp_path, facility_1m):
+    """Lever B1's rule: undecided without run 25; run 25 below the greedy keeps the random plan
+    and the target row reads run 21; at the greedy's objective B1 is adopted and the row reads
+    run 25 whatever run 21 measured."""
+    facility_1m("facility-blocks-1m", -1e-4)
+    assert findings.block_lever_adopted(str(tmp_path)) is None
+    assert "not decided: run 25 is missing" in "\n".join(findings.block_lever_claims(str(tmp_path)))
+    facility_1m("facility-neighbourhood-1m", -1e-5)
+    assert findings.block_lever_adopted(str(tmp_path)) is False
+    assert "the block plan stays `random`" in "\n".join(
+        findings.block_lever_claims(str(tmp_path)))
+    assert "--output facility-blocks-1m`" in facility_1m_row(tmp_path)
+    facility_1m("facility-neighbourhood-1m", 1e-5)
+    assert findings.block_lever_adopted(str(tmp_path)) is True
+    row = facility_1m_row(tmp_path)
+    assert "--block_plan neighbourhood --output facility-neighbourhood-1m`" in row
+    assert "| **met** |" in row
 
 
 def test_pair_lever_is_adopted_only_above_the_goal_and_the_base_at_every_size(tmp_path):

@@ -815,6 +815,11 @@ FACILITY_1M = TimingTarget(
     f"{TIMING} --sizes 1000 2000 1000000 --metrics Facility --steps 2000 --stop_every 50 "
     "--learner_blocks Facility=20000 --repeats 1 --budget_s 60", greedy_folder="onerun-1m",
     data=", its learner in 20,000-row blocks")
+# lever B1 (plan.md run 25): run 21's command with the blocks cut by neighbourhood
+FACILITY_1M_NEIGHBOURHOOD = replace(
+    FACILITY_1M, folder="facility-neighbourhood-1m",
+    command=f"{FACILITY_1M.command} --block_plan neighbourhood",
+    data=", its learner in 20,000-row blocks by neighbourhood")
 # lever D1 (plan.md runs 17-19): the same commands from the greedy start, each in its own folder
 DISF_LEVER = {"disf-rule-100k": "disf-init-greedy", "disf-rule-40c": "disf-init-greedy-40c",
               "disf-rule-1m": "disf-1m-fixed-start"}  # run 22: run 19's command, QualityGains fixed
@@ -867,7 +872,32 @@ def timing_targets(results: str) -> tuple[TimingTarget, ...]:
                 stall_target(goal) if scale_goal_timing(results, STALL_DISF[goal.folder])
                 else replace(goal, data=f"{goal.data} (run under `--stall_on best`, before S2)")
                 for goal in goals)
-    return (*goals, *PAIR_TARGETS, FACILITY_1M)
+    return (*goals, *PAIR_TARGETS,
+            FACILITY_1M_NEIGHBOURHOOD if block_lever_adopted(results) else FACILITY_1M)
+
+
+def block_lever_adopted(results: str) -> bool | None:
+    """Lever B1's rule (plan.md, fixed before run 25): blocks by neighbourhood become the timing
+    experiment's block plan if run 25 meets the 1M Facility target; None before it ran."""
+    return timing_target(results, FACILITY_1M_NEIGHBOURHOOD)["met"]
+
+
+def block_lever_claims(results: str) -> list[str]:
+    """Lever B1 (run 25) beside run 21, its random blocks, and the plan's verdict."""
+    rows = {goal.folder: timing_target(results, goal)
+            for goal in (FACILITY_1M, FACILITY_1M_NEIGHBOURHOOD)}
+    adopted = block_lever_adopted(results)
+    rule = ("not decided: run 25 is missing" if adopted is None else
+            "blocks by neighbourhood become the timing experiment's `--block_plan`, and the 1M "
+            "Facility target reads run 25" if adopted else
+            "the block plan stays `random`")
+    return ["Facility at 1,000,000 rows, lever B1: blocks by neighbourhood (`--block_plan "
+            "neighbourhood`: balanced bisection along each part's principal direction, so each "
+            "block's learner covers its own region; scale-goals/plan.md run 25, fixed before it "
+            f"ran), against `{FACILITY_1M.greedy_folder}/`'s `{FACILITY_1M.label}` on the same "
+            "rows and scorer:", "",
+            *(f"- `{folder}/`: {row['measured']}." for folder, row in rows.items()),
+            f"- By the plan's rule (a gain ratio of at least {FACILITY_1M.least:g}): {rule}.", ""]
 
 
 def stall_lever_claims(results: str) -> list[str]:
@@ -1236,7 +1266,8 @@ def report(results: str, figures: str) -> str:
             lines += section(None, f"ablation-{knob}", ablations[knob], variant_claims)  # below
     lines += ["## Issue 30: the stopping rule and Facility's levers", ""]
     lines += stop_claims(results) + facility_lever_claims(results)
-    lines += pair_lever_claims(results) + disf_lever_claims(results) + stall_lever_claims(results)
+    lines += (pair_lever_claims(results) + disf_lever_claims(results) + stall_lever_claims(results)
+              + block_lever_claims(results))
     lines += issue30_target_claims(results)
     lines += ["## Issue 17's goals at the paper's scale (`scale-goals/`)", ""]
     lines += scale_goal_claims(results)
