@@ -1057,7 +1057,7 @@ def issue30_target_claims(results: str) -> list[str]:
                  "command": f"`{STALL_COMMAND}`" if stall_adopted
                  else "`make ablation-stop`"
                  + (f"; DiSF: `{STOP_D1_COMMAND}`" if disf_lever_adopted(results) else "")})
-    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-24 "
+    return ["Issue 30's targets (section 4; the runs' plans: `scale-goals/plan.md` runs 12-25 "
             "and 14b, `facility-levers/plan.md`, `ablation-stop/plan.md`; gain: the learner's "
             "gain over random over the greedy's; time: the learner's final wall time, its "
             "stopping rule's checks counted, over the greedy's):", "",
