@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datamask.data import Dataset
 from datamask.greedy import greedy
 from datamask.learner import LearnerConfig
-from datamask.objectives import CoverageGains, JointGains, diversity_gains
+from datamask.objectives import CoverageGains, JointGains, diversity_gains, exact_optimizer
 from datamask.report import Report
 from datamask.options import option
 from datamask.selectors import Selector
@@ -68,13 +68,12 @@ class JointGreedy(Selector):
         diversity = (diversity_gains(p.algorithm, ground, p.memory_gb * 2**30)
                      if p.lamb < 1 else None)
         term = JointGains(report.joint(p.algorithm), ground, diversity)
-        # only Facility's gains are submodular (lazy bounds), and only its steps are small ops
-        facility = isinstance(diversity, CoverageGains)
         optimiser = stochastic_arguments(p, ground.device)
-        if optimiser["optimizer"] == "lazy" and not facility:
-            optimiser["optimizer"] = "naive"
-        picks, history = greedy(
-            term, k, score=term.value_with, single_thread=facility, **optimiser,
+        if optimiser["optimizer"] == "lazy":
+            optimiser["optimizer"] = exact_optimizer(diversity)
+        picks, history = greedy(  # only Facility's steps are small ops
+            term, k, score=term.value_with, single_thread=isinstance(diversity, CoverageGains),
+            **optimiser,
             record=lambda s: {"step": s.step, "row": s.row, "joint": s.value.item(),
                               "gains_evaluated": s.gains_evaluated,
                               "elapsed_s": s.elapsed_s})

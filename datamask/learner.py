@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
 from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, JointGains, Quality,
-                         SetFunction, TermScale, diversity, diversity_gains, probing_saves_work,
-                         random_probes)
+                         SetFunction, TermScale, diversity, diversity_gains, exact_optimizer,
+                         probing_saves_work, random_probes)
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -86,6 +86,13 @@ class LearnerConfig:
                                "Pair_simi's beat it at lamb 0.5 (ablation-stop)",
                        choices=("auto", "same", "quality", "greedy"),
                        original=True)
+    start_optimizer: str = option("stochastic", "the greedy start's optimiser (with --init "
+                                                "greedy or auto's greedy): stochastic (epsilon "
+                                                "0.01, about N ln 100 gains in all: the route at "
+                                                "scale) or lazy (the exact greedy's picks: lazy "
+                                                "bounds for Facility, every gain each pick for "
+                                                "the others; scale-goals/plan.md lever B2)",
+                                  choices=("stochastic", "lazy"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -260,16 +267,20 @@ GREEDY_KERNEL_BYTES = 2**30  # --init greedy holds Facility's kernel up to this,
 
 
 def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
-                  gen: torch.Generator) -> torch.Tensor:
-    """--init greedy: the stochastic greedy's k picks on the run's own joint objective get logit
-    ln(N/k), every other row 0. The picks then hold about half the policy's mass (k e^c = N), so
-    the first steps still sample outside them, and a top-k read-off gives the greedy's set."""
+                  gen: torch.Generator, optimizer: str = "stochastic") -> torch.Tensor:
+    """--init greedy: the greedy's k picks (`optimizer`: stochastic, or lazy for the exact
+    greedy's picks) on the run's own joint objective get logit ln(N/k), every other row 0. The picks then hold about half the
+    policy's mass (k e^c = N), so the first steps still sample outside them, and a top-k
+    read-off gives the greedy's set."""
     from .greedy import greedy
 
     gains = diversity_gains(algorithm, ground, GREEDY_KERNEL_BYTES) if objective.lamb < 1 else None
     term = JointGains(objective, ground, gains)
-    # quality alone (lamb 1) is modular and free to score: the naive greedy, its exact top-k
-    picks, _ = greedy(term, k, optimizer="stochastic" if gains is not None else "naive",
+    if gains is None:  # quality alone (lamb 1) is modular and free to score: exact top-k
+        optimizer = "naive"
+    elif optimizer == "lazy":
+        optimizer = exact_optimizer(gains)
+    picks, _ = greedy(term, k, optimizer=optimizer,
                       score=term.value_with, generator=gen, single_thread=algorithm == "Facility")
     logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
     logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
@@ -316,7 +327,9 @@ def resolved(settings: dict, rows: int) -> dict:
     a checkpoint resumes under a default that means what it ran."""
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
     scored = config.scores_start(rows)
+    greedy_start = config.start_init(rows) == "greedy"
     return {**settings, "init": config.start_init(rows),
+            "start_optimizer": config.start_optimizer if greedy_start else "stochastic",
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks"}
 
@@ -720,5 +733,5 @@ class MaskLearner:
             return Progress(initial_logits(ground.quality, init), scale)
         start = time.perf_counter()
         logits = greedy_logits(ground, Joint(metric, cfg.lamb, scale), cfg.algorithm,
-                               shape.k_total, gen)
+                               shape.k_total, gen, cfg.start_optimizer)
         return Progress(logits, scale, elapsed_s=time.perf_counter() - start)

@@ -3,6 +3,7 @@ rows sampled, Adam, the stopping rule. Each runs on CPU, seeded and repeatable; 
 update stays the default, bit for bit."""
 
 import hashlib
+from dataclasses import asdict, replace
 from itertools import accumulate
 from types import SimpleNamespace
 
@@ -461,11 +462,12 @@ def test_cheapest_keeping_takes_the_fewest_seconds_among_the_values_that_keep_99
     assert findings.cheapest_keeping(probe_sweep([(0, 10.0, 5.0), (4, 9.8, 1.0)]), "wall_s") == 0
 
 
+@pytest.mark.parametrize("optimizer", ["stochastic", "lazy"])
 @pytest.mark.parametrize("algorithm", ["Facility", "Pair_simi"])
-def test_greedy_init_starts_from_the_stochastic_greedys_picks_on_the_runs_objective(algorithm):
-    """--init greedy: the picks of the core's stochastic greedy on the learner's own joint
-    objective (scaled as the run scales it) hold logit ln(N/k), the rest 0; at lamb 0 they are
-    the picks of joint-greedy's stochastic optimiser with the same seed."""
+def test_greedy_init_starts_from_the_greedys_picks_on_the_runs_objective(algorithm, optimizer):
+    """--init greedy: the picks of the core's greedy (--start_optimizer) on the learner's own
+    joint objective (scaled as the run scales it) hold logit ln(N/k), the rest 0; at lamb 0 they
+    are the picks of joint-greedy's optimiser of that name with the same seed."""
     from baselines.joint_greedy import JointGreedy
 
     metric = {"Facility": FacilityLocation, "Pair_simi": PairSimilarity}[algorithm]
@@ -475,11 +477,11 @@ def test_greedy_init_starts_from_the_stochastic_greedys_picks_on_the_runs_object
     gen = torch.Generator().manual_seed(5)
     scale = TermScale.fit(ground, k, metric(), torch.Generator().manual_seed(0))
     logits = learner.greedy_logits(ground, Joint(metric(), 0.0, scale),
-                                   algorithm, k, gen)
+                                   algorithm, k, gen, optimizer)
     picked = logits > 0
     assert int(picked.sum()) == k and torch.all(logits[~picked] == 0)
     assert torch.allclose(logits[picked], torch.tensor(np.log(400 / k), dtype=logits.dtype))
-    baseline = JointGreedy(algorithm=algorithm, lamb=0.0, optimizer="stochastic", seed=5)
+    baseline = JointGreedy(algorithm=algorithm, lamb=0.0, optimizer=optimizer, seed=5)
     selected, _, _ = baseline._select(data, k)
     assert np.array_equal(picked.numpy(), selected)
 
@@ -498,6 +500,29 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
                                               before_resume={"greedy_logits": None})
     np.testing.assert_array_equal(resumed.selected, whole.selected)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
+
+
+def test_a_lazy_start_is_the_exact_greedy_and_resumes_only_under_its_own_optimiser(tmp_path,
+                                                                                  monkeypatch):
+    """--start_optimizer lazy writes the lazy greedy's picks where its steps never beat them,
+    not the stochastic start's; what a resume compares keeps the value where a greedy start runs
+    and one value elsewhere (the flag changes nothing there)."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=40, stop_every=10,
+                  n_rollout=8, seed=2, device="cpu")
+    from baselines.joint_greedy import JointGreedy
+
+    lazy = LearnerConfig(**config, start_optimizer="lazy")
+    resolved = learner.resolved(asdict(lazy), len(data))
+    assert resolved["start_optimizer"] == "lazy"
+    assert learner.resolved(asdict(replace(lazy, init="same")), 300)["start_optimizer"] == (
+        "stochastic")
+    whole = MaskLearner(lazy).fit(data, progress=False)
+    stochastic = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    assert whole.best_step == stochastic.best_step == 0
+    assert not np.array_equal(whole.selected, stochastic.selected)
+    picks, _, _ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
+    np.testing.assert_array_equal(whole.selected, picks)
 
 
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():

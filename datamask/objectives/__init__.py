@@ -36,11 +36,19 @@ def diversity_gains(name: str, ground: GroundSet, memory_bytes: float):
     return CoverageGains(rows, len(ground), len(ground), ground.device)
 
 
+def exact_optimizer(gains) -> str:
+    """The exact greedy's optimiser for these diversity gains: lazy where they only shrink as
+    the set grows (Facility's coverage, submodular), naive elsewhere, where a stale gain is no
+    bound."""
+    return "lazy" if isinstance(gains, CoverageGains) else "naive"
+
+
 __all__ = [
     "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet",
     "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality", "QualityGains",
     "ScatterState", "SetFunction", "SparseCoverageGains", "SparseFacilityLocation", "TermScale",
-    "as_batch", "clipped_cosine", "collapse_score", "diversity", "diversity_gains", "kernel_rows",
+    "as_batch", "clipped_cosine", "collapse_score", "diversity", "diversity_gains", "exact_optimizer",
+    "kernel_rows",
     "knn_kernel", "pair_cosine_sum", "probing_saves_work", "random_masks", "random_probes",
     "similarity_rows",
 ]

@@ -29,6 +29,7 @@ T = TypeVar("T")
 
 LEARNER_INITS = LearnerConfig.__dataclass_fields__["init"].metadata["choices"]  # select's --init
 STALL_ON = LearnerConfig.__dataclass_fields__["stall_on"]  # select's --stall_on
+START_OPTIMIZER = LearnerConfig.__dataclass_fields__["start_optimizer"]  # select's flag
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
 
 
@@ -110,6 +111,10 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                         choices=STALL_ON.metadata["choices"],
                         help="what the stopping rule's stall is tested on, with --stop_every "
                              "(datamask select --stall_on; default %(default)s, select's)")
+    parser.add_argument("--start_optimizer", default=START_OPTIMIZER.default,
+                        choices=START_OPTIMIZER.metadata["choices"],
+                        help="the greedy start's optimiser (datamask select --start_optimizer; "
+                             "default %(default)s, select's)")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -134,7 +139,7 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
     params = {"lamb": lamb, "n_rollout": args.n_rollout, "n_epochs": args.steps,
               "patience": args.patience, "stop_every": args.stop_every, "partial": args.partial,
               "cover_sample": args.cover_sample, "probes": args.probes, "init": args.init,
-              "stall_on": args.stall_on,
+              "stall_on": args.stall_on, "start_optimizer": args.start_optimizer,
               "device": "cpu", **lr_params(args.lr)}
     return dict(params, **overrides)
 

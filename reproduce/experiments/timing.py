@@ -312,6 +312,8 @@ def markdown(results: TimingResult) -> str:
         + (f", cover_sample {cfg['cover_sample']:g}" if cfg.get("cover_sample") else "")
         + (f", probes {cfg['probes']}" if cfg.get("probes") else "")
         + (f", init {cfg['init']}" if cfg.get("init", "auto") != "auto" else "")
+        + (f", start optimizer {cfg['start_optimizer']}"
+           if cfg.get("start_optimizer", "stochastic") != "stochastic" else "")
         + f", lr {lr_of(cfg)}; budget {cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
             f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
