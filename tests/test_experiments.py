@@ -582,6 +582,25 @@ def test_block_lever_is_adopted_only_where_its_run_meets_the_1m_target(tmp_path,
     assert "| **met** |" in row
 
 
+def test_the_1m_target_reads_lever_b2s_run_only_where_it_meets_the_target(tmp_path, facility_1m):
+    """Lever B2's rule: run 26 below the greedy leaves the target to run 21 (B1 missed too);
+    at the greedy's objective the row reads run 26 and its two settings."""
+    facility_1m("facility-blocks-1m", -2e-4)
+    facility_1m("facility-neighbourhood-1m", -1e-4)
+    claims = "\n".join(findings.block_lever_claims(str(tmp_path)))
+    assert "not decided: run 26 is missing" in claims
+    facility_1m("facility-lazy-start-1m", -1e-5)
+    assert "not met: the target stays run 21's" in "\n".join(
+        findings.block_lever_claims(str(tmp_path)))
+    assert "--output facility-blocks-1m`" in facility_1m_row(tmp_path)
+    facility_1m("facility-lazy-start-1m", 0.0)
+    assert "met: the 1M Facility target reads run 26" in "\n".join(
+        findings.block_lever_claims(str(tmp_path)))
+    row = facility_1m_row(tmp_path)
+    assert "--start_optimizer lazy --output facility-lazy-start-1m`" in row
+    assert "| **met** |" in row
+
+
 def test_pair_lever_is_adopted_only_above_the_goal_and_the_base_at_every_size(tmp_path):
     """From the committed runs 15 and 16: P1 is adopted; made worse than run 15 at one size (or
     missing there), the default stays (or the round is not measured)."""
