@@ -269,9 +269,9 @@ GREEDY_KERNEL_BYTES = 2**30  # --init greedy holds Facility's kernel up to this,
 def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
                   gen: torch.Generator, optimizer: str = "stochastic") -> torch.Tensor:
     """--init greedy: the greedy's k picks (`optimizer`: stochastic, or lazy for the exact
-    greedy's picks) on the run's own joint objective get logit ln(N/k), every other row 0. The picks then hold about half the
-    policy's mass (k e^c = N), so the first steps still sample outside them, and a top-k
-    read-off gives the greedy's set."""
+    greedy's picks) on the run's own joint objective get logit ln(N/k), every other row 0. The
+    picks then hold about half the policy's mass (k e^c = N), so the first steps still sample
+    outside them, and a top-k read-off gives the greedy's set."""
     from .greedy import greedy
 
     gains = diversity_gains(algorithm, ground, GREEDY_KERNEL_BYTES) if objective.lamb < 1 else None

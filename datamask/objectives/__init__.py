@@ -47,8 +47,7 @@ __all__ = [
     "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet",
     "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality", "QualityGains",
     "ScatterState", "SetFunction", "SparseCoverageGains", "SparseFacilityLocation", "TermScale",
-    "as_batch", "clipped_cosine", "collapse_score", "diversity", "diversity_gains", "exact_optimizer",
-    "kernel_rows",
-    "knn_kernel", "pair_cosine_sum", "probing_saves_work", "random_masks", "random_probes",
-    "similarity_rows",
+    "as_batch", "clipped_cosine", "collapse_score", "diversity", "diversity_gains",
+    "exact_optimizer", "kernel_rows", "knn_kernel", "pair_cosine_sum", "probing_saves_work",
+    "random_masks", "random_probes", "similarity_rows",
 ]
