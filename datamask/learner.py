@@ -326,10 +326,9 @@ def resolved(settings: dict, rows: int) -> dict:
     at one value where no start is scored (the two are then one rule): what a resume compares, so
     a checkpoint resumes under a default that means what it ran."""
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
-    scored = config.scores_start(rows)
-    greedy_start = config.start_init(rows) == "greedy"
-    return {**settings, "init": config.start_init(rows),
-            "start_optimizer": config.start_optimizer if greedy_start else "stochastic",
+    scored, init = config.scores_start(rows), config.start_init(rows)
+    return {**settings, "init": init,
+            "start_optimizer": config.start_optimizer if init == "greedy" else "stochastic",
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks"}
 

@@ -184,21 +184,21 @@ def learner_run(data: Dataset, ratio: float, score: Callable[[np.ndarray], float
             "steps": [r["objective_mean"] for r in result.history], "best_step": result.best_step}
 
 
-BLOCK_PLANS = ("random", "neighbourhood")
+BLOCK_PLANS = {  # how a learner run in blocks cuts its rows: (data, blocks, seed) -> row indices
+    "random": lambda data, n_blocks, seed: random_blocks(len(data), n_blocks, seed),
+    "neighbourhood": lambda data, n_blocks, seed: neighbourhood_blocks(data.features, n_blocks)}
 
 
 def blocks_learner_run(data: Dataset, ratio: float, block_rows: int, plan_seed: int,
                        plan: str = "random", **config) -> dict:
     """DATAMASK the way the paper scales it: blocks of at most `block_rows` rows, each learned
-    alone at its own budget, one after the other here. `plan`: "random" (`random_blocks`, the
-    pipeline's plan, seeded by `plan_seed`) or "neighbourhood" (`neighbourhood_blocks`). `wall_s`:
-    the plan's seconds (`plan_s`) plus every block's (`block_s`; a cluster runs them side by
-    side). No anytime curve: the blocks end apart. `best_step` is the step every block's
-    selection was read at, where they agree."""
+    alone at its own budget, one after the other here. `plan`, a key of BLOCK_PLANS: "random"
+    (`random_blocks`, the pipeline's plan, seeded by `plan_seed`) or "neighbourhood"
+    (`neighbourhood_blocks`). `wall_s`: the plan's seconds (`plan_s`) plus every block's
+    (`block_s`; a cluster runs them side by side). No anytime curve: the blocks end apart.
+    `best_step` is the step every block's selection was read at, where they agree."""
     started = time.perf_counter()
-    n_blocks = block_count(len(data), block_rows)
-    blocks = (neighbourhood_blocks(data.features, n_blocks) if plan == "neighbourhood"
-              else random_blocks(len(data), n_blocks, plan_seed))
+    blocks = BLOCK_PLANS[plan](data, block_count(len(data), block_rows), plan_seed)
     plan_s = time.perf_counter() - started
     selected = np.zeros(len(data), dtype=bool)
     block_s, best_steps = [], set()

@@ -883,10 +883,9 @@ def timing_targets(results: str) -> tuple[TimingTarget, ...]:
 def facility_1m_target(results: str) -> TimingTarget:
     """The run the 1M Facility target reads: lever B2's (run 26) where it meets it, else lever
     B1's (run 25) where its rule adopted it, else run 21's (plan.md's rules for runs 25 and 26)."""
-    for lever in (FACILITY_1M_LAZY_START, FACILITY_1M_NEIGHBOURHOOD):
-        if timing_target(results, lever)["met"]:
-            return lever
-    return FACILITY_1M
+    if timing_target(results, FACILITY_1M_LAZY_START)["met"]:
+        return FACILITY_1M_LAZY_START
+    return FACILITY_1M_NEIGHBOURHOOD if block_lever_adopted(results) else FACILITY_1M
 
 
 def block_lever_adopted(results: str) -> bool | None:
@@ -900,7 +899,7 @@ def block_lever_claims(results: str) -> list[str]:
     verdicts."""
     rows = {goal.folder: timing_target(results, goal)
             for goal in (FACILITY_1M, FACILITY_1M_NEIGHBOURHOOD, FACILITY_1M_LAZY_START)}
-    adopted = block_lever_adopted(results)
+    adopted = rows[FACILITY_1M_NEIGHBOURHOOD.folder]["met"]  # block_lever_adopted, read once
     b1 = ("not decided: run 25 is missing" if adopted is None else
           "blocks by neighbourhood become the timing experiment's `--block_plan`, and the 1M "
           "Facility target reads run 25" if adopted else "the block plan stays `random`")

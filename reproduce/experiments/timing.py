@@ -102,7 +102,7 @@ def parse(argv):
                              "at most N rows, one after the other, its time their sum (the "
                              "paper's route at scale; e.g. Facility=20000, the largest size its "
                              "greedy start was measured on)")
-    parser.add_argument("--block_plan", choices=BLOCK_PLANS, default="random",
+    parser.add_argument("--block_plan", choices=tuple(BLOCK_PLANS), default="random",
                         help="how --learner_blocks cuts the rows: random (the pipeline's seeded "
                              "plan) or neighbourhood (balanced bisection along principal "
                              "directions, so each block covers its own region)")
