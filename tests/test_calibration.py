@@ -228,3 +228,22 @@ def test_an_output_on_an_input_and_a_pool_without_columns_are_refused(pool, prep
                  "--series", "junk", "--dose", "0.25", "--output", str(tmp_path / "c")])
     assert code == 2 and "--pool" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("make_base, message", [
+    (lambda folder: folder / "missing.parquet", "missing.parquet: no such file"),
+    (lambda folder: folder / "base.json", "base.json: not a readable Parquet file"),
+    (lambda folder: folder / "ids.parquet", "ids.parquet: needs the columns id and selected")])
+def test_a_base_that_is_missing_or_not_a_selection_is_one_line_naming_base(
+        pool, prepared, tmp_path, capsys, make_base, message):  # noqa: F811
+    """Refused by --base (no traceback, not another command's flag), exit 2, nothing written."""
+    (tmp_path / "base.json").write_text('{"selected": [true]}')
+    pq.write_table(pa.table({"id": ["a"]}), tmp_path / "ids.parquet")
+    out, _, _ = pool
+    code = main(["calibrate", "--pool", str(out), "--prepared", str(prepared), "--series", "junk",
+                 "--dose", "0.25", "--base", str(make_base(tmp_path)), "--output",
+                 str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--base" in err and message in err and "--selection" not in err
+    assert "Traceback" not in err and not (tmp_path / "c").exists()
