@@ -2,6 +2,7 @@
 heading, for `#anchor` links into Markdown), every `make TARGET` they name is a Makefile target,
 and the block `make findings` fills is on the front page."""
 
+import argparse
 import re
 import shlex
 import shutil
@@ -132,3 +133,84 @@ def test_the_front_page_holds_the_generated_headline_block():
     readme = (ROOT / "README.md").read_text()
     assert readme.count(HEADLINE_BEGIN) == 1
     assert HEADLINE_END in readme.partition(HEADLINE_BEGIN)[2]
+
+
+# The flags' help is product text too: at most three lines each as `--help` prints it in a
+# 100-column terminal, and no project history (tracker issues, screening codes, run numbers):
+# where a default needs a reason, the help links its docs section instead.
+HELP_COLUMNS = 100
+HELP_MAX_LINES = 3
+HISTORY = re.compile(r"\bissues? ?#?\d|#\d+\b|\blevers?\b|\bruns? \d|\baddend|\bround \d|"
+                     r"(?<![\w-])[LSDPB]\d(?![\w-])", re.I)  # not a model's name: MiniLM-L6-v2
+
+
+def command_parsers():
+    """(name, parser) of every experiment's, benchmark's and pipeline stage's command line."""
+    from reproduce import cli
+    from reproduce.bench import baselines, chunks, objectives, soak
+    from reproduce.experiments import direct, proxy, sweep, timing
+    from reproduce.pipeline import gpu_check
+
+    modules = {"experiments.sweep": sweep, "experiments.timing": timing,
+               "experiments.direct": direct, "experiments.proxy": proxy,
+               "bench.baselines": baselines, "bench.chunks": chunks,
+               "bench.objectives": objectives, "bench.soak": soak,
+               "pipeline.gpu_check": gpu_check}
+    named = [(name, module.build_parser()) for name, module in modules.items()]
+    named.append(("reproduce", cli.build_parser()))
+    for name, parser in list(named):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                named += [(f"{name} {stage}", sub) for stage, sub in action.choices.items()]
+    return named
+
+
+def rendered_help(parser):
+    """Each action's help as argparse wraps it in the help column (subcommands' one-line help
+    included): {invocation: [lines]}. The help column starts where `--help` puts it: after the
+    longest invocation, at most 24 columns in."""
+    formatter = parser._get_formatter()
+    actions = [a for a in parser._actions if a.help != argparse.SUPPRESS]
+    for action in actions:
+        formatter.add_argument(action)  # measures the invocations, as format_help does
+    column = min(formatter._action_max_length + 2, formatter._max_help_position)
+    width = max(formatter._width - column, 11)
+    items = []
+    for action in actions:
+        items.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            items += action._get_subactions()
+    return {formatter._format_action_invocation(a): formatter._split_lines(
+        formatter._expand_help(a), width) for a in items if a.help}
+
+
+def help_problems(name, parser):
+    problems = []
+    for invocation, lines in rendered_help(parser).items():
+        if len(lines) > HELP_MAX_LINES:
+            problems.append(f"{name} {invocation}: {len(lines)} lines")
+        if HISTORY.search(" ".join(lines)):
+            problems.append(f"{name} {invocation}: names history: {' '.join(lines)}")
+    return problems
+
+
+def test_every_flags_help_fits_three_lines_and_names_no_history(monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(HELP_COLUMNS))
+    parsers = command_parsers()
+    assert len(parsers) > 20  # the stages were found, not only the modules' own parsers
+    assert [p for name, parser in parsers for p in help_problems(name, parser)] == []
+
+
+def test_the_help_check_catches_a_long_help_and_history(monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(HELP_COLUMNS))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fine", help="one short line")
+    parser.add_argument("--long", help="word " * 70)
+    parser.add_argument("--old", help="the default since run 23 (lever S2, issue 30)")
+    sub = parser.add_subparsers().add_parser("stage", help="a stage of issue #7")
+    sub.add_argument("--x", help="rounds the ratio half up (round(0.5) is 0)")
+    assert help_problems("t", parser) == [
+        "t --long LONG: 5 lines",
+        "t --old OLD: names history: the default since run 23 (lever S2, issue 30)",
+        "t stage: names history: a stage of issue #7"]
+    assert help_problems("t stage", sub) == []

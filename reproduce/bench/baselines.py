@@ -73,7 +73,7 @@ def warm_apricot() -> None:
     FacilityLocationSelection(2, metric="precomputed", optimizer="lazy").fit(np.eye(4))
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 5000, 20000])
     parser.add_argument("--dim", type=int, default=384)
@@ -84,7 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of each facility greedy against apricot; the best is kept")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
     warm_apricot()
 

@@ -61,7 +61,7 @@ def in_fresh_process(args: argparse.Namespace, metric: str, rows: int, probes: i
                                      text=True).stdout)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", nargs="+", default=list(STEP_ROWS), choices=list(STEP_ROWS))
     parser.add_argument("--rows", type=int, nargs="+",
@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--evaluations", type=int, default=3, help="timed per process")
     parser.add_argument("--one", nargs=4, metavar=("METRIC", "ROWS", "PROBES", "CAP"),
                         help=argparse.SUPPRESS)  # one measurement, printed as JSON
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.one:
         metric, rows, probes, cap = args.one
         print(json.dumps(measure(metric, int(rows), args.dim, args.n_rollout, int(probes),

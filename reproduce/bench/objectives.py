@@ -50,7 +50,7 @@ def useful_flops(metric: str, n_masks: int, n: int, k: int, d: int) -> float:
             "Pair_simi": n_masks * k * d}[metric]
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--n_rollout", type=int, default=128)
@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[384, 768])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6, help="learner steps timed per metric")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()

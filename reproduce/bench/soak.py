@@ -60,14 +60,18 @@ def run_select(shard: Path, out: Path, args) -> dict:
             "peak_rss_bytes": usage.ru_maxrss * 1024}  # ru_maxrss is in KiB on Linux
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--algorithm", default="Pair_simi")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--partial", type=float, default=0.1)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     print(f"datamask select --algorithm {args.algorithm} --partial {args.partial} "
           f"--n_epochs {args.steps}, 10% selected, d = {args.dim}, CPU threads: {os.cpu_count()}\n")

@@ -92,18 +92,16 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                              "(datamask select --patience); 0 = always run --steps, so that "
                              "experiments compare fixed step counts unless told otherwise")
     parser.add_argument("--stop_every", type=int, default=0,
-                        help="the learner's stopping rule on its read-off, checked every this "
-                             "many steps at datamask select's window and tolerance (datamask "
-                             "select --stop_every, on there); 0 = always run --steps, so that "
-                             "experiments compare fixed step counts unless told otherwise")
+                        help="datamask select's stopping rule, checked every this many steps "
+                             "(select's default: 50); 0, the default here, always runs --steps, "
+                             "so that experiments compare fixed step counts")
     parser.add_argument("--cover_sample", type=float, default=0.0,
                         help="Facility's learner only, with --partial 1 (datamask select "
                              "--cover_sample): coverage measured on this fraction of the rows")
     parser.add_argument("--probes", type=int, default=0,
-                        help="DiSF's learner only (datamask select --probes): each mask's score "
-                             "estimated with this many shared random directions; default 0, the "
-                             "exact score, so that the committed runs' commands keep their "
-                             "meaning (datamask select's own default for DiSF is 64)")
+                        help="DiSF's learner: each mask's score estimated with this many shared "
+                             "random directions (select's DiSF default: 64); 0, the default "
+                             "here, the exact score, so the committed commands keep their meaning")
     parser.add_argument("--init", default="auto", choices=LEARNER_INITS,
                         help="the learner's initial logits (datamask select --init; default "
                              "%(default)s, select's)")

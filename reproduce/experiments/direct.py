@@ -1,4 +1,4 @@
-"""`make ablation-direct`: is the policy gradient needed at all? (issue #7)
+"""`make ablation-direct`: is the policy gradient needed at all?
 
     python -m reproduce.experiments.direct [--metrics DiSF Facility Pair_simi] [--seeds 0 1 2]
         [--n 2000] [--dim 384] [--clusters 64] [--ratio 0.1] [--lamb 0.5] [--steps 200]
@@ -47,7 +47,7 @@ ONE_SHOT = ("knn-density", "cluster-quota", "mmr", "quality-topk", "random")
 SEEDED = ("cluster-quota", "random")  # one-shot selectors whose result depends on a seed
 
 
-def parse(argv):
+def build_parser():
     parser = experiment_parser(__doc__, steps=200)
     add_seeded_rows(parser)
     parser.add_argument("--neighbors", type=int, default=10, help="knn-density")
@@ -55,7 +55,11 @@ def parse(argv):
     parser.add_argument("--quota_clusters", type=int, default=64,
                         help="cluster-quota: k-means clusters (capped at N)")
     parser.add_argument("--trade_off", type=float, default=0.5, help="mmr")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse(argv):
+    return build_parser().parse_args(argv)
 
 
 def one_shot_params(name: str, args, seed: int | None) -> dict:

@@ -200,16 +200,13 @@ def run(pool: Path, output: Path, names: list[str], probe_only: bool = False) ->
     return report(output, probes)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from datamask.cli import run_command
-
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reproduce.experiments.proxy",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--pool", required=True, help="pool folder (make pool)")
     p.add_argument("--output", required=True, help="sweep folder, one subfolder per candidate")
     p.add_argument("--candidates", nargs="+", default=list(CANDIDATES),
                    help="(default: all of %(default)s)")
-
     p.add_argument("--probe_only", action="store_true",
                    help="only the probes and the eligibility they give (probes.json, proxy.md)")
 
@@ -217,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         print(run(Path(args.pool), Path(args.output), args.candidates, args.probe_only))
 
     p.set_defaults(func=command)
-    return run_command(p, argv, "reproduce.experiments.proxy")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from datamask.cli import run_command
+
+    return run_command(build_parser(), argv, "reproduce.experiments.proxy")
 
 
 if __name__ == "__main__":

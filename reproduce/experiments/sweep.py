@@ -5,10 +5,10 @@
 
 Knobs of the paper: G (n_rollout; paper: 32..512, divergence below 128), lamb (1.0..0.1), partial
 (100/10/5/1%), init ('same' | 'quality', each optionally '+prune': quality pruning of
---prune_ratio first; the paper reports selection time 18 h -> 10 h -> 7 h). Knobs it left open
-(issue #7): lr ('schedule:max_lr:min_lr', schedule linear | cosine | constant), steps (n_epochs),
-logprob (simple | exact), scale_on (step | input: the mask shape the terms' spreads are fitted
-at). Learner variants beyond the paper (issue #17), each a LearnerConfig flag: credit (mask | row),
+--prune_ratio first; the paper reports selection time 18 h -> 10 h -> 7 h). Knobs it left open:
+lr ('schedule:max_lr:min_lr', schedule linear | cosine | constant), steps (n_epochs), logprob
+(simple | exact), scale_on (step | input: the mask shape the terms' spreads are fitted at).
+Learner variants beyond the paper, each a LearnerConfig flag: credit (mask | row),
 update ('ascent' at --lr, or 'adam:RATE', Adam at a constant RATE), cover_sample (Facility only: 0
 is the paper's --partial; a fraction F draws masks over all candidates with coverage measured on
 F of them), probes (DiSF only: 0 is the exact collapse score; P estimates it with P shared random
@@ -103,7 +103,7 @@ def knob_params(knob: str, value, args) -> dict:
     return learner_params(args, **dict({"lamb": args.lamb}, **change))
 
 
-def parse(argv):
+def build_parser():
     parser = experiment_parser(__doc__, steps=200)
     add_seeded_rows(parser)
     parser.add_argument("--knob", required=True, choices=list(KNOBS))
@@ -113,6 +113,11 @@ def parse(argv):
     parser.add_argument("--no_greedy", dest="greedy", action="store_false",
                         help="skip the joint greedy's yardstick (gain ratios then '-'): for DiSF "
                              "it is the naive greedy, k N d^2 work, hours at 20,000 x 384")
+    return parser
+
+
+def parse(argv):
+    parser = build_parser()
     args = parser.parse_args(argv)
     default, _ = KNOBS[args.knob]
     kind = str if args.knob in TEXT_KNOBS else float

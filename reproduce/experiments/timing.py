@@ -80,7 +80,7 @@ PAPER = PaperTiming(metric="DiSF", n=100_000, greedy_s=78 * 3600, datamask_s=50 
                     time_ratio=50 / (78 * 60), device="GPU")
 
 
-def parse(argv):
+def build_parser():
     parser = experiment_parser(__doc__, steps=500)
     parser.set_defaults(metrics=list(GREEDIES))
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 5000, 20000, 100000],
@@ -98,10 +98,9 @@ def parse(argv):
                         help="run METRIC's learner only up to N rows, its time extrapolated past "
                              "it (e.g. Facility=20000), while the greedies go on")
     parser.add_argument("--learner_blocks", nargs="*", default=[], metavar="METRIC=N",
-                        help="past N rows, run METRIC's learner in independent random blocks of "
-                             "at most N rows, one after the other, its time their sum (the "
-                             "paper's route at scale; e.g. Facility=20000, the largest size its "
-                             "greedy start was measured on)")
+                        help="past N rows, run METRIC's learner the paper's way at scale: in "
+                             "blocks of at most N rows (--block_plan), one after the other, its "
+                             "time their sum; e.g. Facility=20000, where its greedy start ends")
     parser.add_argument("--block_plan", choices=tuple(BLOCK_PLANS), default="random",
                         help="how --learner_blocks cuts the rows: random (the pipeline's seeded "
                              "plan) or neighbourhood (balanced bisection along principal "
@@ -112,6 +111,11 @@ def parse(argv):
     parser.add_argument("--greedy_points", type=int, default=10,
                         help="points on each greedy's anytime curve")
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def parse(argv):
+    parser = build_parser()
     args = parser.parse_args(argv)
     for flag in ("max_n", "learner_max_n", "learner_blocks"):
         entries = getattr(args, flag)

@@ -242,14 +242,18 @@ def cuda_device(requested: str) -> torch.device | None:
     return device
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m reproduce.pipeline.gpu_check",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="the GPU (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=20,
                         help="timed learner steps per device (default: %(default)s)")
     parser.add_argument("--output", help="also write the records to this JSON file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         gpu = cuda_device(args.device)
     except UserError as error:
