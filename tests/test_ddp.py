@@ -1,4 +1,4 @@
-"""Data-parallel training (reproduce/pipeline/train.py under torchrun, issue 18): two CPU ranks (gloo on
+"""Data-parallel training (reproduce/pipeline/train.py under torchrun): two CPU ranks (gloo on
 loopback) train the same model as one process at the same global batch, replicated (DDP) and
 sharded (FSDP2), on tiny datatrove token files cut from the BBC corpus.
 

@@ -1,4 +1,4 @@
-"""Noise reduction (issue 29, section 2): the train stage keeps the last checkpoints, their weight
+"""Noise reduction: the train stage keeps the last checkpoints, their weight
 average and an EMA of the weights; evaluate scores held-out bits per byte on each of them.
 
 A tiny model trains 3 steps with average_last=3, average_every=1 (every step kept), so the

@@ -1,4 +1,4 @@
-"""The paper's evaluation tasks (issue 18): every Table 2 task name resolves in lm-eval's
+"""The paper's evaluation tasks: every Table 2 task name resolves in lm-eval's
 registry offline, and the two local YAMLs (race_m, kqapro) load and score, through the project's
 evaluate stage, on small fixtures in their datasets' own layouts:
 
