@@ -1,4 +1,4 @@
-"""`python -m reproduce.experiments.proxy`: the proxy sweep of proxy-plan.md, section 1.
+"""`python -m reproduce.experiments.proxy`: which small model the downstream run should train.
 
 Each candidate (tokenizer vocabulary, model shape, token budget) is one downstream run of its own
 folder under --output, made by reproduce/pipeline/downstream.py:
@@ -12,7 +12,8 @@ folder under --output, made by reproduce/pipeline/downstream.py:
   report     proxy.md/.json: per candidate its loss, tokens per non-embedding parameter, epochs,
              seconds per run, and every metric's signal, noise and SNR; the pick by the plan's rule
 Every stage skips what a previous invocation finished (the downstream run does), so the sweep
-resumes after an interruption.
+resumes after an interruption. The candidates, the cost rule, the SNR and the pick are those of
+reproduce/results/downstream/proxy-plan.md, section 1.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def shape(vocab: int, hidden: int, layers: int, intermediate: int) -> dict:
                                     f"intermediate_size={intermediate}"]}
 
 
-# proxy-plan.md's table, in its order; budget: steps (point C) or epochs of random's selection
+# the plan's table of candidates, in its order; budget: steps (point C) or epochs of random's selection
 CANDIDATES = {
     "C": {**shape(4096, 128, 2, 344), "steps": POINT_C_STEPS},
     "V4096-d128": {**shape(4096, 128, 2, 344), "epochs": EPOCHS},
