@@ -6,7 +6,7 @@ constant column standardises to 0), density the mean cosine similarity of a row 
 good rows in a sparse region, so the top k trades quality against redundancy without any
 optimisation. The density term is the "information density" weighting of active learning
 (Settles & Craven 2008), here subtracted from a quality z-score: the simplest one-shot answer to
-"is the policy gradient needed at all?" (issue #7).
+"is the policy gradient needed at all?".
 
 The neighbours are exact: faiss IndexFlatIP on the unit rows, or (without faiss) a torch top-k
 over blocks of unit @ unit.T. Ties of the score go to the higher quality, then the lower row

@@ -49,7 +49,7 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
     io.add_argument("--stratify", metavar="COLUMN",
                     help="split the budget over this input column's values (integers or text) "
                          "in proportion to the input, to the row, and select each part within its "
-                         "stratum (docs/select.md, Stratified selection)")
+                         "stratum (docs/select.md#stratified-selection)")
     io.add_argument("--report", action="store_true",
                     help="after selecting, print mean quality, every diversity metric and the "
                          "joint objective of the selection on the whole input as JSON (costs "

@@ -36,7 +36,7 @@ from .shared import resolve_device, top_rows
 
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
-GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to here (facility-levers)
+GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -67,31 +67,14 @@ class LearnerConfig:
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)
-    init: str = option("auto", "initial logits: same (all equal; the paper's); quality (log "
-                               "quality, so selection probability is proportional to it); "
-                               "greedy (the stochastic greedy's picks on the run's joint "
-                               "objective start at ln(N/k), the rest at 0, its time counted in "
-                               "the run's); auto = greedy for Facility on at most "
-                               f"{GREEDY_INIT_ROWS:,} input rows (the winner of its levers "
-                               "there, reproduce/results/facility-levers; the greedy's cost "
-                               "grows as N^2 and larger inputs are not measured), for "
-                               "Pair_simi (lever P1: 0.996-0.999 of pair-greedy's gain at "
-                               "5k-100k rows against 0.987-0.992, its greedy ~N^1; "
-                               "scale-goals/pair-init-greedy) and for DiSF (lever D1: "
-                               "0.91x and 0.64x disf-greedy-fast's time at 100k rows, against "
-                               "2.57x and 1.35x from equal logits, at a higher gain; "
-                               "scale-goals/disf-init-greedy), same otherwise; with the "
-                               "stopping rule the start is scored (--best_from auto): "
-                               "Facility's and DiSF's runs have always written it, "
-                               "Pair_simi's beat it at lamb 0.5 (ablation-stop)",
-                       choices=("auto", "same", "quality", "greedy"),
-                       original=True)
-    start_optimizer: str = option("stochastic", "the greedy start's optimiser (with --init "
-                                                "greedy or auto's greedy): stochastic (epsilon "
-                                                "0.01, about N ln 100 gains in all: the route at "
-                                                "scale) or lazy (the exact greedy's picks: lazy "
-                                                "bounds for Facility, every gain each pick for "
-                                                "the others; scale-goals/plan.md lever B2)",
+    init: str = option("auto", "initial logits: same (equal; the paper's), quality (log "
+                               "quality), greedy (a greedy's picks start high), "
+                               f"auto (greedy, but same for Facility over {GREEDY_INIT_ROWS:,} "
+                               "rows): docs/select.md#the-learners-flags",
+                       choices=("auto", "same", "quality", "greedy"), original=True)
+    start_optimizer: str = option("stochastic", "the greedy start's optimiser: stochastic (about "
+                                                "N ln 100 gains in all) or lazy (the exact "
+                                                "greedy's picks; N gains a pick but for Facility)",
                                   choices=("stochastic", "lazy"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
@@ -105,64 +88,39 @@ class LearnerConfig:
                                    "Facility)", choices=("step", "input"))
     readoff: str = option("topk", "final subset: top-k of the final logits, or one draw from the "
                                   "final policy", choices=("topk", "sample"))
-    credit: str = option("mask", "what a step's advantages credit: each sampled mask as a "
-                                 "whole (paper), or each selected row of each mask with its "
-                                 "marginal contribution to it (exact for Facility, Pair_simi "
-                                 "and quality, first-order for DiSF), standardised over the "
-                                 "step's (mask, row) pairs", choices=("mask", "row"))
-    cover_sample: float = option(0.0, "Facility only, with --partial 1: masks over all "
-                                      "candidates, their coverage measured on this fraction of "
-                                      "them, drawn afresh each step (an unbiased estimate of the "
-                                      "same function); 0 = off, coverage on all candidates",
-                                 low=0.0, high=1.0)
+    credit: str = option("mask", "what a step's advantages credit: each sampled mask (paper), or "
+                                 "each selected row by its marginal contribution to its mask",
+                         choices=("mask", "row"))
+    cover_sample: float = option(0.0, "Facility with --partial 1: measure each step's coverage "
+                                      "on this fraction of the candidates, drawn afresh "
+                                      "(unbiased); 0 = on all of them", low=0.0, high=1.0)
     probes: int = option(-1, "DiSF: estimate each mask's collapse score with this many random "
-                             "orthogonal directions shared by a step's masks (Hutchinson; "
-                             "unbiased, 4 k d p work a mask instead of 2 k d^2; where that is "
-                             "no cheaper, 2 p >= min(k, d), the exact score is used); 0 = the "
-                             "exact score (paper); "
-                             f"-1 = {AUTO_PROBES} for DiSF (the winner of make ablation-probes), "
-                             "exact for the other metrics", low=-1)
+                             "directions (unbiased; exact where no cheaper); 0 = exact (paper); "
+                             f"-1 = {AUTO_PROBES} for DiSF, exact otherwise "
+                             "(docs/select.md#the-learners-flags)", low=-1)
     update: str = option("ascent", "the logit update: plain gradient ascent (paper), or Adam "
                                    "(per-logit adaptive step, moments of the rows a step "
                                    "moves; a logit moves by about the rate per step, so give "
                                    "it a smaller --max_lr)", choices=("ascent", "adam"))
-    stop_every: int = option(50, "the stopping rule: every this many steps, score the "
-                                 "selection that would be written now (--readoff) on the joint "
-                                 "objective over all candidates (its time counted), "
-                                 "keep the best, stop once it stalls (--stop_window, "
-                                 "--stop_tolerance) and write the best; 0 = off, run --n_epochs "
-                                 "and write the last", low=0)
+    stop_every: int = option(50, "the stopping rule: score the selection it would write every "
+                                 "this many steps, stop once the best stalls, write the best; "
+                                 "0 = off (docs/method.md#when-the-learner-stops)", low=0)
     stop_window: int = option(4, "the stopping rule's window, in checks: stop once the best "
                                  "rose by at most --stop_tolerance over this many checks",
                               low=1)
     stop_tolerance: float = option(0.01, "the stopping rule's tolerance, a fraction of the "
                                          "best's rise since the first check", low=0.0, high=1.0)
-    best_from: str = option("auto", "what the stopping rule's best may be: check = the "
-                                    "read-offs of its checks (step --stop_every on); start = "
-                                    "also the starting read-off (step 0, scored before the "
-                                    "first step, its time counted), so a run that never beats "
-                                    "its start writes it; auto = start where the run starts "
-                                    "from the greedy (--init), check otherwise (Facility's "
-                                    "lever L9: 0.966 and 0.952 of the lazy greedy's gain at "
-                                    "3,000 and 20,000 rows against 0.886 and 0.892, every "
-                                    "run writing the greedy's picks; facility-levers)",
+    best_from: str = option("auto", "what the stopping rule's best may be: check (the checks' "
+                                    "read-offs), start (also the start's, step 0), auto (start "
+                                    "where --init starts from a greedy, else check)",
                             choices=("check", "start", "auto"))
-    stall_on: str = option("checks", "what the stopping rule's stall is tested on: checks = "
-                                     "the best of the checks' read-offs alone, so a run goes on "
-                                     "while they rise, below a better start or not; best = the "
-                                     "best so far, the scored start included, so such a run "
-                                     "stops after one window. Either way the best of the start "
-                                     "and the checks is written. checks is lever S2 "
-                                     "(scale-goals/plan.md runs 23-24): DiSF from its greedy "
-                                     "start at 3,000 rows keeps 0.9971 of the fixed steps' "
-                                     "objective against 0.9920, and its 100k time targets hold",
+    stall_on: str = option("checks", "what the stopping rule's stall is tested on: checks (their "
+                                     "own best: a run goes on while they rise) or best (the start "
+                                     "included); the best is written either way",
                            choices=("checks", "best"))
-    patience: int = option(0, "an older, separate rule on the mean objective of the sampled "
-                              "masks, not of the selection written (it gave up 8% of DiSF's "
-                              "objective at 25: ablation-patience): stop once the last this "
-                              "many steps' mean rose by less than --min_gain of its rise since "
-                              "the first step over the window before; needs --stop_every 0; "
-                              "0 = off", low=0)
+    patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
+                              "its mean over this many steps rose by less than --min_gain of its "
+                              "rise so far; needs --stop_every 0; 0 = off", low=0)
     min_gain: float = option(0.01, "--patience's threshold, a fraction of the rise so far",
                              low=0.0, high=1.0, open_low=True)
     seed: int = option(0, "same seed, same device: same selection", original=True)
@@ -176,8 +134,8 @@ class LearnerConfig:
         """The initial logits a run on `rows` input rows takes: --init, with auto resolved."""
         if self.init != "auto":
             return self.init
-        if self.algorithm in ("Pair_simi", "DiSF") or rows <= GREEDY_INIT_ROWS:  # Facility: up
-            return "greedy"  # to the size its levers measured
+        if self.algorithm in ("Pair_simi", "DiSF") or rows <= GREEDY_INIT_ROWS:
+            return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
         return "same"
 
     def scores_start(self, rows: int) -> bool:
