@@ -66,7 +66,7 @@ bench-baselines: install
 clean:
 	rm -rf runs build *.egg-info
 
-# The web-like pool of issue 16 (reproduce/pool): BBC news, Python docs, FOLDOC and Austen's
+# The web-like pool (reproduce/pool): BBC news, Python docs, FOLDOC and Austen's
 # novels cut into pages, with planted duplicates, boilerplate and junk, held-out text per domain and
 # the BBC tasks. The Debian sources are fetched once (apt-get download) into ~/.cache/datamask;
 # a second run with the same flags does nothing. POOL_FLAGS passes more flags (rates, sizes).
@@ -157,9 +157,10 @@ pipeline-demo: install
 	@start=$$(date +%s); $(MAKE) --no-print-directory pipeline-tables && \
 		echo "pipeline-demo: $$(( $$(date +%s) - start )) s wall" | tee $(PIPE_DIR)/wall_time.txt
 
-# Paper experiments at this machine's scale (reproduce/experiments): each writes <name>.json and
-# <name>.md under $(EXP_DIR); `make figures` draws them. Defaults are the real runs (long);
-# override e.g. make reproduce-timing TIMING_SIZES="1000 5000" TIMING_BUDGET=120.
+# Paper experiments at this machine's scale (reproduce/experiments). Each target writes one
+# question's folder under $(EXP_DIR) (<name>.json, <name>.md), the layout of reproduce/results/;
+# `make figures` draws them and `make findings` decides each claim from them. Defaults are the real
+# runs (long); override e.g. make reproduce-timing TIMING_SIZES="1000 5000" TIMING_BUDGET=120.
 EXP_DIR ?= runs/experiments
 TIMING_SIZES ?= 1000 2000 5000 20000 100000
 TIMING_BUDGET ?= 300
@@ -169,8 +170,8 @@ TIMING_MAX_N ?= Facility=20000
 # power laws (the two smallest sizes always run to the end); the learner's Facility stops at 20k
 TIMING_SCALE_SIZES ?= 1000 2000 20000 100000 1000000
 TIMING_LEARNER_MAX_N ?= Facility=20000
-# the learner at the paper's scale stops as datamask select does (issue 30: its final wall time
-# under the stopping rule, checks counted); 0 = the fixed steps of the runs committed before it
+# the learner at the paper's scale stops as datamask select does (its final wall time under the
+# stopping rule, checks counted); 0 = fixed steps
 TIMING_SCALE_STOP ?= 50
 ABLATION_SEEDS ?= 0 1 2
 ABLATION_N ?= 10000
@@ -182,28 +183,22 @@ EXP_LR ?=
 EXP := $(BIN)/python -m reproduce.experiments
 LR_FLAG = $(if $(EXP_LR),--lr $(EXP_LR))
 # One name per knob, as the learner's flag and reproduce/experiments/sweep.py's KNOBS name it:
-# `make ablation-<knob>` writes ablation-<knob>.json/.md and figures 2-ablation-<knob>*.png.
-# Beyond the paper (#7): lr (rate and schedule), steps, logprob (the exact log-probability),
-# scale_on (the shape at which the learner fits the two terms' spreads: a partial step's or the
-# whole input's), and ablation-direct (one-shot selectors); `make findings` states what holds.
+# `make ablation-<knob>` writes $(EXP_DIR)/ablation-<knob>/ and figures 2-ablation-<knob>*.png.
+# Beyond the paper: lr (rate and schedule), steps, logprob (the exact log-probability), scale_on
+# (the shape at which the learner fits the two terms' spreads: a partial step's or the whole
+# input's), and ablation-direct (one-shot selectors).
 ABLATION_KNOBS := G lamb partial init lr steps logprob scale_on
 ABLATION_TARGETS := $(addprefix ablation-,$(ABLATION_KNOBS))
-# Learner variants beyond the paper (#17 part 2), each a LearnerConfig flag: per-row credit, the
-# covered-row sample of Facility, Adam, the stopping rule. Fixed before running: VARIANT_N rows of
-# VARIANT_DIM-d in VARIANT_CLUSTERS clusters (the issue's prototype shape), datamask select's other
-# defaults (G 128, partial 0.1, lamb 0.5, constant 10), ABLATION_STEPS steps, ABLATION_SEEDS; a
-# variant wins by the learning rate's rule: lowest mean rank of the mean final objective over
-# the metrics, ties to the paper's value (listed first). `make findings` states the verdict. The
-# stopping rule (patience) runs to datamask select's n_epochs, which it exists to cut short, and
-# has its own rule: the window with the fewest mean steps that keeps 99% of the never-stopping
-# run's objective on every metric (reproduce/experiments/findings.py, cheapest_keeping). DiSF's
-# probes (--probes) estimate the exact score to save time, so they too can only lose objective:
-# they run where the estimate saves work (PROBES_N rows of PROBES_DIM-d: a step's masks hold 200
-# rows of 384-d) without the joint greedy's yardstick (naive for DiSF: hours there), and the fewest
-# mean seconds among the values keeping 99% of the exact score's objective wins, none keeping it,
-# 0 (exact) stays. best_from (issue 30's lever L9: the stopping rule also scores the starting
-# read-off) runs Facility at lamb 0 for PATIENCE_STEPS steps, the facility-levers screen's shape;
-# its rule is reproduce/results/facility-levers/plan.md, addendum 2.
+# Learner variants beyond the paper, each a LearnerConfig flag: per-row credit, Adam, the
+# covered-row sample of Facility, the patience stopping rule, DiSF's probes. Fixed before running:
+# VARIANT_N rows of VARIANT_DIM-d in VARIANT_CLUSTERS clusters, datamask select's other defaults,
+# ABLATION_STEPS steps, ABLATION_SEEDS. A variant wins by the lowest mean rank of its final
+# objective over the metrics, ties to the paper's value (listed first); patience and probes trade
+# objective for time, so the cheapest value keeping 99% of the paper's value's objective on every
+# metric wins (reproduce/experiments/claims.yaml states each rule). Probes run where the estimate
+# saves work (PROBES_N rows of PROBES_DIM-d) without the joint greedy's yardstick. best_from (the
+# stopping rule also scores the starting read-off) runs Facility at lamb 0 for PATIENCE_STEPS
+# steps, the shape of reproduce/results/facility-start/.
 VARIANT_KNOBS := credit update cover_sample patience probes best_from
 VARIANT_TARGETS := $(addprefix ablation-,$(VARIANT_KNOBS))
 VARIANT_N ?= 3000
@@ -213,43 +208,62 @@ PATIENCE_STEPS ?= 2000
 PROBES_N ?= 20000
 PROBES_DIM ?= 384
 
-# ablation-stop (issue 30): datamask select's stopping rule on the read-off (--stop_every 50, its
-# default: every 50 steps the selection it would write is scored on the run's joint objective,
-# the best kept; stop once the checks' best rose by at most 1% of its rise over 4 checks, the
-# --stall_on checks of lever S2: ablation-stop/stall-on-checks/ is this target at that default)
-# against the fixed steps it caps (value 0). Fixed before it ran: every metric, at each of
-# STOP_SIZES rows of VARIANT_DIM-d in VARIANT_CLUSTERS clusters (one sweep per size, in
-# ablation-stop/n<N>/), ABLATION_SEEDS, select's other defaults (G 128, partial 0.1, lamb 0.5,
-# constant 10), cap STOP_STEPS = select's n_epochs. Measured: the mean final objective (Report
-# on all N rows, random ~ 0, so a gain over random) and the mean wall seconds (the rule's checks
-# counted), each as the rule's over the fixed steps' at the same metric and size. Verdict: the
-# rule keeps its default if at every size every metric keeps at least 0.995 of its fixed-steps
-# objective (the issue's "no metric loses more than 0.5%"); otherwise the miss is stated, metric
-# and size, and the defaults are not retuned on these runs. The time ratio is reported whatever
-# the verdict.
+# ablation-stop: datamask select's stopping rule on the read-off (--stop_every 50, its default:
+# every 50 steps the selection it would write is scored on the run's joint objective, the best
+# kept, and the run stops once the checks' best rose by at most 1% of its rise over 4 checks)
+# against the fixed steps it caps (value 0), every metric, at each of STOP_SIZES rows of
+# VARIANT_DIM-d in VARIANT_CLUSTERS clusters (one sweep per size, in ablation-stop/n<N>/),
+# ABLATION_SEEDS, cap STOP_STEPS = select's n_epochs. Its rule: every metric keeps at least 0.995
+# of its fixed-steps objective at every size (docs/method.md, When the learner stops).
 STOP_SIZES ?= 1000 3000
 STOP_STEPS ?= 2000
 
+# The scale runs of reproduce/results/scale/ at select's defaults, each a timing run in its own
+# folder under $(EXP_DIR)/scale (hours each on 2 cores): DiSF at 100,000 rows (64 and 40
+# clusters) and 1,000,000; Pair_simi to 100,000; Facility at 1,000,000 in 20,000-row blocks by
+# neighbourhood, each from the lazy greedy. The greedies' own long runs at 1M (disf-chunks-1m,
+# onerun-1m) are `make reproduce-timing-scale`'s.
+SCALE_DIR = $(EXP_DIR)/scale
+SCALE_STOP := --steps 2000 --stop_every 50 --repeats 1
+DISF_SCALE := --metrics DiSF $(SCALE_STOP) --probes 64 --init greedy --stall_on checks
+
 .PHONY: reproduce-timing reproduce-timing-scale $(ABLATION_TARGETS) $(VARIANT_TARGETS) ablation-variants ablation-direct \
-	ablation-stop ablations figures findings
+	ablation-stop ablations figures findings scale-disf scale-pair scale-facility
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
-		--max_n $(TIMING_MAX_N) $(LR_FLAG) --output $(EXP_DIR)
+		--max_n $(TIMING_MAX_N) $(LR_FLAG) --output $(EXP_DIR)/timing
 
 reproduce-timing-scale: install
 	$(EXP).timing --sizes $(TIMING_SCALE_SIZES) --budget_s $(TIMING_BUDGET) \
 		--repeats $(TIMING_REPEATS) --learner_max_n $(TIMING_LEARNER_MAX_N) $(LR_FLAG) \
-		--stop_every $(TIMING_SCALE_STOP) --output $(EXP_DIR)/scale
+		--stop_every $(TIMING_SCALE_STOP) --output $(SCALE_DIR)/timing-scale
+
+scale-disf: install
+	$(EXP).timing --sizes 1000 2000 20000 100000 $(DISF_SCALE) --budget_s 300 \
+		--output $(SCALE_DIR)/disf-stall-checks
+	$(EXP).timing --clusters 40 --sizes 1000 2000 100000 $(DISF_SCALE) --budget_s 300 \
+		--output $(SCALE_DIR)/disf-stall-checks-40c
+	$(EXP).timing --sizes 1000 2000 1000000 $(DISF_SCALE) --budget_s 60 \
+		--output $(SCALE_DIR)/disf-stall-checks-1m
+
+scale-pair: install
+	$(EXP).timing --sizes 1000 2000 5000 20000 100000 --metrics Pair_simi $(SCALE_STOP) \
+		--budget_s 300 --init greedy --output $(SCALE_DIR)/pair-init-greedy
+
+scale-facility: install
+	$(EXP).timing --sizes 1000 2000 1000000 --metrics Facility $(SCALE_STOP) --budget_s 60 \
+		--learner_blocks Facility=20000 --block_plan neighbourhood --start_optimizer lazy \
+		--output $(SCALE_DIR)/facility-lazy-start-1m
 
 $(ABLATION_TARGETS): ablation-%: install
 	$(EXP).sweep --knob $* --seeds $(ABLATION_SEEDS) \
 		--n $(if $(filter partial,$*),$(PARTIAL_N),$(ABLATION_N)) --steps $(ABLATION_STEPS) \
-		$(LR_FLAG) --output $(EXP_DIR)
+		$(LR_FLAG) --output $(EXP_DIR)/ablation-$*
 
 ablation-direct: install
 	$(EXP).direct --seeds $(ABLATION_SEEDS) --n $(ABLATION_N) --steps $(ABLATION_STEPS) \
-		$(LR_FLAG) --output $(EXP_DIR)
+		$(LR_FLAG) --output $(EXP_DIR)/ablation-direct
 
 $(VARIANT_TARGETS): ablation-%: install
 	$(EXP).sweep --knob $* --seeds $(ABLATION_SEEDS) \
@@ -258,7 +272,7 @@ $(VARIANT_TARGETS): ablation-%: install
 		--steps $(if $(filter patience best_from,$*),$(PATIENCE_STEPS),$(ABLATION_STEPS)) \
 		$(if $(filter cover_sample,$*),--metrics Facility)$(if $(filter probes,$*),--metrics DiSF) \
 		$(if $(filter best_from,$*),--metrics Facility --lamb 0) \
-		$(LR_FLAG) --output $(EXP_DIR)
+		$(LR_FLAG) --output $(EXP_DIR)/$(if $(filter best_from,$*),facility-start/best-from-start,ablation-$*)
 
 ablation-stop: install
 	$(foreach n,$(STOP_SIZES),$(EXP).sweep --knob stop --seeds $(ABLATION_SEEDS) --n $(n) \

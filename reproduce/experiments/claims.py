@@ -1,0 +1,649 @@
+"""The rules of `make findings`: claims.yaml declares each claim (its question, the paper's
+figure, the results folders it reads, the Make target that writes them, the rule in words) and
+names the function here that reads those folders and applies the rule.
+
+A results root holds one folder per question, as the Make targets write them under EXP_DIR:
+timing/, ablation-<knob>/, ablation-stop/n<N>/, facility-start/, scale/<run>/, downstream/. A
+decide function takes the root and the claim's folders and returns a Finding, or None when its
+files are missing. The rules shared by several claims come first: a verdict word, a tally over
+metrics, a gain target, the value with the best mean rank, the cheapest value that keeps the
+objective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from datamask.errors import UserError
+from eval.tables import markdown
+
+from .common import lr_setting
+from .records import SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result
+from .sweep import ratio_and_steps
+from .timing import comparison, learner_steps
+
+KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper value must keep
+STOP_LOSS = 0.005  # the stopping rule may give up at most this share of the fixed-steps objective
+DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule found: the figure for the claims table, the verdict, the section's lines."""
+    here: str
+    verdict: str
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Claim:
+    question: str
+    paper: str  # the paper's figure ("-": a question this project adds)
+    evidence: tuple[str, ...]  # folders under the results root; the first is linked
+    target: str  # the Make target that writes the first folder
+    rule: str
+    decide: str  # the name of the function here that applies the rule
+    caveat: str = ""
+    figures: tuple[str, ...] = ()  # PNGs under the results root, shown where they exist
+
+    def finding(self, root: str) -> Finding | None:
+        return globals()[self.decide](root, self.evidence)
+
+
+def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
+    """claims.yaml as Claims; a claim naming no function of this module is refused by name."""
+    with open(path) as f:
+        claims = tuple(Claim(**dict(c, evidence=tuple(c["evidence"]),
+                                    figures=tuple(c.get("figures", ()))))
+                       for c in yaml.safe_load(f))
+    for claim in claims:
+        if not callable(globals().get(claim.decide)):
+            raise UserError(f"{path}: claim {claim.question!r}: no rule {claim.decide!r}")
+    return claims
+
+
+# ------------------------------------------------------------------ shared rules and readers
+
+def holds(ok: bool) -> str:
+    return "holds" if ok else "does not hold"
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def tally(verdicts: dict[str, bool], word: Callable[[bool], str] = holds) -> str:
+    """One verdict over several metrics or targets: all, none, or which."""
+    good = [name for name, ok in verdicts.items() if ok]
+    if len(good) in (0, len(verdicts)):
+        return word(bool(good))
+    return f"{word(True)} for {', '.join(good)} only"
+
+
+def bullets(verdicts: dict[str, tuple[bool, str]], word=holds) -> list[str]:
+    return [f"- {name}: {text}: **{word(ok)}**." for name, (ok, text) in verdicts.items()]
+
+
+def judged(here: str, verdicts: dict[str, tuple[bool, str]], word=holds) -> Finding:
+    """A finding whose verdict is the tally of one verdict per metric, each a bullet."""
+    return Finding(here, tally({m: ok for m, (ok, _) in verdicts.items()}, word),
+                   bullets(verdicts, word))
+
+
+def sweep(root: str, folder: str, name: str | None = None) -> SweepResult | None:
+    return read_result(os.path.join(root, folder), name or os.path.basename(folder))
+
+
+def timing(root: str, folder: str) -> TimingResult | None:
+    return read_result(os.path.join(root, folder), "timing")
+
+
+def run_of(result: TimingResult | None, metric: str, n: int, label: str) -> TimingRun | None:
+    return next((r for r in result.runs if (r.metric, r.n, r.label) == (metric, n, label)),
+                None) if result else None
+
+
+def table_json(root: str, *parts: str) -> dict | None:
+    path = os.path.join(root, *parts)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def mean_rank_best(result: SweepResult):
+    """The value with the lowest mean rank of the final objective over the metrics; ties go to
+    the value listed first."""
+    rows = [s for s in result.summary if s.metric in result.metrics]
+    frame = pd.DataFrame(rows)
+    rank = frame.groupby("metric")["objective_mean"].rank(ascending=False, method="first")
+    return rows[rank.groupby(frame["value"]).transform("mean").idxmin()].value
+
+
+def cheapest_keeping(result: SweepResult, cost: str):
+    """The value (the first listed is the exact or never-stopping one) with the least mean
+    `cost` among those keeping KEEPS of the first value's objective on every metric."""
+    exact, *cheaper = result.config["values"]
+    objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
+    kept = [v for v in cheaper
+            if all(objective[m, v] >= KEEPS * objective[m, exact] for m in result.metrics)]
+    spent = {v: np.mean([getattr(r, cost) for r in result.runs if r.value == v]) for v in kept}
+    return min(kept, key=spent.get) if kept else exact
+
+
+def versus(learner: TimingRun, greedy: TimingRun) -> str:
+    c = comparison(learner, greedy)
+    return (f"gain {c.gain_ratio:.3f}, time {c.time_ratio:.2f}x ({learner.wall_s:.4g} s, "
+            f"{learner_steps(learner)}, against {greedy.wall_s:.4g} s)")
+
+
+def compared(root: str, folder: str, metric: str, n: int, greedy: str,
+             greedy_folder: str | None = None) -> tuple[TimingRun, TimingRun] | None:
+    """The learner's run and `greedy`'s at (metric, n), the greedy's from its own folder where
+    it ran apart; None unless both are there."""
+    learner = run_of(timing(root, folder), metric, n, "datamask")
+    other = run_of(timing(root, greedy_folder or folder), metric, n, greedy)
+    return (learner, other) if learner and other else None
+
+
+def target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
+           timed: bool = False, above: bool = False,
+           greedy_folder: str | None = None) -> tuple[bool, str] | None:
+    """A gain target: the learner's gain over random at least (or, `above`, more than) `least`
+    of `greedy`'s and, when `timed`, its final time at most the greedy's."""
+    runs = compared(root, folder, metric, n, greedy, greedy_folder)
+    if runs is None:
+        return None
+    c = comparison(*runs)
+    gained = c.gain_ratio > least if above else c.gain_ratio >= least
+    return gained and (not timed or c.time_ratio <= 1), versus(*runs)
+
+
+def sweep_table(result: SweepResult) -> list[str]:
+    """A sweep's summary per metric and value: objective, gain ratio, time and steps."""
+    rows = [{"metric": s.metric, "value": str(s.value),
+             "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
+             **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
+             "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary]
+    return markdown(pd.DataFrame(rows), right=("objective", "gain ratio", "steps",
+                                               "wall s")).splitlines()
+
+
+def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
+    """(gain ratio over the lazy greedy, run) per seed of a Facility sweep's value: random's
+    objective is 0 on the sweep's scale, so the ratio is the objectives'."""
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".json")) \
+        if os.path.isdir(folder) else []
+    if not files:
+        return None
+    result = read_result(folder, files[0][:-len(".json")])
+    return [(r.objective / result.greedy[0].objective, r) for r in result.runs if r.value == value]
+
+
+# ------------------------------------------------------------------ the paper's claims
+
+def selection_time(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    result = timing(root, evidence[0])
+    learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
+                          for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
+    if not (learner and ref):
+        return None
+    share, fit = learner.wall_s / ref.wall_s, result.fits["DiSF"]["disf-greedy"]
+    how = "measured" if ref.status == "measured" else (
+        f"extrapolated as N^{fit.exponent:.2f} from " + " and ".join(f"{n:,}" for n in fit.sizes)
+        + " rows")
+    lines = [f"- The learner at select's defaults: {learner.wall_s:.0f} s ({learner_steps(learner)}"
+             f"); the greedy DiSF of the paper's code: ~{ref.wall_s:,.0f} s ({how}); "
+             f"{share:.2%} of its time: **{holds(share < 0.1)}**."]
+    if fast:
+        c = comparison(learner, fast)
+        lines.append(f"- Against this project's fast DiSF greedy (the same picks by rank-1 "
+                     f"updates, {fast.wall_s:.0f} s): {c.time_ratio:.2f}x its time, "
+                     f"{c.gain_ratio:.2f}x its gain over random.")
+    return Finding(f"{share:.1%} ({learner.wall_s:.0f} s against ~{ref.wall_s:,.0f} s)",
+                   holds(share < 0.1), lines)
+
+
+def objective_targets(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: Pair_simi's run, DiSF's, DiSF's in 40 clusters, Facility's start."""
+    pair, disf, disf_40c, facility = evidence
+    rows = {f"Pair_simi at {n:,} rows: at least 0.99 of `pair-greedy`'s gain": target(
+        root, pair, "Pair_simi", n, "pair-greedy", 0.99) for n in (5_000, 20_000, 100_000)}
+    rows["DiSF at 100,000 rows: at least 2x `disf-greedy-fast`'s gain in at most its time"] = \
+        target(root, disf, "DiSF", 100_000, "disf-greedy-fast", 2, True)
+    rows["DiSF at 100,000 rows in 40 clusters: above `disf-greedy-fast`'s gain in at most its "
+         "time"] = target(root, disf_40c, "DiSF", 100_000, "disf-greedy-fast", 1, True, True)
+    start = facility_start(root, (facility,))
+    if start:
+        rows["Facility at 3,000 and 20,000 rows: at least 0.95 of the lazy greedy's gain"] = (
+            start.verdict == met(True), start.here)
+    rows = {name: row for name, row in rows.items() if row}
+    if not rows:
+        return None
+    table = pd.DataFrame([{"target": name, "measured": text, "verdict": f"**{met(ok)}**"}
+                          for name, (ok, text) in rows.items()])
+    metrics = {name.split(" at ")[0]: True for name in rows}
+    for name, (ok, _) in rows.items():
+        metrics[name.split(" at ")[0]] &= ok
+    good = sum(ok for ok, _ in rows.values())
+    return Finding(f"{good} of {len(rows)} targets met", tally(metrics),
+                   markdown(table).splitlines())
+
+
+def per_metric(judge: Callable, here: Callable, word=holds):
+    """A claim judged metric by metric on its folder's sweep: `judge(result, rows, metric)` gives
+    (ok, text) from the metric's summary rows, `here(result, verdicts)` the table's figure."""
+    def decide(root: str, evidence: tuple[str, ...]) -> Finding | None:
+        result = sweep(root, evidence[0])
+        if result is None:
+            return None
+        verdicts = {m: judge(result, of_metric(result.summary, m), m) for m in result.metrics}
+        return judged(here(result, verdicts), verdicts, word)
+    return decide
+
+
+def g_stable(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+    unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
+    return (any(g < 128 for g in unstable) and all(g < 128 for g in unstable),
+            f"smallest stable G {'none' if smallest is None else f'{smallest:g}'}"
+            + (f", unstable at {', '.join(f'{g:g}' for g in unstable)}" if unstable else "")
+            + "; objective by G " + ", ".join(f"{s.value:g}: {s.objective_mean:.3f}" for s in rows))
+
+
+def lamb_trades(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+    """Objectives at different lamb are different functions: the claim is the trade itself."""
+    low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
+    return (high.means["quality"] > low.means["quality"] and low.means[metric] > high.means[metric],
+            f"lamb {low.value:g} -> {high.value:g}: mean quality {low.means['quality']:.3f} -> "
+            f"{high.means['quality']:.3f}, {metric} {low.means[metric]:.4g} -> "
+            f"{high.means[metric]:.4g}")
+
+
+def logprob_costs(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+    simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
+    gap = exact.objective_mean - simple.objective_mean
+    noise = max(simple.objective_std, exact.objective_std)
+    return gap <= noise, (f"exact {exact.objective_mean:.3f} against simple "
+                          f"{simple.objective_mean:.3f} (difference {gap:+.3f}, seed std "
+                          f"{noise:.3f}; time exact / simple "
+                          f"{exact.wall_s_mean / simple.wall_s_mean:.2f})")
+
+
+def one_shot_close(result, rows: list, metric: str) -> tuple[bool, str]:
+    by = {s.method: s for s in rows}
+    learner, greedy = by["datamask"], by.get("joint-greedy")
+    best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
+    return (best.objective_mean >= learner.objective_mean - learner.objective_std,
+            f"learner {learner.objective_mean:.3f} in {learner.wall_s_mean:.3g} s; best one-shot "
+            f"{best.method} {best.objective_mean:.3f} in {best.wall_s_mean:.3g} s"
+            + (f"; joint greedy {greedy.objective_mean:.3f} in {greedy.wall_s_mean:.3g} s"
+               if greedy else ""))
+
+
+def which(verdicts: dict, good: bool = True) -> str:
+    return ", ".join(m for m, (ok, _) in verdicts.items() if ok == good) or "none"
+
+
+def reported_knob(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """A knob the paper reports without a rule this project fixed before its sweep: the best
+    value per metric, the range of final objectives and each value's time, no verdict."""
+    result = sweep(root, evidence[0])
+    if result is None:
+        return None
+    lines = []
+    for metric in result.metrics:
+        rows = of_metric(result.summary, metric)
+        values = [s.objective_mean for s in rows]
+        times = ", ".join(f"{s.value}: {s.wall_s_mean:.3g} s" for s in rows)
+        lines.append(f"- {metric}: best {result.knob} = {result.best[metric]}; final objective "
+                     f"from {min(values):.3f} to {max(values):.3f}; time {times}.")
+    best = " / ".join(str(result.best[m]) for m in result.metrics)
+    return Finding(f"best {result.knob}: {best} ({' / '.join(result.metrics)})",
+                   "reported, no rule", lines)
+
+
+g_stability = per_metric(g_stable, lambda r, v: "smallest stable G: " + ", ".join(
+    f"{m} {r.smallest_stable[m] or 'none'}" for m in r.metrics))
+lamb_tradeoff = per_metric(lamb_trades, lambda r, v: f"quality up, diversity down for {which(v)}")
+logprob_cost = per_metric(logprob_costs, lambda r, v: f"within one std for {which(v)}")
+one_shot = per_metric(one_shot_close, lambda r, v: f"a one-shot within one std for {which(v)}")
+
+
+def length_bias(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    if not os.path.exists(os.path.join(root, evidence[0], "5-length-bias.png")):
+        return None
+    return Finding("figure only", "not tested",
+                   ["- The figure below shows each selection's mean length against all rows' on "
+                    "the BBC pipeline demo; no results file holds the numbers, so no rule reads "
+                    "them."])
+
+
+def table2_gain(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: the calibrated proxy's run (both arms), the first proxy's tables."""
+    run, first = evidence
+    arms = {arm: table_json(root, run, folder, "table2.json")
+            for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))}
+    if arms["free"] is None:
+        return None
+    lines, here, outcomes = [], [], []
+    for arm, table in arms.items():
+        if table is None:
+            continue
+        verdict = table["verdict"]
+        lines += [f"{arm.capitalize()} arm (primary metric `{verdict['primary']}`):", "",
+                  *(f"- {line}" for line in verdict["lines"]), ""]
+        ours = {m.split("@")[0].removeprefix("datamask-"): v
+                for m, v in verdict["vs_random"].items() if m.startswith("datamask-")}
+        here.append(f"{arm}: " + ", ".join(f"{m} {v}" for m, v in ours.items()))
+        outcomes += [o["outcome"] for m, o in verdict["ordering"].items()]
+    arms_md = os.path.join(root, run, "arms.md")
+    if os.path.exists(arms_md):
+        with open(arms_md) as f:
+            lines += f.read().split("\n", 2)[2].strip().splitlines() + [""]
+    point_c = table_json(root, first, "table2.json")
+    if point_c:
+        lines += [f"The first proxy (`{first}/`, a larger model at fewer tokens, before "
+                  "calibration), by the same rule:", "",
+                  *(f"- {line}" for line in point_c["verdict"]["lines"])]
+    word = ("contradicted" if "contradicted" in outcomes else
+            "holds" if set(outcomes) == {"holds"} else "unresolved")
+    return Finding("; ".join(here), f"not reproduced at this scale ({word})", lines)
+
+
+# ------------------------------------------------------------------ questions this project adds
+
+def by_rows(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    result = timing(root, evidence[0])
+    if result is None:
+        return None
+    table = pd.DataFrame(
+        [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy, "greedy time": c.greedy_status,
+          "learner / greedy time": f"{c.time_ratio:.3g}",
+          "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
+         for c in result.comparisons])
+    verdicts = {}
+    for metric in result.metrics:
+        done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
+        good = [c for c in done if c.gain_ratio >= 0.95]
+        cross = result.crossover.get(metric)
+        verdicts[metric] = (len(good) == len(done), f"gain ratio >= 0.95 in {len(good)} of "
+                            f"{len(done)} comparisons; faster than the fast greedy "
+                            + (f"from N = {cross:,} on" if cross else "at no N from which it "
+                               "stays faster"))
+    reference = max((c for c in of_metric(result.comparisons, "DiSF")
+                     if c.greedy_role == "reference"), key=lambda c: c.n)
+    lines = [*markdown(table, right=("N", "learner / greedy time", "gain ratio")).splitlines(),
+             "", *bullets(verdicts),
+             f"- DiSF at N = {reference.n:,}: {reference.time_ratio:.2%} of the reference greedy's "
+             f"time ({reference.greedy_status}): **{holds(reference.time_ratio < 0.1)}** under "
+             "10%."]
+    return Finding(", ".join(f"{m} {'>=' if ok else '<'} 0.95" for m, (ok, _) in verdicts.items()),
+                   tally({m: ok for m, (ok, _) in verdicts.items()}), lines)
+
+
+def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
+    """`make ablation-stop`'s sweeps, (rows, result) from its n<N>/ folders, by rows."""
+    path = os.path.join(root, folder)
+    names = sorted((int(n[1:]), n) for n in os.listdir(path) if n[1:].isdigit()) \
+        if os.path.isdir(path) else []
+    return [(n, sweep(root, f"{folder}/{name}", "ablation-stop")) for n, name in names]
+
+
+def start_outcomes(root: str, evidence: tuple[str, ...]) -> pd.DataFrame:
+    """Every committed learner run from a scored greedy start: metric, lamb, rows, whether it ran
+    the stopping rule (else fixed steps), whether it wrote a later step than the start, and its
+    final objective over the start's (step 0's read-off; runs that kept no curve: NaN)."""
+    stop, *timed, facility = evidence
+    rows = []
+    for n, result in stop_sweeps(root, stop):
+        for r in result.runs:
+            rows.append({"metric": r.metric, "lamb": result.config["lamb"], "rows": n,
+                         "rule": r.value != result.config["values"][0],
+                         "later": (r.best_step or 0) > 0,
+                         "ratio": r.objective / r.curve[0].objective})
+    for folder in timed:
+        result = timing(root, folder)
+        rows += [{"metric": r.metric, "lamb": 0.0, "rows": r.n, "rule": True,
+                  "later": r.best_step > 0, "ratio": np.nan} for r in result.runs
+                 if r.label == "datamask" and r.best_step is not None] if result else []
+    screen = learner_ratios(os.path.join(root, facility, "best-from-start"), "start")
+    rows += [{"metric": "Facility", "lamb": 0.0, "rows": 3_000, "rule": True,
+              "later": r.best_step > 0, "ratio": np.nan} for _, r in screen or []]
+    return pd.DataFrame(rows)
+
+
+def gradient_adds(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: the stopping rule's sweeps, the timing runs at select's defaults, Facility's
+    start."""
+    runs = start_outcomes(root, evidence)
+    if runs.empty:
+        return None
+    table, adds = [], {}
+    for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False):
+        rule, fixed = group[group.rule], group[~group.rule]
+        adds[f"{metric} at lamb {lamb:g}"] = bool(rule.later.any())
+        table.append({"metric": metric, "lamb": f"{lamb:g}",
+                      "rows": ", ".join(f"{n:,}" for n in sorted(set(group.rows))),
+                      "written later than the start": f"{rule.later.sum()} of {len(rule)}",
+                      "written / start": "-" if rule.ratio.isna().all()
+                      else f"{rule.ratio.mean():.4f}",
+                      "fixed 2,000 steps / start": f"{fixed.ratio.mean():.4f}" if len(fixed)
+                      else "-"})
+    lines = markdown(pd.DataFrame(table), right=("written / start",
+                                                 "fixed 2,000 steps / start")).splitlines()
+    rule = runs[runs.rule]
+    return Finding(f"a later step is written in {rule.later.sum()} of {len(rule)} runs",
+                   tally(adds, lambda ok: "adds" if ok else "adds nothing"), lines)
+
+
+GREEDY = {"Pair_simi": "pair-greedy", "DiSF": "disf-greedy-fast"}
+
+
+def start_against_equal(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: pairs of timing runs (from equal logits, from the greedy start) on the same rows,
+    then the run holding the greedy at 1,000,000 rows."""
+    *pairs, greedy_1m = evidence
+    rows, verdicts = [], {}
+    for equal, start in zip(pairs[::2], pairs[1::2]):
+        result = timing(root, start)
+        for r in result.runs if result else []:
+            if r.label != "datamask":
+                continue
+            far = greedy_1m if r.n >= 1_000_000 else None
+            runs = [compared(root, f, r.metric, r.n, GREEDY[r.metric], far) for f in (equal, start)]
+            if None in runs:
+                continue
+            (before, after) = (comparison(*pair) for pair in runs)
+            label = f"{r.metric} at {r.n:,} rows" + (f" ({start.rsplit('-', 1)[1]})"
+                                                     if start.endswith("40c") else "")
+            verdicts[label] = after.gain_ratio >= before.gain_ratio
+            rows.append({"run": label, "greedy": GREEDY[r.metric],
+                         "equal logits: gain, time": f"{before.gain_ratio:.3f}, "
+                                                     f"{before.time_ratio:.2f}x",
+                         "greedy start: gain, time": f"{after.gain_ratio:.3f}, "
+                                                     f"{after.time_ratio:.2f}x"})
+    if not rows:
+        return None
+    return Finding(f"the start gains at least as much in {sum(verdicts.values())} of "
+                   f"{len(verdicts)} runs", holds(all(verdicts.values())),
+                   markdown(pd.DataFrame(rows)).splitlines())
+
+
+def stopping_rule(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    rows = []
+    for n, result in stop_sweeps(root, evidence[0]):
+        fixed, rule = result.config["values"]
+        means = {(s.metric, s.value): s for s in result.summary}
+        for metric in result.metrics:
+            ruled, steps = means[metric, rule], means[metric, fixed]
+            rows.append({"rows": f"{n:,}", "metric": metric,
+                         "objective kept": ruled.objective_mean / steps.objective_mean,
+                         "time": ruled.wall_s_mean / steps.wall_s_mean})
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    worst = frame["objective kept"].min()
+    shown = frame.assign(**{"objective kept": frame["objective kept"].map("{:.4f}".format),
+                            "time": frame["time"].map("{:.2f}".format)})
+    return Finding(f"worst objective kept {worst:.4f}", met(worst >= 1 - STOP_LOSS),
+                   markdown(shown, right=("rows", "objective kept", "time")).splitlines())
+
+
+def learning_rate(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: the rate's sweep (and its longer check in 1000-steps/), the steps' sweep."""
+    result = sweep(root, evidence[0])
+    if result is None:
+        return None
+    default, lines = lr_setting(), []
+    for metric in result.metrics:
+        rows = of_metric(result.summary, metric)
+        best = best_of(rows)
+        rate = {s.value: float(s.value.split(":")[1]) for s in rows}
+        high, low = max(rows, key=lambda s: rate[s.value]), min(rows, key=lambda s: rate[s.value])
+        gain = best.objective_mean - best.start_mean
+        lines.append(
+            f"- {metric}: best {best.value} ({best.objective_mean:.3f} +- "
+            f"{best.objective_std:.3f}); too high a rate ends more than one std below it "
+            f"({high.value}: {high.objective_mean:.3f}): "
+            f"**{holds(high.objective_mean < best.objective_mean - best.objective_std)}**; too "
+            f"low a rate gains under 10% of the best's gain ({low.value}: "
+            f"{low.objective_mean - low.start_mean:.3f} against {gain:.3f}): "
+            f"**{holds(low.objective_mean - low.start_mean < 0.1 * gain)}**.")
+    overall = mean_rank_best(result)
+    longer = sweep(root, f"{evidence[0]}/1000-steps", "ablation-lr")
+    if longer:
+        lines.append(f"- Over {longer.config['steps']:,} steps (`{evidence[0]}/1000-steps/`) the "
+                     f"best over all metrics is {mean_rank_best(longer)}.")
+    steps = sweep(root, evidence[1])
+    if steps:
+        lines += ["", f"Steps (the value) against the final objective and wall time "
+                      f"(`{evidence[1]}/`):", "", *sweep_table(steps)]
+    return Finding(f"best over all metrics: {overall}; select's default: {default}",
+                   holds(overall == default), lines)
+
+
+COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
+                "probes": ("wall_s", "fewest mean seconds")}
+
+
+def variants(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: each variant's sweep, scale_on's last (the paper has no value for it)."""
+    *knobs, scale_on = evidence
+    lines, winners = [], {}
+    for folder in knobs:
+        result = sweep(root, folder)
+        if result is None:
+            continue
+        knob = result.knob
+        paper = result.config["values"][0]
+        if knob in COST_CUTTERS:
+            cost, words = COST_CUTTERS[knob]
+            winner = cheapest_keeping(result, cost)
+            rule = f"{words} among the values keeping {KEEPS:.0%} of {paper}'s objective"
+        else:
+            winner, rule = mean_rank_best(result), "lowest mean rank over the metrics"
+        winners[knob] = (winner, paper)
+        lines += [f"`--{knob}` ({result.paper}; {paper} is the paper's):", "",
+                  *sweep_table(result), "", f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
+                                                 else f"**{winner} wins**."), ""]
+    scale_on = reported_knob(root, (scale_on,))
+    if scale_on:
+        lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
+                  *scale_on.lines]
+    if not winners:
+        return None
+    changed = [f"{k} {w}" for k, (w, paper) in winners.items() if w != paper]
+    return Finding(f"{len(winners) - len(changed)} of {len(winners)} keep the paper's value",
+                   "adopted: " + ", ".join(changed) if changed else "the paper's values stay",
+                   lines)
+
+
+def disf_1m(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: the learner's run, the greedy's run on the same rows."""
+    learner, greedy = evidence
+    row = target(root, learner, "DiSF", 1_000_000, "disf-greedy-fast", 2, True,
+                 greedy_folder=greedy)
+    if row is None:
+        return None
+    return Finding(row[1].split(" (")[0], met(row[0]),
+                   [f"- Against `disf-greedy-fast`'s run in `{greedy}/`: {row[1]}: "
+                    f"**{met(row[0])}**."])
+
+
+FACILITY_PLANS = ("blocks by neighbourhood, each from the lazy greedy",
+                  "blocks by neighbourhood", "random blocks")
+
+
+def facility_1m(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: one learner run per block plan (FACILITY_PLANS, the adopted one first), then the
+    sparse-kNN greedies' run on the same rows and scorer."""
+    *plans, greedy = evidence
+    rows = {plan: target(root, folder, "Facility", 1_000_000, "facility-knn-greedy stochastic", 1,
+                         greedy_folder=greedy) for plan, folder in zip(FACILITY_PLANS, plans)}
+    if rows[FACILITY_PLANS[0]] is None:
+        return None
+    lines = [f"- {plan}: {row[1]}: **{met(row[0])}**." for plan, row in rows.items() if row]
+    ok, text = rows[FACILITY_PLANS[0]]
+    return Finding(text.split(" (")[0], met(ok), lines)
+
+
+SCREEN = (  # label, its folder in facility-start/, the value, its folder in confirm-20k/
+    ("select's defaults before the greedy start", "stop", 50.0, "baseline"),
+    ("fixed steps", "stop", 0.0, None), ("partial 1, row credit", "credit-p1", "row", None),
+    ("partial 1, mask credit", "credit-p1", "mask", "credit-p1"),
+    ("cover sample 0.04", "cover_sample", 0.04, None), ("G 512", "G", 512.0, None),
+    ("lr linear:30:3", "lr", "linear:30:3", None),
+    ("row credit, cover sample 0.04", "credit-row-cover", "row", None),
+    ("the greedy start", "init-greedy", "greedy", "init-greedy"),
+    ("the greedy start, scored (`--best_from auto`)", "best-from-start", "start",
+     "best-from-start"))
+
+
+def facility_start(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    folder = os.path.join(root, evidence[0])
+    screen, confirm = {}, {}
+    for label, sub, value, at_20k in SCREEN:
+        runs = learner_ratios(os.path.join(folder, sub), value)
+        if runs:
+            screen[label] = [ratio for ratio, _ in runs]
+            confirm[label] = at_20k and learner_ratios(os.path.join(folder, "confirm-20k",
+                                                                    at_20k), value)
+    if not screen:
+        return None
+    table = pd.DataFrame([{"start and settings": label,
+                           "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
+                           "median": f"{np.median(ratios):.3f}",
+                           "20,000 rows, seed 0": f"{confirm[label][0][0]:.3f}"
+                           if confirm[label] else "-"} for label, ratios in screen.items()])
+    chosen = SCREEN[-1][0]
+    at_3k, at_20k = float(np.median(screen[chosen])), confirm[chosen][0][0]
+    return Finding(f"{at_3k:.3f} at 3,000 rows, {at_20k:.3f} at 20,000",
+                   met(min(at_3k, at_20k) >= 0.95),
+                   markdown(table, right=("median", "20,000 rows, seed 0")).splitlines())
+
+
+def instrument(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: the calibrated proxy's run, the first proxy's tables."""
+    free = table_json(root, evidence[0], "tables", "table2.json")
+    point_c = table_json(root, evidence[1], "table2.json")
+    if not (free and point_c):
+        return None
+    primary = free["verdict"]["primary"]
+    calibration = free["verdict"]["calibration"]
+    noise, bound = free["snr"][primary]["noise"], point_c["power"]["bpb macro"]["paired_sd"] / 3
+    junk, null = calibration["smallest_resolved"].get("junk"), calibration["null"]["difference"]
+    goals = {f"paired sd of `{primary}` at most a third of the first proxy's ({bound:.4f})":
+             (noise <= bound, f"{noise:.4f}"),
+             "smallest resolved junk dose at most 0.25": (
+                 junk is not None and junk <= 0.25, "none" if junk is None else f"{junk:g}"),
+             "the null (a second random draw) unresolved": (
+                 not calibration["null"]["resolved"],
+                 f"{null['mean']:+.4f} [{null['low']:+.4f}, {null['high']:+.4f}]")}
+    return judged(f"paired sd {noise:.4f}, junk resolved from dose {junk:g}", goals, met)

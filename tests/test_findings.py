@@ -1,0 +1,205 @@
+"""`make findings` decides each claim from its results folder by the rule it states: crafted
+results flip the verdicts they should, a missing folder names the target that writes it, and a
+results file of another shape is refused by name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from datamask.errors import UserError
+from reproduce.experiments import claims, findings
+from reproduce.experiments.common import lr_setting
+from reproduce.experiments.records import GreedyLevel, Machine, SweepResult, SweepSummary
+
+RESULTS = Path(__file__).resolve().parents[1] / "reproduce" / "results"
+
+
+def row(metric, value, mean, std=0.1, start=1.0, wall=1.0, stable=True) -> SweepSummary:
+    return SweepSummary(metric=metric, objective_mean=mean, objective_std=std, wall_s_mean=wall,
+                        means={}, value=value, start_mean=start, stable=stable)
+
+
+def write_sweep(root: Path, knob: str, summary: list[SweepSummary], **extra) -> None:
+    """A sweep's results file with what findings reads, in its question's folder."""
+    metrics = list(dict.fromkeys(s.metric for s in summary))
+    result = SweepResult(**{**dict(
+        experiment=f"ablation-{knob}", knob=knob, paper="", runs=[], summary=summary, greedy=[],
+        best={}, smallest_stable={}, config={"metrics": metrics, "n": 100, "steps": 10,
+                                             "seeds": [0]},
+        machine=Machine("cpu", 2, 1, "torch", "cpu", None, "3")), **extra})
+    (root / f"ablation-{knob}").mkdir(parents=True, exist_ok=True)
+    (root / f"ablation-{knob}" / f"ablation-{knob}.json").write_text(json.dumps(result.to_json()))
+
+
+def section(text: str, question: str) -> str:
+    return text.split(f"## {question}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_verdicts_follow_the_numbers(tmp_path):
+    default = lr_setting()
+    write_sweep(tmp_path, "lr", [row("DiSF", "linear:0.01:0.001", 1.05), row("DiSF", default, 3.0),
+                                 row("DiSF", "linear:1000:100", 1.5)],
+                greedy=[GreedyLevel(metric="DiSF", lamb=0.5, wall_s=1.0, objective=9.0)])
+    write_sweep(tmp_path, "logprob", [row("DiSF", "simple", 2.0, wall=1.0),
+                                      row("DiSF", "exact", 2.5, wall=3.0)])
+    write_sweep(tmp_path, "G", [row("DiSF", 32.0, 1.0, stable=False),
+                                row("DiSF", 128.0, 1.0, stable=False)],
+                smallest_stable={"DiSF": None})
+    text = findings.main(["--results", str(tmp_path)])
+    assert (tmp_path / "findings.md").read_text() == text
+    rate = section(text, "The learning rate")
+    assert ("- DiSF: best " + default + " (3.000 +- 0.100); too high a rate ends more than one std "
+            "below it (linear:1000:100: 1.500): **holds**; too low a rate gains under 10% of the "
+            "best's gain (linear:0.01:0.001: 0.050 against 2.000): **holds**.") in rate
+    logprob = section(text, "The simplified log-probability costs nothing")
+    assert "difference +0.500" in logprob and "time exact / simple 3.00" in logprob
+    assert "**does not hold**" in logprob
+    # unstable at every G, 128 included: not the paper's "below 128 diverges"
+    assert "unstable at 32, 128" in section(text, "G below 128 diverges")
+    assert "| **does not hold** | [ablation-G/](ablation-G/)" in text
+    write_sweep(tmp_path, "G", [row("DiSF", 32.0, 1.0, stable=False), row("DiSF", 128.0, 1.0)],
+                smallest_stable={"DiSF": 128.0})
+    assert "| **holds** | [ablation-G/](ablation-G/)" in findings.main(["--results",
+                                                                        str(tmp_path)])
+
+
+def test_a_claim_without_its_folder_names_the_target_that_writes_it(tmp_path):
+    text = findings.report(str(tmp_path))
+    for claim in claims.load_claims():
+        assert f"Not measured: run `make {claim.target}`." in section(text, claim.question)
+    assert text.count("| not measured | not measured |") == len(claims.load_claims())
+
+
+def test_a_results_file_of_another_shape_is_refused_by_name(tmp_path):
+    (tmp_path / "ablation-G").mkdir()
+    (tmp_path / "ablation-G" / "ablation-G.json").write_text(json.dumps({"knob": "G"}))
+    with pytest.raises(UserError, match="ablation-G.json"):
+        findings.main(["--results", str(tmp_path)])
+    assert not (tmp_path / "findings.md").exists()
+
+
+def copy_results(tmp_path: Path, *folders: str) -> Path:
+    for folder in folders:
+        shutil.copytree(RESULTS / folder, tmp_path / folder)
+    return tmp_path
+
+
+def learner_objective(path: Path, n: int, objective: float) -> None:
+    """Set the learner's objective at `n` rows in a committed timing run's copy."""
+    data = json.loads(path.read_text())
+    for run in data["runs"]:
+        if run["label"] == "datamask" and run["n"] == n:
+            run["objective"] = objective
+    path.write_text(json.dumps(data))
+
+
+def test_a_target_missed_by_one_run_turns_its_metrics_verdict(tmp_path):
+    root = copy_results(tmp_path, "scale/pair-init-greedy", "scale/disf-stall-checks",
+                        "scale/disf-stall-checks-40c", "facility-start")
+    evidence = claims.load_claims()[1].evidence
+    assert claims.objective_targets(str(root), evidence).verdict == "holds"
+    timing = root / "scale" / "pair-init-greedy" / "timing.json"
+    random = next(r["random_objective"] for r in json.loads(timing.read_text())["runs"]
+                  if r["n"] == 20_000)
+    learner_objective(timing, 20_000, random)  # no gain over random at 20,000 rows
+    finding = claims.objective_targets(str(root), evidence)
+    assert finding.verdict == "holds for DiSF, Facility only"
+    assert finding.here == "5 of 6 targets met"
+    assert "| Pair_simi at 20,000 rows: at least 0.99 of `pair-greedy`'s gain | gain 0.000" in \
+        "\n".join(finding.lines)
+
+
+def test_facility_at_1m_reads_the_adopted_plan_and_lists_the_others(tmp_path):
+    evidence = next(c for c in claims.load_claims() if c.decide == "facility_1m").evidence
+    root = copy_results(tmp_path, *evidence)
+    finding = claims.facility_1m(str(root), evidence)
+    assert (finding.verdict, finding.here) == ("met", "gain 1.008, time 6.76x")
+    assert [line.split(":")[0] for line in finding.lines] == [f"- {p}" for p in
+                                                              claims.FACILITY_PLANS]
+    greedy = next(r for r in json.loads((root / evidence[-1] / "timing.json").read_text())["runs"]
+                  if r["label"] == "facility-knn-greedy stochastic" and r["n"] == 1_000_000)
+    learner_objective(root / evidence[0] / "timing.json", 1_000_000, greedy["objective"] - 1e-4)
+    assert claims.facility_1m(str(root), evidence).verdict == "not met"
+    shutil.rmtree(root / evidence[0])
+    assert claims.facility_1m(str(root), evidence) is None
+
+
+def test_what_the_policy_gradient_adds_counts_later_steps_per_metric_and_lamb(tmp_path):
+    evidence = next(c for c in claims.load_claims() if c.decide == "gradient_adds").evidence
+    root = copy_results(tmp_path, "ablation-stop")
+    finding = claims.gradient_adds(str(root), evidence)
+    table = "\n".join(finding.lines)
+    assert "| Facility | 0.5 | 1,000, 3,000 | 0 of 6 | 1.0000 |" in table
+    assert "| Pair_simi | 0.5 | 1,000, 3,000 | 6 of 6 |" in table
+    assert finding.verdict == "adds for Pair_simi at lamb 0.5, DiSF at lamb 0.5 only"
+
+
+def test_downstream_claims_read_both_arms_and_the_instruments_goals(tmp_path):
+    def write(path: Path, record: dict) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+
+    null = {"resolved": False, "difference": {"mean": 0.001, "low": -0.01, "high": 0.012}}
+    verdict = {"primary": "bpb macro (EMA)", "lines": ["Calibration: fine"],
+               "calibration": {"null": null, "smallest_resolved": {"junk": 0.1}},
+               "vs_random": {"datamask-Pair_simi": "better than random", "random-null": "x"},
+               "ordering": {"datamask-Pair_simi": {"outcome": "holds"}}}
+    write(tmp_path / "downstream" / "tables" / "table2.json",
+          {"power": {"bpb macro": {"paired_sd": 0.036}}, "verdict": {"lines": ["first proxy"]}})
+    write(tmp_path / "downstream" / "V512-d64" / "tables" / "table2.json",
+          {"verdict": verdict, "snr": {"bpb macro (EMA)": {"noise": 0.011}}})
+    text = findings.report(str(tmp_path))
+    assert "| free: Pair_simi better than random | **not reproduced at this scale (holds)** |" \
+        in text
+    table2 = section(text, "Table 2: DATAMASK's selection trains a better model")
+    assert "- Calibration: fine" in table2 and "- first proxy" in table2
+    instrument = section(text, "The downstream instrument resolves a known harm")
+    assert "third of the first proxy's (0.0120): 0.0110: **met**" in instrument
+    assert "junk dose at most 0.25: 0.1: **met**" in instrument
+    null["resolved"] = True
+    write(tmp_path / "downstream" / "V512-d64" / "tables" / "table2.json",
+          {"verdict": verdict, "snr": {"bpb macro (EMA)": {"noise": 0.013}}})
+    instrument = section(findings.report(str(tmp_path)),
+                         "The downstream instrument resolves a known harm")
+    assert instrument.count("**not met**") == 2
+
+
+def test_the_best_mean_rank_breaks_a_tie_to_the_value_listed_first():
+    @dataclass
+    class Row:
+        metric: str
+        value: str
+        objective_mean: float
+
+    def result(objectives):
+        rows = [Row(m, v, o) for m, by_value in objectives.items() for v, o in by_value.items()]
+        return SimpleNamespace(summary=rows, metrics=list(objectives))
+
+    tie = {"Pair_simi": {"same": 1.0, "quality": 2.0}, "DiSF": {"same": 2.0, "quality": 1.0}}
+    assert claims.mean_rank_best(result(tie)) == "same"
+    tie_other_order = {"Pair_simi": {"quality": 2.0, "same": 1.0},
+                       "DiSF": {"quality": 1.0, "same": 2.0}}
+    assert claims.mean_rank_best(result(tie_other_order)) == "quality"
+    clear = {"Pair_simi": {"same": 1.0, "quality": 2.0}, "DiSF": {"same": 1.0, "quality": 3.0}}
+    assert claims.mean_rank_best(result(clear)) == "quality"
+
+
+def test_the_front_page_block_is_refused_where_the_page_has_none(tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text(f"# Title\n\n{findings.README_BEGIN}\nold\n{findings.README_END}\n\nrest\n")
+    findings.fill_readme(str(page), str(tmp_path), "results")
+    text = page.read_text()
+    assert text.startswith(f"# Title\n\n{findings.README_BEGIN}\n| claim | paper |")
+    assert text.endswith(f"{findings.README_END}\n\nrest\n") and "old" not in text
+    assert text.count("| not measured | not measured |") == sum(
+        c.paper != "-" for c in claims.load_claims())
+    page.write_text("# no block\n")
+    with pytest.raises(UserError, match="no generated block"):
+        findings.fill_readme(str(page), str(tmp_path), "results")
+    assert page.read_text() == "# no block\n"
