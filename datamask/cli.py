@@ -145,7 +145,7 @@ def _run_and_write(selector, data, args, lamb: float, seed: int, strata=None,
     selection.write(args.output, args.id_column)
     summary = {"method": selection.method, "rows": len(data),
                "selected": int(selection.selected.sum()), "output": str(args.output),
-               "wall_time_s": round(selection.wall_time_s, 3)}
+               "wall_time_s": round(selection.wall_time_s, 3), **selection.run}
     if args.stratify:
         summary["strata"] = selection.params["strata"]
     if args.report:

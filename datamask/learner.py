@@ -183,6 +183,20 @@ class LearnResult:
     # excluding any `evaluate` callback
     steps_taken: int = 0  # n_epochs, or fewer where a stopping rule stopped the run
     best_step: int | None = None  # the stopping rule's best check, whose read-off is `selected`
+    stop_reason: str = "steps"  # steps (all n_epochs ran), stopping_rule or patience
+    objective_start: float | None = None  # the joint objective of the start's read-off
+    objective_written: float | None = None  # the joint objective of `selected`
+
+    @property
+    def written_step(self) -> int:
+        """The step whose read-off is `selected`: the best check's (0: the start), else the last."""
+        return self.steps_taken if self.best_step is None else self.best_step
+
+    def summary(self) -> dict:
+        """What the run did, as `datamask select` prints it (docs/select.md#what-a-run-did)."""
+        return {"steps_run": self.steps_taken, "stop_reason": self.stop_reason,
+                "written_step": self.written_step, "objective_start": self.objective_start,
+                "objective_written": self.objective_written}
 
 
 def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr: float) -> float:
@@ -198,7 +212,7 @@ def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr:
 
 
 def candidate_rows(quality: np.ndarray, prune_ratio: float, k: int) -> np.ndarray:
-    """Rows kept by quality pruning (the best ceil((1 - prune_ratio) N), ties to the lower index)."""
+    """Rows kept by quality pruning: the best ceil((1 - prune_ratio) N), ties to the lower index."""
     n = len(quality)
     keep = math.ceil((1.0 - prune_ratio) * n - 1e-9)
     if keep < k:
@@ -527,6 +541,29 @@ def selection_of(shape: Shape, rows: np.ndarray) -> np.ndarray:
     return selected
 
 
+def forked(gen: torch.Generator) -> torch.Generator:
+    """A generator in `gen`'s state: a draw from it leaves the run's own stream untouched."""
+    fork = torch.Generator(device=gen.device)
+    fork.set_state(gen.get_state())
+    return fork
+
+
+STOP_WORDS = {"steps": "all steps", "stopping_rule": "stopped by the stopping rule",
+              "patience": "stopped by --patience"}
+
+
+def closing_line(cfg: LearnerConfig, result: LearnResult) -> str:
+    """The line a run ends with: its steps, why it stopped, what it wrote and how good it is."""
+    def value(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.4f}"
+
+    written = result.written_step
+    return (f"datamask {cfg.algorithm}: {result.steps_taken} of {cfg.n_epochs} steps "
+            f"({STOP_WORDS[result.stop_reason]}); wrote step {written}"
+            f"{' (the start)' if written == 0 else ''}: objective "
+            f"{value(result.objective_written)}, start {value(result.objective_start)}")
+
+
 @dataclass
 class Progress:
     """What a run has reached: the state a checkpoint holds besides settings and generator."""
@@ -538,6 +575,7 @@ class Progress:
     history: list[dict] = field(default_factory=list)
     adam: dict | None = None  # AdaptiveAscent's moments (--update adam)
     best: dict | None = None  # the stopping rule's best check: step, objective, logits, rows
+    start_objective: float | None = None  # the start's read-off on the joint objective
 
 
 class MaskLearner:
@@ -558,7 +596,9 @@ class MaskLearner:
         the steps), the best kept with its logits; the run stops once `stalled` (tested on that
         best, or with --stall_on checks on the checks' own best), and the best is the selection
         and its logits the scores. With --best_from start (or auto on a greedy
-        start) the starting read-off is scored first, the best for the checks to beat.
+        start) the starting read-off is scored first, the best for the checks to beat. A run
+        reports what it did (`LearnResult.summary`): where no check scored the start or the
+        written read-off, each is scored once on the same objective, outside the timed part.
 
         `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
         read-off (for curves); its time is excluded from the reported time. With
@@ -589,12 +629,16 @@ class MaskLearner:
                 "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
                 "logits": run.logits.cpu(), "generator": gen.get_state(),
                 "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
-                "variants": variants, "best": best})
+                "variants": variants, "best": best, "start_objective": run.start_objective})
+
+        def value_of(rows: np.ndarray) -> float:
+            """The joint objective of candidate `rows` over all candidates, as a check scores."""
+            return selection_value(objective, ground, torch.as_tensor(rows, device=device)).item()
 
         def keep_if_best() -> float:
             """Score the read-off on the joint objective; keep it, with its logits, if best."""
             rows = read_off_rows(run.logits, ground.quality, shape.k_total, gen, cfg.readoff)
-            value = selection_value(objective, ground, torch.as_tensor(rows, device=device)).item()
+            value = value_of(rows)
             if run.best is None or value > run.best["objective"]:
                 run.best = {"step": run.step, "objective": value, "rows": torch.as_tensor(rows),
                             "logits": run.logits.clone()}
@@ -611,8 +655,13 @@ class MaskLearner:
 
         if state is None and cfg.scores_start(shape.n_total):
             start = time.perf_counter()
-            keep_if_best()  # the best to beat; not a check, so `stalled` counts from the first
+            # the best to beat; not a check, so `stalled` counts from the first
+            run.start_objective = keep_if_best()
             run.elapsed_s += time.perf_counter() - start
+        elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
+            rows = read_off_rows(run.logits, ground.quality, shape.k_total, forked(gen),
+                                 cfg.readoff)
+            run.start_objective = value_of(rows)
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
             if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
@@ -656,15 +705,23 @@ class MaskLearner:
         start = time.perf_counter()
         if run.best is None:
             logits = run.logits
-            selected = read_off(run.logits, ground.quality, shape, gen, cfg.readoff)
+            rows = read_off_rows(run.logits, ground.quality, shape.k_total, gen, cfg.readoff)
         else:  # the stopping rule's best read-off, and the logits it was read off
             logits = run.best["logits"].to(device)
-            selected = selection_of(shape, run.best["rows"].numpy())
+            rows = run.best["rows"].numpy()
         run.elapsed_s += time.perf_counter() - start
         full_logits = np.full(shape.n_total, -np.inf, dtype=np.float32)
         full_logits[shape.pool] = logits.cpu().numpy()
-        return LearnResult(selected, full_logits, run.history, run.elapsed_s, steps_taken,
-                           None if run.best is None else run.best["step"])
+        stop_reason = ("steps" if steps_taken == cfg.n_epochs
+                       else "stopping_rule" if cfg.stop_every else "patience")
+        written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
+        result = LearnResult(
+            selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
+            best_step=None if run.best is None else run.best["step"], stop_reason=stop_reason,
+            objective_start=run.start_objective, objective_written=written)
+        if progress:
+            print(closing_line(cfg, result), file=sys.stderr)
+        return result
 
     def _start(self, state: dict | None, ground: GroundSet, shape: Shape, metric: SetFunction,
                gen: torch.Generator) -> Progress:
@@ -675,7 +732,8 @@ class MaskLearner:
             variants = state.get("variants") or {}
             return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
                             state["step"], state["elapsed_s"], state["history"],
-                            variants.get("adam"), state.get("best"))
+                            variants.get("adam"), state.get("best"),
+                            state.get("start_objective"))
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores

@@ -34,6 +34,8 @@ class Selection:
     wall_time_s: float  # selector time only: no reading, writing or reporting
     history: list[dict] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)  # the CLI's --report, on the whole input
+    run: dict = field(default_factory=dict)  # what the run did (the learner's steps, its stop,
+    # the step written and its objective: LearnResult.summary); empty for the baselines
 
     def write(self, path, id_column: str) -> None:
         write_table_atomic(selection_table(self.ids, self.selected, self.score, id_column), path)
@@ -132,4 +134,5 @@ class DataMask(Selector):
         config = dataclasses.replace(self.options, select_ratio=select_ratio)
         result = MaskLearner(config).fit(data, **self.run_options)
         return Selection(self.name, data.ids, result.selected, result.logits,
-                         dataclasses.asdict(config), result.wall_time_s, result.history)
+                         dataclasses.asdict(config), result.wall_time_s, result.history,
+                         run=result.summary())

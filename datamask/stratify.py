@@ -90,6 +90,7 @@ def select_stratified(selector: Selector, data: Dataset, values: np.ndarray,
         except UserError as err:
             raise UserError(f"--stratify {column}: stratum {value!r} ({n} rows, budget {k}): "
                             f"{err}") from None
+        strata[-1].update(result.run)  # the learner's steps, stop and objectives, per stratum
         selected[rows], score[rows] = result.selected, result.score
         wall += result.wall_time_s
         history += [{"stratum": value, **entry} for entry in result.history]

@@ -246,3 +246,55 @@ def test_train_mask_runs_the_original_fixed_steps(tmp_path):
         records = [json.loads(line) for line in log.read_text().splitlines()]
         assert len(records) == 10
         assert any("readoff_objective" in r for r in records) is checked
+
+
+RUN_FIELDS = ("steps_run", "stop_reason", "written_step", "objective_start", "objective_written")
+
+
+@pytest.mark.parametrize("flags, reason", [
+    ([], "steps"),  # a greedy start, scored; one check, at the cap
+    (["--stop_every", "5", "--stop_window", "1", "--stop_tolerance", "1"], "stopping_rule"),
+    (["--stop_every", "0"], "steps"),  # no rule: every step, the last read-off written
+    (["--init", "same"], "steps"),  # a start the rule does not score
+])
+def test_select_says_what_the_run_did(tmp_path, capsys, flags, reason):
+    """The closing JSON and line give the steps run, why the run stopped, the step written and
+    the run's joint objective of the start and of the written selection, the rule's own values
+    where it scored them."""
+    shard = write_shard(tmp_path / "in.parquet", synthetic_dataset(300, dim=8, n_clusters=4))
+    log = tmp_path / "log.jsonl"
+    assert main(["select", "--input", str(shard), "--output", str(tmp_path / "out.parquet"),
+                 "--n_epochs", "40", "--device", "cpu", "--log_jsonl", str(log), *flags]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert all(summary[key] is not None for key in RUN_FIELDS)
+    assert summary["stop_reason"] == reason
+    checks = [json.loads(line) for line in log.read_text().splitlines()]
+    assert summary["steps_run"] == len(checks) == (10 if reason == "stopping_rule" else 40)
+    assert 0 <= summary["written_step"] <= summary["steps_run"]
+    checks = [r for r in checks if "readoff_objective" in r]
+    if flags == ["--stop_every", "0"]:  # no check: the last read-off, scored for the summary
+        assert not checks and summary["written_step"] == 40
+    else:  # the rule's best: the scored start's or a check's, as its log says
+        assert summary["written_step"] == checks[-1]["best_step"]
+        assert summary["objective_written"] == checks[-1]["best_objective"]
+    if not flags or reason == "stopping_rule":  # the best of the scored start and the checks
+        assert summary["objective_written"] >= summary["objective_start"]
+        assert summary["objective_written"] == max(
+            [summary["objective_start"]] + [r["readoff_objective"] for r in checks])
+    assert f"{summary['steps_run']} of 40 steps" in err.splitlines()[-1]
+    assert f"wrote step {summary['written_step']}" in err.splitlines()[-1]
+
+
+def test_the_summary_scores_an_unscored_start_as_the_rule_would():
+    """A start the rule does not score (--best_from check) is scored for the summary with the
+    same objective: the value a scored start gets, and the steps and selection unchanged."""
+    data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
+    common = dict(algorithm="Facility", init="greedy", n_rollout=8, seed=3, device="cpu",
+                  stop_every=5, n_epochs=20)
+    start = MaskLearner(LearnerConfig(**common, best_from="start")).fit(data, progress=False)
+    check = MaskLearner(LearnerConfig(**common, best_from="check")).fit(data, progress=False)
+    assert check.objective_start == start.objective_start
+    assert check.written_step >= 5 and start.objective_written >= check.objective_written
+    assert [r["objective_mean"] for r in start.history] == [
+        r["objective_mean"] for r in check.history]

@@ -62,8 +62,8 @@ STOPPING = ("--stop_every", "10", "--stop_window", "2", "--stop_tolerance", "0.0
                          ids=["default-rule", "rule-stops-after-the-kill"])
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, shard, rule, steps_run):
     whole = tmp_path / "whole.parquet"
-    subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, whole, *rule)],
-                   check=True, capture_output=True)
+    ran = subprocess.run([sys.executable, "-m", "datamask", *select_args(shard, whole, *rule)],
+                         check=True, capture_output=True)
     whole_steps = [json.loads(line)["step"] for line in open(f"{whole}.jsonl")]
     assert whole_steps == list(range(steps_run))
 
@@ -74,13 +74,20 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, shard, rule, ste
     assert not out.exists()
     assert torch.load(f"{out}.ckpt", weights_only=False)["step"] == KILL_AT
 
-    subprocess.run([sys.executable, "-m", "datamask",
-                    *select_args(shard, out, *rule, "--resume")], check=True, capture_output=True)
+    resumed = subprocess.run([sys.executable, "-m", "datamask",
+                              *select_args(shard, out, *rule, "--resume")], check=True,
+                             capture_output=True)
     a, b = pq.read_table(whole), pq.read_table(out)
     np.testing.assert_array_equal(a.column("selected").to_numpy(), b.column("selected").to_numpy())
     np.testing.assert_array_equal(a.column("score").to_numpy(), b.column("score").to_numpy())
     steps = [json.loads(line)["step"] for line in open(f"{out}.jsonl")]
     assert steps == whole_steps  # each step logged once across the crash
+    # what the run did, the start's objective scored before the crash included
+    said, said_resumed = json.loads(ran.stdout), json.loads(resumed.stdout)
+    for key in ("steps_run", "stop_reason", "written_step", "objective_start",
+                "objective_written"):
+        assert said[key] == said_resumed[key] is not None, key
+    assert said["steps_run"] == steps_run
 
 
 def test_resume_refuses_other_settings(tmp_path, shard, capsys):

@@ -237,6 +237,8 @@ def test_patience_stops_once_the_objective_plateaus():
     longer = MaskLearner(LearnerConfig(n_epochs=40, patience=400, **config)).fit(
         data, progress=False)
     assert longer.steps_taken == 40  # a window beyond n_epochs never stops a run
+    assert result.stop_reason == "patience" and longer.stop_reason == "steps"
+    assert result.written_step == result.steps_taken  # no stopping rule: the last read-off
 
 
 @pytest.mark.parametrize("bests, stops", [
@@ -269,6 +271,8 @@ def test_stopping_rule_stops_and_writes_the_best_read_off_not_the_last():
     assert checks[-1]["best_objective"] == max(values)
     assert result.best_step == 5 * (1 + values.index(max(values))) < result.steps_taken
     assert values[-1] < max(values)  # the last read-off is worse than what is written
+    assert result.stop_reason == "stopping_rule" and result.written_step == result.best_step
+    assert result.objective_written == max(values) >= result.objective_start
     bests = [r["best_objective"] for r in checks]
     assert learner.stalled(bests, 3, 0.01)
     assert not any(learner.stalled(bests[:end], 3, 0.01) for end in range(1, len(bests)))
@@ -337,6 +341,7 @@ def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
     resumed = crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
     assert 20 < whole.steps_taken < 200 and resumed.steps_taken == whole.steps_taken
+    assert resumed.summary() == whole.summary() and whole.stop_reason == "patience"
 
 
 @pytest.mark.parametrize("options, flag", [
@@ -500,6 +505,7 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
                                               before_resume={"greedy_logits": None})
     np.testing.assert_array_equal(resumed.selected, whole.selected)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
+    assert resumed.summary() == whole.summary()  # the scored start's value is checkpointed
 
 
 def test_a_lazy_start_is_the_exact_greedy_and_resumes_only_under_its_own_optimiser(tmp_path,

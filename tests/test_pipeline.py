@@ -159,6 +159,15 @@ def test_select_in_blocks_keeps_every_id_once_and_selects_per_block(prepared, se
         assert summary["blocks"] == 2 == len(set(blocks.tolist()))
         expected = sum(budget(RATIO, int((blocks == b).sum())) for b in set(blocks.tolist()))
         assert selected.sum() == summary["selected"] == expected
+        # each block's summary says what its learner did; a baseline's has nothing to say
+        folder = Path(summary["output"]).parent / "blocks"
+        for said in (json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))):
+            if method.startswith("datamask"):
+                assert said["steps_run"] == 20 and said["stop_reason"] == "steps"
+                assert 0 <= said["written_step"] <= 20
+                assert said["objective_written"] >= said["objective_start"]  # scored start
+            else:
+                assert "steps_run" not in said
     # quality-topk per block: the selected rows are exactly each block's best
     table = pq.read_table(root / "select" / "quality-topk" / "selection.parquet")
     quality = dict(zip(data.ids.tolist(), data.quality.tolist()))

@@ -5,7 +5,8 @@ executor (LocalPipelineExecutor by default, SlurmPipelineExecutor or RayPipeline
 cluster), and one more task merges the blocks into a selection keyed by id. Files, under --output:
   plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks); with
                      --stratify also each row's stratum, and each block's budget per stratum
-  blocks/NNNNN.*     one block's selection (Parquet) and its timing (JSON)
+  blocks/NNNNN.*     one block's selection (Parquet) and its summary (JSON: rows, time, and
+                     the learner's steps, stop and objectives: docs/select.md#what-a-run-did)
   selection.parquet  chunk_id, id, selected, score, block: every prepared row exactly once
   summary.json       counts and selector time; logs/ holds datatrove's logs and completions
 A re-run with the same configuration and unchanged prepared files skips finished blocks
@@ -145,9 +146,12 @@ class SelectBlocks(datatrove_base.PipelineStep):
                     selection = selector.select(rows, self.select_ratio)
             out = Path(self.output) / "blocks"
             selection.write(out / f"{block:05d}.parquet", ID_COLUMN)
-            write_json_atomic({"block": block, "rows": len(rows),
-                               "selected": int(selection.selected.sum()),
-                               "wall_time_s": selection.wall_time_s}, out / f"{block:05d}.json")
+            summary = {"block": block, "rows": len(rows),
+                       "selected": int(selection.selected.sum()),
+                       "wall_time_s": selection.wall_time_s, **selection.run}
+            if self.stratify:  # the learner's run fields are per stratum
+                summary["strata"] = selection.params["strata"]
+            write_json_atomic(summary, out / f"{block:05d}.json")
             self.stat_update("rows", value=len(rows))
             self.stat_update("selected", value=int(selection.selected.sum()))
         yield from data or ()
