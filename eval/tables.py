@@ -349,10 +349,13 @@ def calibration_markdown(table: dict) -> str:
 
 def write_tables(result_files: list[Path], output: Path,
                  kept_of: Callable[[Path], dict] | None = None, reference: str = "random",
-                 control: str = "control", primary: str = PRIMARY) -> str:
+                 control: str = "control", primary: str = PRIMARY,
+                 calibrated_by: tuple[str, dict] | None = None) -> str:
     """Write table2.md/.csv/.json (our runs) and paper_table2.md/.csv; return the Markdown. With
     `kept_of` (selection -> the pool's kept fractions), the table says what each method kept;
-    `primary` is the column the verdict and the dose-response read."""
+    `primary` is the column the verdict and the dose-response read; `calibrated_by` (name,
+    table2.json of another arm of the same run) calibrates a table that has no calibration rows
+    (eval/verdict.py)."""
     columns, values, records = load_results(result_files)
     if columns.get(primary) or primary not in columns and primary != PRIMARY:
         # (results without held-out text have no default column: the verdict says so)
@@ -365,7 +368,8 @@ def write_tables(result_files: list[Path], output: Path,
     if snr:
         table["snr"] = snr
         table["dose_response"] = dose_response(table, primary) if primary in columns else {}
-    table["verdict"] = verdict(table, reference, control, primary=primary)
+    table["verdict"] = verdict(table, reference, control, primary=primary,
+                               calibrated_by=calibrated_by)
     ours = report_markdown(table, cost_table(records))
     paper = paper_table()
     paper_md = markdown(paper.assign(**{"Avg (recomputed)": paper["Avg (recomputed)"].map(

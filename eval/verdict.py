@@ -63,14 +63,19 @@ def _seeds_needed(d: dict) -> str:
 
 
 def verdict(table: dict, reference: str = "random", control: str = "control",
-            paper_prefix: str = "datamask", primary: str = PRIMARY) -> dict:
+            paper_prefix: str = "datamask", primary: str = PRIMARY,
+            calibrated_by: tuple[str, dict] | None = None) -> dict:
     """Apply RULE (and RULE_CALIBRATION where the table has calibration selections) to the
     tables' JSON on the `primary` column: {rule, primary, control, calibration, vs_random,
-    ordering, lines}."""
+    ordering, lines}. `calibrated_by` (name, table2.json of another arm of the same run: same
+    proxy, same seeds) calibrates a table without a control or calibration rows of its own: the
+    stratified arm reads the free arm's null and doses."""
     per_seed = {m: dict(zip(map(int, entry["seeds"]), entry["cells"][primary]["values"]))
                 for m, entry in table["methods"].items() if primary in entry["cells"]}
     calibration = [m for m in per_seed if m == NULL or parse_dose(m)]
-    rule = RULE + (RULE_CALIBRATION if calibration else "") + (
+    shared = (calibrated_by if calibrated_by and not calibration and control not in per_seed
+              and calibrated_by[1]["verdict"]["calibration"] else None)
+    rule = RULE + (RULE_CALIBRATION if calibration or shared else "") + (
         "" if primary == PRIMARY else f"Primary metric of this run: {primary}, in place of macro "
                                       f"bits per byte (chosen by the rule of its plan).\n")
     lines = []
@@ -98,14 +103,20 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                          f" the model or token budget is too small to resolve anything at this "
                          f"scale; unresolved differences below say nothing either way."
                          + _seeds_needed(d))
+    elif shared:
+        status = None
     elif not calibration:
         status = None
         lines.append(f"Power: no '{control}' run, so this run's power is untested; unresolved "
                      f"differences below say nothing either way.")
     else:
         status = None
-    calibrated = calibration_lines(table, per_seed, reference, primary, lines) \
-        if calibration else None
+    if calibration:
+        calibrated = calibration_lines(table, per_seed, reference, primary, lines)
+    elif shared:
+        calibrated = shared_calibration(table, reference, *shared, lines)
+    else:
+        calibrated = None
 
     wording = {"below 0": "beats random", "above 0": "worse than random",
                "unresolved": "unresolved"}
@@ -148,19 +159,44 @@ def calibration_lines(table: dict, per_seed: dict, reference: str, primary: str,
     if NULL in per_seed:
         d = paired_difference(per_seed[NULL], per_seed[reference])
         null = {"resolved": d["resolved"], "difference": d}
+    smallest = {series: entry["smallest_resolved"]
+                for series, entry in dose_response(table, primary).items()}
+    calibrated = {"null": null, "smallest_resolved": smallest}
+    lines += calibration_outcome(calibrated, reference)
+    return calibrated
+
+
+def calibration_outcome(calibrated: dict, reference: str) -> list[str]:
+    """The lines that state a calibration ({null, smallest_resolved}) against `reference`."""
+    lines = []
+    if calibrated["null"]:
+        d = calibrated["null"]["difference"]
         interval = (f"[{d['low']:+.4f}, {d['high']:+.4f}]" if d["low"] is not None
                     else f"no interval with {d['n']} shared seed(s)")
         lines.append(f"Calibration: the null ({NULL} - {reference} = {d['mean']:+.4f} {interval})"
                      + (" is RESOLVED: the instrument is miscalibrated at this size, and no line "
                         "below is evidence." if d["resolved"] else " is unresolved, as it must "
                                                                    "be."))
-    smallest = {series: entry["smallest_resolved"]
-                for series, entry in dose_response(table, primary).items()}
-    for series, dose in smallest.items():
+    for series, dose in calibrated["smallest_resolved"].items():
         lines.append(f"Calibration: the smallest resolved {series} dose is "
                      + (f"{dose:g} ({dose_label(series, dose)} worse than {reference})."
                         if dose is not None else "none: this run cannot see that harm."))
-    return {"null": null, "smallest_resolved": smallest}
+    return lines
+
+
+def shared_calibration(table: dict, reference: str, name: str, other: dict,
+                       lines: list[str]) -> dict:
+    """RULE_CALIBRATION read off another arm's table (`other`, called `name`): which rows
+    calibrate this one, then their outcome, appended to `lines`; returns the other arm's
+    {null, smallest_resolved} with `from` (its reference) and `seeds` (those both arms ran)."""
+    seeds = sorted({int(s) for e in table["methods"].values() for s in e["seeds"]})
+    theirs = sorted({int(s) for e in other["methods"].values() for s in e["seeds"]})
+    same = "same seeds" if seeds == theirs else f"seeds {' '.join(map(str, theirs))} there"
+    lines.append(f"Calibration: this arm has no calibration rows of its own; its calibration is "
+                 f"{name}'s rows (against {other['reference']}; same proxy, {same}), whose "
+                 f"outcome follows.")
+    lines += calibration_outcome(other["verdict"]["calibration"], other["reference"])
+    return {**other["verdict"]["calibration"], "from": other["reference"], "seeds": theirs}
 
 
 def verdict_markdown(result: dict) -> str:

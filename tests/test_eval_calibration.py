@@ -132,3 +132,36 @@ def test_a_resolved_null_is_called_miscalibrated_and_a_bad_primary_is_refused(tm
     for primary in ("bpb macro (EMA)", "Avg", "no such column"):
         with pytest.raises(UserError, match="--primary"):
             write_tables(files, tmp_path / "other", primary=primary)
+
+
+def test_the_stratified_arm_is_calibrated_by_the_free_arms_rows(tmp_path):
+    """A table without calibration rows or a control states the free arm's null and smallest
+    resolved doses in place of 'no control run', and says whose they are."""
+    from eval.tables import write_tables
+
+    free_shifts = {"random": [0, 0, 0], "random-null": [0.004, -0.003, 0.001],
+                   "junk-0.25": [0.05, 0.06, 0.055], "dup-0.25": [0.01, -0.01, 0.012]}
+    strat_shifts = {"random@strat": [0, 0, 0], "quality-topk@strat": [-0.1, -0.09, -0.11]}
+    for folder, shifts in (("free", free_shifts), ("strat", strat_shifts)):
+        (tmp_path / folder).mkdir()
+        for method, shift in shifts.items():
+            for s in SEEDS:
+                result_file(tmp_path / folder, method, s, shift[s])
+    write_tables(sorted((tmp_path / "free").glob("*.json")), tmp_path / "tables")
+    free = json.loads((tmp_path / "tables" / "table2.json").read_text())
+    files = sorted((tmp_path / "strat").glob("*.json"))
+    text = write_tables(files, tmp_path / "tables-stratified", reference="random@strat",
+                        calibrated_by=("the free arm", free))
+    result = json.loads((tmp_path / "tables-stratified" / "table2.json").read_text())["verdict"]
+    assert result["lines"][0] == (
+        "Calibration: this arm has no calibration rows of its own; its calibration is the free "
+        "arm's rows (against random; same proxy, same seeds), whose outcome follows.")
+    assert result["lines"][1:4] == free["verdict"]["lines"][:3]  # the null, then each series
+    assert result["lines"][1].startswith("Calibration: the null (random-null - random = ")
+    assert "smallest resolved junk dose is 0.25" in " ".join(result["lines"][2:4])
+    assert result["calibration"]["from"] == "random" and result["calibration"]["seeds"] == [0, 1, 2]
+    assert result["calibration"]["smallest_resolved"] == {"junk": 0.25, "dup": None}
+    assert result["vs_random"] == {"quality-topk@strat": "beats random"}
+    assert "Power:" not in text and "1b. Calibration" in text
+    alone = write_tables(files, tmp_path / "alone", reference="random@strat")
+    assert "Power: no 'control' run" in alone
