@@ -249,13 +249,14 @@ def fabricated_record(method, seed, bpb, acc, prob):
                                 "docs": {"bits_per_byte": bpb[1]}}}}
 
 
-def write_fabricated(folder, shifts, control_shift=0.2):
-    """Seeds 0-2 of random, a control `control_shift` bits/byte worse, and one method per
-    (name, per-seed shifts)."""
+def write_fabricated(folder, shifts, control_shift=0.2, reference="random"):
+    """Seeds 0-2 of `reference`, a control `control_shift` bits/byte worse (None: no control),
+    and one method per (name, per-seed shifts)."""
     folder.mkdir(parents=True, exist_ok=True)
     base = {0: 2.60, 1: 2.70, 2: 2.65}
-    methods = {"random": [0, 0, 0], "control": [control_shift + e for e in (0.01, -0.01, 0)],
-               **shifts}
+    control = {} if control_shift is None else {
+        "control": [control_shift + e for e in (0.01, -0.01, 0)]}
+    methods = {reference: [0, 0, 0], **control, **shifts}
     for method, offsets in methods.items():
         for seed, offset in zip(base, offsets):
             bpb = [base[seed] + offset, base[seed] + 0.3 + offset]
@@ -324,15 +325,40 @@ def test_tables_reject_repeated_runs_and_mismatched_metrics(tmp_path):
         write_tables(files + [copy], tmp_path / "t")
 
 
-def test_downstream_figure_is_drawn_from_the_tables_json(tmp_path, capsys):
+def test_downstream_figures_are_drawn_from_the_tables_json(tmp_path, capsys):
+    """The forest plot has one row per method with both arms' differences (the null and the
+    control apart, the doses left to the dose-response figure) and arms.md's reading."""
     from eval.tables import write_tables
-    from figures.downstream import main
+    from figures.downstream import by_arm, dose_rows, forest_rows, main
 
-    files = write_fabricated(tmp_path / "eval", {"datamask": [-0.10, -0.09, -0.11]})
-    write_tables(files, tmp_path / "tables")
-    assert main(["--table", str(tmp_path / "tables" / "table2.json"),
-                 "--output", str(tmp_path / "fig")]) == 0
-    assert (tmp_path / "fig" / "downstream.png").stat().st_size > 10_000
+    write_tables(write_fabricated(tmp_path / "free", {
+        "datamask": [-0.10, -0.09, -0.11], "quality-topk": [0.20, 0.21, 0.19],
+        "random-null": [0.01, -0.01, 0.0], "junk-0.1": [0.05, -0.04, 0.0],
+        "junk-0.5": [0.30, 0.31, 0.29]}), tmp_path / "tables")
+    write_tables(write_fabricated(tmp_path / "strat", {
+        "datamask@strat": [-0.05, -0.06, -0.04], "quality-topk@strat": [0.1, -0.1, 0.0]},
+        control_shift=None, reference="random@strat"), tmp_path / "tables-stratified",
+        reference="random@strat")
+    paths = [str(tmp_path / folder / "table2.json") for folder in ("tables", "tables-stratified")]
+    tables = [json.loads(open(path).read()) for path in paths]
+    rows = forest_rows(by_arm(tables))
+    assert [row["method"] for row in rows] == ["datamask", "quality-topk", "control",
+                                               "random-null"]
+    assert [row["calibration"] for row in rows] == [False, False, True, True]
+    datamask, topk = rows[0], rows[1]
+    assert datamask["arms"]["free"]["mean"] == pytest.approx(-0.10)
+    assert datamask["arms"]["stratified"]["mean"] == pytest.approx(-0.05)
+    assert (datamask["reading"], topk["reading"]) == ("choice within domains", "mix")
+    assert set(rows[2]["arms"]) == {"free"}  # the control and the null are the free arm's
+    junk = dose_rows(tables[0])["junk"]
+    assert [d["dose"] for d in junk["doses"]] == [0.1, 0.5] and junk["smallest_resolved"] == 0.5
+    assert main(["--table", *paths, "--output", str(tmp_path / "fig")]) == 0
+    for name in ("forest", "dose-response"):
+        assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 10_000
+    assert main(["--table", paths[1], "--output", str(tmp_path / "one")]) == 0  # one arm
+    assert "dose-response not drawn" in capsys.readouterr().out
+    assert main(["--table", paths[0], paths[0], "--output", str(tmp_path)]) == 2
+    assert "two tables of the free arm" in capsys.readouterr().err
     assert main(["--table", str(tmp_path / "none.json"), "--output", str(tmp_path)]) == 2
     assert "none.json: no such file" in capsys.readouterr().err
 
