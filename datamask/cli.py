@@ -56,14 +56,15 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
                          "O(N * k * d) for Facility)")
 
 
-def add_learner_arguments(parser: argparse.ArgumentParser) -> None:
-    """The learner's flags (generated from LearnerConfig), with the names of the original
-    train_mask.py where it had them, and the run flags of MaskLearner.fit."""
+def add_learner_arguments(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
+    """The learner's flags (generated from LearnerConfig; `defaults` replaces some of its
+    defaults), with the names of the original train_mask.py where it had them, and the run
+    flags of MaskLearner.fit."""
     _add_io_arguments(parser)
     add_flags(parser.add_argument_group("learner (names of the original train_mask.py)"),
-              LearnerConfig, skip=("select_ratio",), original=True)
+              LearnerConfig, skip=("select_ratio",), original=True, defaults=defaults)
     x = parser.add_argument_group("learner (added by this project)")
-    add_flags(x, LearnerConfig, original=False)
+    add_flags(x, LearnerConfig, original=False, defaults=defaults)
     x.add_argument("--log_jsonl", metavar="PATH",
                    help="write one JSON line per step: step, lr, mean and max rollout objective, "
                         "optimisation seconds so far; at each --stop_every check also the "
@@ -286,7 +287,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(Path(args.workdir), device=check_device(args.device))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(select_defaults: dict | None = None) -> argparse.ArgumentParser:
+    """`datamask`'s parser; `select_defaults` replaces some of select's defaults (train_mask)."""
     parser = argparse.ArgumentParser(
         prog="datamask",
         description="DATAMASK: joint quality and diversity selection of pre-training data by "
@@ -295,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("select", help="learn a selection mask with DATAMASK",
                        description="Learn a selection mask with the policy-gradient learner.")
-    add_learner_arguments(p)
+    add_learner_arguments(p, select_defaults)
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("baseline", help="run a baseline selector by name",

@@ -146,14 +146,16 @@ def build(cls, params: dict, owner: str):
     return options
 
 
-def shown_default(field: dataclasses.Field) -> str:
-    if field.default is None:
+def shown_default(field: dataclasses.Field, value=dataclasses.MISSING) -> str:
+    """The field's default as its help shows it (`value` where a command has its own)."""
+    default = field.default if value is dataclasses.MISSING else value
+    if default is None:
         return field.metadata.get("default_text") or "none"
-    if isinstance(field.default, tuple):
-        return " ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in field.default)
-    if isinstance(field.default, float):
-        return f"{field.default:g}"
-    return str(field.default)
+    if isinstance(default, tuple):
+        return " ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
 
 
 def flag_arguments(field: dataclasses.Field, kind) -> dict:
@@ -173,17 +175,24 @@ def flag_arguments(field: dataclasses.Field, kind) -> dict:
     return kwargs
 
 
-def add_flags(group, cls, skip: tuple = (), original: bool | None = None) -> None:
+def add_flags(group, cls, skip: tuple = (), original: bool | None = None,
+              defaults: dict | None = None) -> None:
     """One flag per field of `cls` (those not in `skip`; with `original` set, only the fields
-    whose `original` mark equals it), help ending in the default."""
+    whose `original` mark equals it), help ending in the default. `defaults` replaces some:
+    those flags count as given with that value, and their help shows it."""
+    defaults = defaults or {}
     for field, kind in fields_of(cls):
         meta = field.metadata
         if not meta.get("flag", True) or field.name in skip:
             continue
         if original is not None and meta.get("original", False) != original:
             continue
-        help_text = f"{meta['help']} (default: {shown_default(field)})".replace("%", "%%")
-        group.add_argument(f"--{field.name}", help=help_text, **flag_arguments(field, kind))
+        shown = shown_default(field, defaults.get(field.name, dataclasses.MISSING))
+        help_text = f"{meta['help']} (default: {shown})".replace("%", "%%")
+        arguments = flag_arguments(field, kind)
+        if field.name in defaults:
+            arguments["default"] = defaults[field.name]
+        group.add_argument(f"--{field.name}", help=help_text, **arguments)
 
 
 def given(args: argparse.Namespace, cls, skip: tuple = ()) -> dict:

@@ -9,8 +9,11 @@ from a greedy)."""
 
 import sys
 
-from .cli import main
+from .cli import build_parser, run_command
+
+# the original's loop where `datamask select` differs; its --help shows these defaults
+ORIGINAL_DEFAULTS = {"lr_schedule": "linear", "probes": 0, "stop_every": 0, "init": "same"}
 
 if __name__ == "__main__":
-    sys.exit(main(["select", "--lr_schedule", "linear", "--probes", "0", "--stop_every", "0",
-                   "--init", "same", *sys.argv[1:]]))
+    sys.exit(run_command(build_parser(ORIGINAL_DEFAULTS), ["select", *sys.argv[1:]],
+                         "python -m datamask.train_mask"))

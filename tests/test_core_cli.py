@@ -58,6 +58,12 @@ def test_train_mask_module_takes_the_original_flags(tmp_path, shard):
     assert [r["step"] for r in records] == list(range(12))
     # the original's linear decay, although `datamask select` defaults to a constant rate
     assert records[0]["lr"] == 5 and records[-1]["lr"] == pytest.approx(0.5)
+    shown = subprocess.run([sys.executable, "-m", "datamask.train_mask", "--help"], check=True,
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
+    for flag, default in (("lr_schedule", "linear"), ("init", "same"), ("stop_every", "0"),
+                          ("probes", "0")):  # its help shows the defaults it runs
+        entry = re.search(rf"^  --{flag} .*?\(default:\s+(\S+?)\)", shown.stdout, re.M | re.S)
+        assert entry.group(1) == default, flag
 
 
 def test_several_inputs_and_variable_length_lists(tmp_path):
@@ -338,11 +344,12 @@ def _subparser(parser, name):
 
 
 def test_every_flag_help_is_short_and_speaks_of_the_product(monkeypatch):
-    """Every flag's help of select (and of python -m datamask.train_mask, the same parser),
+    """Every flag's help of select (and of python -m datamask.train_mask, its defaults its own),
     baseline (every registered baseline's options), synth and demo passes tests/test_docs.py's
     check (three lines at 100 columns, no history), and each docs link reaches its heading."""
     from datamask.cli import baseline_classes, build_parser
     from datamask.selectors import selector_names
+    from datamask.train_mask import ORIGINAL_DEFAULTS
     from test_docs import HELP_COLUMNS, ROOT, anchors, help_problems, rendered_help
 
     monkeypatch.setenv("COLUMNS", str(HELP_COLUMNS))
@@ -351,6 +358,7 @@ def test_every_flag_help_is_short_and_speaks_of_the_product(monkeypatch):
     parser = build_parser()
     parsers = [("datamask", parser)] + [(f"datamask {command}", _subparser(parser, command))
                                         for command in ("select", "baseline", "synth", "demo")]
+    parsers.append(("train_mask", _subparser(build_parser(ORIGINAL_DEFAULTS), "select")))
     assert [p for name, each in parsers for p in help_problems(name, each)] == []
     for name, each in parsers:
         for invocation, lines in rendered_help(each).items():
