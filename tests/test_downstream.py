@@ -51,10 +51,17 @@ def test_every_selection_of_both_arms_and_the_calibration_is_trained_and_tabled(
     stratified = json.loads((out / "tables-stratified" / "table2.json").read_text())
     assert set(stratified["methods"]) == {"random@strat", "quality-topk@strat"}
     assert stratified["reference"] == "random" + STRATIFIED
+    # the stratified arm is calibrated by the free arm's rows, not left without a control
+    lines = stratified["verdict"]["lines"]
+    assert lines[0].startswith("Calibration: this arm has no calibration rows of its own; its "
+                               "calibration is the free arm's rows (against random; same proxy, "
+                               "same seeds)")
+    assert lines[1] == free["verdict"]["lines"][0] and "random-null - random" in lines[1]
+    assert not any(line.startswith("Power:") for line in lines)
     arms = (out / "arms.md").read_text()
     assert "| quality-topk |" in arms and "random-null" not in arms and "junk-0.5" not in arms
-    for arm in ("free", "stratified"):
-        assert (out / "figures" / arm / "downstream.png").is_file()
+    for name in ("forest", "dose-response"):
+        assert (out / "figures" / f"{name}.png").is_file()
 
 
 def test_the_epochs_budget_is_read_off_randoms_tokens_and_is_the_same_for_all(run):
@@ -67,12 +74,41 @@ def test_the_epochs_budget_is_read_off_randoms_tokens_and_is_the_same_for_all(ru
     assert {s["train"]["average_every"] for s in summaries} == {max(1, steps // 20)}
 
 
-def test_a_second_invocation_trains_and_selects_nothing_again(run):
+def test_a_second_invocation_trains_nothing_again_and_ends_on_the_verdict(run, capsys):
     out, argv = run
     stamps = {p: p.stat().st_mtime_ns for p in [*(out / "train").glob("*/seed*/summary.json"),
                                                *(out / "select").glob("*/summary.json")]}
+    capsys.readouterr()
     assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    printed = capsys.readouterr().out
+    last = printed.splitlines()[-40:]
+    free = json.loads((out / "tables" / "table2.json").read_text())["verdict"]
+    # the null and each series' smallest resolved dose, each method in both arms with arms.md's
+    # reading, the paper's ordering, and where the full tables and figures are
+    text = " ".join(" ".join(last).split())  # list items are wrapped at 100 columns
+    for line in free["lines"]:
+        if line.startswith("Calibration:"):
+            assert f"- {line}" in text
+    row = next(line for line in last if line.startswith("| quality-topk |"))
+    assert row.count("±") == 2 and row.endswith(f"{arms_reading(out, 'quality-topk')} |")
+    assert any(line.startswith("| method | free arm | stratified arm | the difference is |")
+               for line in last)
+    assert "its calibration is the free arm's rows" in text
+    for path in (out / "tables" / "table2.md", out / "tables-stratified" / "table2.md",
+                 out / "figures" / "forest.png", out / "figures" / "dose-response.png",
+                 out / "arms.md"):
+        assert any(line.startswith(f"- {path}:") for line in last)
+    verdict = (out / "verdict.md").read_text().splitlines()
+    assert len(verdict) <= 40 and printed.splitlines()[-len(verdict):] == verdict
+    assert "Bits per byte on the held-out domains" not in printed  # the tables stay in files
+
+
+def arms_reading(out, method: str) -> str:
+    """arms.md's last column for `method`."""
+    row = next(line for line in (out / "arms.md").read_text().splitlines()
+               if line.startswith(f"| {method} |"))
+    return row.rstrip(" |").rsplit("|", 1)[1].strip()
 
 
 def test_epoch_steps_round_up_to_whole_windows():

@@ -1,5 +1,5 @@
-"""The downstream experiment of issue 16: every method's selection of the pool trains models on the
-same token budget with several seeds, and the tables say which differences the run resolves.
+"""The downstream experiment: every method's selection of the pool trains models on the same token
+budget with several seeds, and the tables say which differences the run resolves.
 
     python -m reproduce.pipeline.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
 
@@ -16,10 +16,12 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
   train     one model per (method, seed), one token budget for all (reproduce/pipeline/train.py)
   evaluate  per-domain held-out bits per byte + the BBC tasks (eval/run.py), one file per run
   tables    per arm, Table 2 with 95% CIs, paired differences with the arm's random, planted rows
-            kept, each metric's SNR and the dose-response (eval/tables.py, eval/calibration.py);
-            then arms.md: each method's outcome in both arms, and whether a difference is the
-            domain mix or the choice within domains
-  figure    figures/downstream.py
+            kept, each metric's SNR and the dose-response (eval/tables.py, eval/calibration.py;
+            the stratified arm is calibrated by the free arm's rows); then arms.md: each
+            method's outcome in both arms, and whether a difference is the domain mix or the
+            choice within domains
+  figures   forest.png and dose-response.png (figures/downstream.py)
+  verdict   verdict.md, printed last: the verdict on one screen and where the full tables are
 Training and evaluation jobs run `--jobs` at a time, each in its own process with one torch thread
 (on the 2-core box two one-thread jobs train ~4x faster each than one two-thread job beside other
 load; results do not depend on the thread count, see README "Determinism").
@@ -33,8 +35,10 @@ import math
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from datamask import processes
@@ -64,6 +68,7 @@ TASKS = ["bbc_cloze", "bbc_headline"]
 STRATIFIED = "@strat"  # the label suffix of the stratified arm
 STRATIFY_COLUMN = "domain"
 ARMS = ("free", "stratified")
+TABLES = {"free": "tables", "stratified": "tables-stratified"}  # each arm's tables folder
 DOSES = (0.05, 0.1, 0.25, 0.5)  # proxy-plan.md, section 3
 
 
@@ -232,20 +237,29 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     timed("train+evaluate", train_all)
 
     def tables_and_figures():
-        for arm, folder, reference in (("free", "tables", "random"),
-                                       ("stratified", "tables-stratified", "random" + STRATIFIED)):
+        from eval.tables import write_tables
+
+        from ..pool.control import kept_fractions
+
+        written = {}
+        for arm, folder in TABLES.items():
             labels = [label for label in runs if label.endswith(STRATIFIED) == (arm != "free")]
             if not labels:
                 continue
-            files = [str(output / "eval" / f"{label}.seed{seed}.json")
+            files = [output / "eval" / f"{label}.seed{seed}.json"
                      for label in labels for seed in seeds]
-            python("reproduce", "tables", "--results", *files, "--output", str(output / folder),
-                   "--pool", str(pool), "--reference", reference, "--primary", primary,
-                   log=logs / "tables.log")
-            python("figures.downstream", "--table", str(output / folder / "table2.json"),
-                   "--output", str(output / "figures" / arm), log=logs / "tables.log")
+            # the stratified arm has no calibration rows: the free arm's, trained in this run
+            # with the same proxy and seeds, calibrate it
+            shared = ("the free arm", json.loads(written["free"].read_text())) \
+                if "free" in written else None
+            write_tables(files, output / folder, partial(kept_fractions, pool),
+                         "random" + STRATIFIED * (arm != "free"), primary=primary,
+                         calibrated_by=shared)
+            written[arm] = output / folder / "table2.json"
+        python("figures.downstream", "--table", *map(str, written.values()), "--output",
+               str(output / "figures"), log=logs / "tables.log")
     timed("tables", tables_and_figures)
-    arms = arms_markdown(output)
+    arms_markdown(output)
 
     record = {"pool": str(pool), "runs": runs, "seeds": seeds, "config": config,
               "set": sets, "epochs": epochs, "primary": primary, "select_ratio": ratio,
@@ -254,8 +268,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
               "select_seed": select_seed, "stage_wall_s": stamp,
               "wall_s": round(time.time() - started, 1), "trained": runs_table(output)}
     write_json_atomic(record, output / "downstream.json")
-    print((output / "tables" / "table2.md").read_text() if (output / "tables").is_dir() else "")
-    print(arms)
+    print(verdict_summary(output), end="")
     return record
 
 
@@ -275,15 +288,19 @@ def epoch_settings(output: Path, config: str, sets: list[str], epochs: float) ->
                                      if train_cfg.average_last else [])
 
 
-def arms_markdown(output: Path) -> str:
+def arm_tables(output: Path) -> dict[str, dict]:
+    """{arm: its table2.json} for each arm the run folder has tables of."""
+    return {arm: json.loads((output / folder / "table2.json").read_text())
+            for arm, folder in TABLES.items() if (output / folder / "table2.json").is_file()}
+
+
+def arms_markdown(output: Path) -> None:
     """Each method's outcome against random in the free and the stratified arm (the verdicts of
     both tables), and whether a free-arm difference is the domain mix or the choice within
     domains; written to arms.md."""
-    verdicts = {}
-    for arm, folder in (("free", "tables"), ("stratified", "tables-stratified")):
-        path = output / folder / "table2.json"
-        verdicts[arm] = (json.loads(path.read_text())["verdict"]["vs_random"]
-                         if path.is_file() else {})
+    tables = arm_tables(output)
+    verdicts = {arm: tables[arm]["verdict"]["vs_random"] if arm in tables else {}
+                for arm in ARMS}
     rows = []
     for method, outcome in verdicts["free"].items():
         if method == NULL or parse_dose(method):
@@ -299,7 +316,62 @@ def arms_markdown(output: Path) -> str:
             + "\n".join(rows) + "\n")
     with atomic_output(output / "arms.md") as tmp:
         Path(tmp).write_text(text)
+
+
+def verdict_summary(output: Path) -> str:
+    """The run's verdict on one screen, the last thing it prints (and verdict.md): the
+    calibration, each method against random in each arm with arms.md's reading (mix or choice
+    within domains), the paper's ordering, and where the full tables and figures are."""
+    from eval.tables import difference_cell
+
+    tables = arm_tables(output)
+    if not tables:
+        return ""
+    primary = next(iter(tables.values()))["verdict"]["primary"]
+    seeds = "/".join(str(n) for n in sorted({t["power"][primary]["n_seeds"]
+                                             for t in tables.values()}))
+    lines = [f"# Verdict on {primary}: method - random on the same {seeds} training seeds, "
+             "mean ± 95% CI", ""]
+    lines += list(dict.fromkeys(bullet(line) for t in tables.values() for line in t["verdict"]
+                                ["lines"] if line.startswith(("Power:", "Calibration:"))))
+    free, stratified = tables.get("free"), tables.get("stratified")
+    lines += ["", "| method | " + " | ".join(f"{arm} arm" for arm in tables)
+              + " | the difference is |", "|---" * (len(tables) + 2) + "|"]
+    for method in (free or stratified)["verdict"]["vs_random"]:
+        method = method.removesuffix(STRATIFIED)
+        cells = [difference_cell(t["vs_reference"][label][primary], primary, False)
+                 if (label := method + STRATIFIED * (arm != "free")) in t["vs_reference"]
+                 else "" for arm, t in tables.items()]
+        reading = (mix_or_choice(free["verdict"]["vs_random"][method],
+                                 stratified["verdict"]["vs_random"].get(method + STRATIFIED))
+                   if free and stratified else "")
+        lines.append(f"| {method} | {' | '.join(cells)} | {reading} |")
+    lines.append("")
+    for arm, table in tables.items():
+        if table["verdict"]["ordering"]:
+            lines.append(bullet(f"The paper's ordering (a datamask variant better than every "
+                                f"other selection), {arm} arm: " + ", ".join(
+                                    f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
+                                    for v, o in table["verdict"]["ordering"].items()) + "."))
+    where = {output / TABLES[arm] / "table2.md": f"the {arm} arm's full tables"
+             + (" with the calibration rows" if arm == "free" else "") for arm in tables}
+    where |= {output / "figures" / "forest.png": "each selection against random, per arm",
+              output / "figures" / "dose-response.png": "the junk and dup doses",
+              output / "arms.md": "each method in both arms",
+              output / "downstream.json": "every run's settings, tokens and seconds"}
+    lines += ["", "Every metric, bits per byte per domain, the BBC tasks, SNR, planted rows kept, "
+              "costs and the rule:"]
+    lines += [f"- {path}: {what}" for path, what in where.items() if path.is_file()]
+    text = "\n".join(lines) + "\n"
+    with atomic_output(output / "verdict.md") as tmp:
+        Path(tmp).write_text(text)
     return text
+
+
+def bullet(line: str) -> str:
+    """`line` as a Markdown list item wrapped at 100 columns."""
+    return textwrap.fill(line, 100, initial_indent="- ", subsequent_indent="  ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def runs_table(output: Path) -> list[dict]:
