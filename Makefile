@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo downstream demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks clean
+.PHONY: install demo downstream demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks \
+	bench-defaults clean
 
 install: $(STAMP)
 
@@ -62,6 +63,13 @@ bench-chunks: install
 
 bench-baselines: install
 	$(BIN)/python -m reproduce.bench.baselines
+
+# select's defaults against the best greedy per family, size, metric and lamb
+# (reproduce/results/defaults/plan.md); DEFAULTS_FLAGS picks families (--families ...), overrides
+# (--set key=value) and --output; the real-text families need `make pool` and pipeline-prepare.
+DEFAULTS_FLAGS ?=
+bench-defaults: install
+	$(BIN)/python -m reproduce.bench.defaults $(DEFAULTS_FLAGS)
 
 clean:
 	rm -rf runs build *.egg-info

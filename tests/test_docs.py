@@ -147,14 +147,15 @@ HISTORY = re.compile(r"\bissues? ?#?\d|#\d+\b|\blevers?\b|\bruns? \d|\baddend|\b
 def command_parsers():
     """(name, parser) of every experiment's, benchmark's and pipeline stage's command line."""
     from reproduce import cli
-    from reproduce.bench import baselines, chunks, objectives, soak
-    from reproduce.experiments import direct, proxy, sweep, timing
+    from reproduce.bench import baselines, chunks, defaults, objectives, soak
+    from reproduce.experiments import direct, findings, proxy, sweep, timing
     from reproduce.pipeline import gpu_check
 
     modules = {"experiments.sweep": sweep, "experiments.timing": timing,
                "experiments.direct": direct, "experiments.proxy": proxy,
+               "experiments.findings": findings,
                "bench.baselines": baselines, "bench.chunks": chunks,
-               "bench.objectives": objectives, "bench.soak": soak,
+               "bench.objectives": objectives, "bench.soak": soak, "bench.defaults": defaults,
                "pipeline.gpu_check": gpu_check}
     named = [(name, module.build_parser()) for name, module in modules.items()]
     named.append(("reproduce", cli.build_parser()))

@@ -100,7 +100,7 @@ def fill_readme(path: str, root: str, link: str) -> None:
             f.write(before + begin + "\n" + table + end + after)
 
 
-def main(argv: list[str] | None = None) -> str:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="runs/experiments",
                         help="the results root: one folder per question, as the Make targets "
@@ -108,7 +108,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--readme", default=None,
                         help="also rewrite this page's generated block (the front page, from "
                              "the committed results)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = build_parser().parse_args(argv)
     text = report(args.results)
     if args.readme:
         fill_readme(args.readme, args.results,

@@ -1,0 +1,171 @@
+"""`make bench-defaults`: do `datamask select`'s defaults keep the best greedy's gain in its time,
+family by family (reproduce/results/defaults/plan.md)?
+
+    python -m reproduce.bench.defaults [--families synth-32d-30c pool ...] [--metrics ...]
+        [--lambs 0 0.5] [--pool runs/pool/prepared] [--bbc runs/pipeline-demo/prepared]
+        [--set start_optimizer=lazy ...] [--output reproduce/results/defaults/screen]
+
+For each family, size, lamb and metric, select at its defaults (with --set's overrides) and each
+reference greedy run back to back in this process on the same rows; `datamask.report.Report`
+scores every selection on the run's joint objective over all rows, beside a random selection's.
+A cell passes when select gains at least 0.99 of the best greedy's gain over random, in at most
+that greedy's time from 20,000 rows up and at most its time plus one second below. Printed as a
+table; with --output also written as defaults.json and defaults.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import torch
+
+from datamask.data import atomic_output, read_dataset
+from datamask.examples.synthetic import synthetic_dataset
+from datamask.report import Report
+from datamask.selectors import make_selector
+from eval.tables import markdown
+
+RATIO = 0.1
+KEEP = 0.99  # share of the best greedy's gain a default must keep
+GRACE_S = 1.0  # below this many rows select may take the greedy's time plus GRACE_S
+TIMED_FROM = 20_000
+DENSE_ROWS = 20_000  # largest input whose dense facility kernel the lazy greedies build here
+SYNTHETIC = {  # family -> (dim, clusters, sizes); the first two are the defaults' screen
+    "synth-32d-30c": (32, 30, (3_000, 20_000)), "synth-384d-64c": (384, 64, (20_000, 100_000)),
+    "synth-64d-24c": (64, 24, (3_000, 20_000)), "synth-768d-100c": (768, 100, (3_000, 20_000)),
+    "synth-384d-16c": (384, 16, (20_000, 100_000))}
+PREPARED = ("pool", "bbc")  # real text: a folder of prepared rows (--pool, --bbc)
+
+
+def references(metric: str, lamb: float, n: int) -> list[tuple[str, dict]]:
+    """The reference greedies of plan.md for (metric, lamb) at n rows."""
+    if lamb == 0:
+        return {"Pair_simi": [("pair-greedy", {})],
+                "Facility": [("facility-greedy", {"optimizer": "lazy"}) if n <= DENSE_ROWS
+                             else ("facility-knn-greedy", {"optimizer": "lazy"})],
+                "DiSF": [("disf-greedy-fast", {})]}[metric]
+    joint = ("joint-greedy", {"algorithm": metric, "lamb": lamb,
+                              **({"optimizer": "lazy"} if metric == "Facility" else {})})
+    if metric == "Facility" and n > DENSE_ROWS:
+        return []
+    return [joint, ("disf-greedy-fast", {})] if metric == "DiSF" else [joint]
+
+
+def datasets(args) -> list[tuple[str, object]]:
+    """(family, dataset) for each family and size asked for."""
+    out = []
+    for family in args.families:
+        if family in SYNTHETIC:
+            dim, clusters, sizes = SYNTHETIC[family]
+            out += [(family, synthetic_dataset(n, dim, clusters, seed=args.seed))
+                    for n in (args.sizes or sizes)]
+        else:
+            folder = getattr(args, family)
+            files = sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                           if f.endswith(".parquet"))
+            out.append((family, read_dataset(files)))
+    return out
+
+
+def cell(family: str, data, metric: str, lamb: float, report: Report, random_value: dict,
+         overrides: dict, seed: int) -> dict:
+    """Select at its defaults and each reference greedy on `data`; gains on the joint."""
+    objective = f"joint_{metric}"
+    select = make_selector("datamask", algorithm=metric, lamb=lamb, seed=seed, device="cpu",
+                           **overrides).select(data, RATIO)
+    gain = report(select.selected)[objective] - random_value[objective]
+    greedies = []
+    for name, options in references(metric, lamb, len(data)):
+        run = make_selector(name, device="cpu", seed=seed, **options).select(data, RATIO)
+        greedies.append((name, run.wall_time_s,
+                         report(run.selected)[objective] - random_value[objective]))
+    row = {"family": family, "rows": len(data), "metric": metric, "lamb": lamb,
+           "select_s": select.wall_time_s, **select.run}
+    if greedies:
+        name, wall, best = max(greedies, key=lambda g: g[2])
+        grace = 0.0 if len(data) >= TIMED_FROM else GRACE_S
+        row.update(greedy=name, greedy_s=wall, gain_ratio=gain / best,
+                   time_ratio=select.wall_time_s / wall,
+                   passes=bool(gain >= KEEP * best and select.wall_time_s <= wall + grace))
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    frame = pd.DataFrame(rows)
+    shown = pd.DataFrame({
+        "family": frame.family, "rows": frame.rows.map("{:,}".format), "metric": frame.metric,
+        "lamb": frame.lamb.map("{:g}".format), "greedy": frame.get("greedy", "-"),
+        "gain ratio": frame.get("gain_ratio", np.nan).map(lambda r: "-" if pd.isna(r)
+                                                           else f"{r:.3f}"),
+        "select s": frame.select_s.map("{:.3g}".format),
+        "greedy s": frame.get("greedy_s", np.nan).map(lambda s: "-" if pd.isna(s)
+                                                       else f"{s:.3g}"),
+        "steps": frame.steps_run, "stop": frame.stop_reason, "written at": frame.written_step,
+        "written / start": [f"{w / s:.4f}" if s else "-"
+                            for w, s in zip(frame.objective_written, frame.objective_start)],
+        "passes": frame.get("passes", "-")})
+    return markdown(shown, right=("rows", "gain ratio", "select s", "greedy s", "steps",
+                                  "written at", "written / start"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", default=list(SYNTHETIC)[:2],
+                        choices=[*SYNTHETIC, *PREPARED])
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="rows of the synthetic families (default: each family's own)")
+    parser.add_argument("--metrics", nargs="+", default=["Pair_simi", "Facility", "DiSF"],
+                        choices=["Pair_simi", "Facility", "DiSF"])
+    parser.add_argument("--lambs", type=float, nargs="+", default=[0.0, 0.5])
+    parser.add_argument("--pool", default="runs/pool/prepared",
+                        help="prepared rows of the pool (make pool)")
+    parser.add_argument("--bbc", default="runs/pipeline-demo/prepared",
+                        help="prepared rows of the BBC corpus (make pipeline-prepare)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="select options to override, e.g. start_optimizer=lazy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None,
+                        help="folder for defaults.json and defaults.md (default: print only)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
+    overrides = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
+                 for k, v in overrides.items()}
+    warm = synthetic_dataset(300, 16, 4, seed=args.seed)  # first calls pay for torch's set-up
+    for metric in args.metrics:
+        make_selector("datamask", algorithm=metric, seed=args.seed, device="cpu",
+                      **overrides).select(warm, RATIO)
+    rows = []
+    for family, data in datasets(args):
+        for lamb in args.lambs:
+            report = Report(data, RATIO, lamb, seed=args.seed)
+            random_value = report(make_selector("random", seed=args.seed).select(
+                data, RATIO).selected)
+            for metric in args.metrics:
+                rows.append(cell(family, data, metric, lamb, report, random_value, overrides,
+                                 args.seed))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+    text = (f"select's defaults{' with ' + ' '.join(args.set) if args.set else ''} against the "
+            f"best reference greedy, ratio {RATIO}, seed {args.seed}, "
+            f"{torch.get_num_threads()} torch threads\n\n" + table(rows))
+    print("\n" + text)
+    if args.output:
+        os.makedirs(args.output, exist_ok=True)
+        for name, content in (("defaults.json", json.dumps(
+                {"argv": argv, "set": overrides, "rows": rows}, indent=1)),
+                              ("defaults.md", text)):
+            with atomic_output(os.path.join(args.output, name)) as tmp:
+                with open(tmp, "w") as f:
+                    f.write(content)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

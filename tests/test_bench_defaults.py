@@ -1,0 +1,31 @@
+"""`make bench-defaults` on small rows: every cell holds select's run report beside the best
+greedy's gain and time and a verdict that follows them, and the table is written when asked."""
+
+import json
+
+from reproduce.bench import defaults
+
+
+def test_each_cell_compares_select_with_the_best_greedy(tmp_path):
+    rows = defaults.main(["--families", "synth-32d-30c", "--sizes", "400", "--metrics",
+                          "Pair_simi", "DiSF", "--lambs", "0", "0.5", "--output", str(tmp_path)])
+    assert [(r["metric"], r["lamb"]) for r in rows] == [
+        ("Pair_simi", 0.0), ("DiSF", 0.0), ("Pair_simi", 0.5), ("DiSF", 0.5)]
+    for row in rows:
+        assert {"steps_run", "stop_reason", "written_step", "objective_start",
+                "objective_written"} <= set(row)
+        grace = defaults.GRACE_S  # 400 rows: under the timed size
+        assert row["passes"] == (row["gain_ratio"] >= defaults.KEEP
+                                 and row["select_s"] <= row["greedy_s"] + grace)
+    assert rows[0]["greedy"] == "pair-greedy" and rows[2]["greedy"] == "joint-greedy"
+    saved = json.loads((tmp_path / "defaults.json").read_text())
+    assert saved["rows"] == json.loads(json.dumps(rows))
+    assert "| synth-32d-30c | 400 | DiSF | 0.5 |" in (tmp_path / "defaults.md").read_text()
+
+
+def test_reference_greedies_follow_the_plan():
+    assert defaults.references("Facility", 0.0, 100_000) == [
+        ("facility-knn-greedy", {"optimizer": "lazy"})]
+    assert defaults.references("Facility", 0.5, 100_000) == []  # no dense joint greedy there
+    assert [name for name, _ in defaults.references("DiSF", 0.5, 3_000)] == [
+        "joint-greedy", "disf-greedy-fast"]
