@@ -81,7 +81,7 @@ def test_exact_budget_and_determinism():
 
 # Computed with the learner before its step became `policy_step` (commit 87de87d): a refactor
 # must keep the same seed's selection and objective exactly. From the paper's equal start
-# (Pair_simi's and DiSF's defaults became a greedy start with levers P1 and D1).
+# (Pair_simi's and DiSF's defaults start from a greedy).
 PINNED_RUNS = [
     ({"algorithm": "Pair_simi", "partial": 0.5, "init": "same"},
      [5, 20, 33, 44, 61, 68, 77, 81, 82, 86, 97, 104, 113, 130, 134, 135, 173, 174, 177, 184],
