@@ -180,20 +180,20 @@ def dose_response(table: dict):
         for d, xi in zip(entry["doses"], x):
             if d["dose"] == smallest:
                 ax.plot(xi, d["mean"], "o", markersize=16, mfc="none", color=color, mew=1.6)
-    ax.plot([], [], "o", markersize=12, mfc="none", color="grey", mew=1.6,
-            label="ringed: the smallest resolved dose (CI above 0)")
+    if any(entry["smallest_resolved"] is not None for entry in series.values()):
+        ax.plot([], [], "o", markersize=12, mfc="none", color="grey", mew=1.6,
+                label="ringed: the smallest resolved dose (CI above 0)")
     ax.set_xscale("log")
+    ax.set_xlim(min(doses) / 1.6, max(doses) * 1.6)
     ax.set_xticks(doses, [f"{d:g}" for d in doses])
     ax.minorticks_off()
     ax.set_xlabel("dose d: fraction of random's documents replaced (junk: junk of the same "
                   "domain and length; dup: copies)", fontsize=8)
-    ax.set_ylabel(f"{primary}: dose - {reference}")
-    ax.text(0.99, 0.98, "\u2191 worse than random", transform=ax.transAxes, ha="right",
-            va="top", fontsize=8)
+    ax.set_ylabel(f"{primary}: dose - {reference}  (\u2191 worse)")
     ax.set_title(f"Dose-response, paired over {table['power'][primary]['n_seeds']} training "
                  f"seeds, mean ± 95% CI", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig
 
