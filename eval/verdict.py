@@ -193,8 +193,7 @@ def shared_calibration(table: dict, reference: str, name: str, other: dict,
     theirs = sorted({int(s) for e in other["methods"].values() for s in e["seeds"]})
     same = "same seeds" if seeds == theirs else f"seeds {' '.join(map(str, theirs))} there"
     lines.append(f"Calibration: this arm has no calibration rows of its own; its calibration is "
-                 f"{name}'s rows (against {other['reference']}; same proxy, {same}), whose "
-                 f"outcome follows.")
+                 f"{name}'s rows (against {other['reference']}; same proxy, {same}).")
     lines += calibration_outcome(other["verdict"]["calibration"], other["reference"])
     return {**other["verdict"]["calibration"], "from": other["reference"], "seeds": theirs}
 

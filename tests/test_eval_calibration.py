@@ -155,7 +155,7 @@ def test_the_stratified_arm_is_calibrated_by_the_free_arms_rows(tmp_path):
     result = json.loads((tmp_path / "tables-stratified" / "table2.json").read_text())["verdict"]
     assert result["lines"][0] == (
         "Calibration: this arm has no calibration rows of its own; its calibration is the free "
-        "arm's rows (against random; same proxy, same seeds), whose outcome follows.")
+        "arm's rows (against random; same proxy, same seeds).")
     assert result["lines"][1:4] == free["verdict"]["lines"][:3]  # the null, then each series
     assert result["lines"][1].startswith("Calibration: the null (random-null - random = ")
     assert "smallest resolved junk dose is 0.25" in " ".join(result["lines"][2:4])

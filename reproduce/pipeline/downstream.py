@@ -332,8 +332,13 @@ def verdict_summary(output: Path) -> str:
                                              for t in tables.values()}))
     lines = [f"# Verdict on {primary}: method - random on the same {seeds} training seeds, "
              "mean ± 95% CI", ""]
-    lines += list(dict.fromkeys(bullet(line) for t in tables.values() for line in t["verdict"]
-                                ["lines"] if line.startswith(("Power:", "Calibration:"))))
+    said = {}  # each power or calibration line once, with the first arm that states it
+    for arm, table in tables.items():
+        for line in table["verdict"]["lines"]:
+            if line.startswith(("Power:", "Calibration:")):
+                said.setdefault(line, arm)
+    lines += [bullet(line if arm == "free" else f"[{arm} arm] {line}")
+              for line, arm in said.items()]
     free, stratified = tables.get("free"), tables.get("stratified")
     lines += ["", "| method | " + " | ".join(f"{arm} arm" for arm in tables)
               + " | the difference is |", "|---" * (len(tables) + 2) + "|"]
@@ -346,13 +351,12 @@ def verdict_summary(output: Path) -> str:
                                  stratified["verdict"]["vs_random"].get(method + STRATIFIED))
                    if free and stratified else "")
         lines.append(f"| {method} | {' | '.join(cells)} | {reading} |")
-    lines.append("")
-    for arm, table in tables.items():
-        if table["verdict"]["ordering"]:
-            lines.append(bullet(f"The paper's ordering (a datamask variant better than every "
-                                f"other selection), {arm} arm: " + ", ".join(
-                                    f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
-                                    for v, o in table["verdict"]["ordering"].items()) + "."))
+    ordering = [bullet(f"The paper's ordering (a datamask variant better than every other "
+                       f"selection), {arm} arm: " + ", ".join(
+                           f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
+                           for v, o in table["verdict"]["ordering"].items()) + ".")
+                for arm, table in tables.items() if table["verdict"]["ordering"]]
+    lines += [""] + ordering if ordering else []
     where = {output / TABLES[arm] / "table2.md": f"the {arm} arm's full tables"
              + (" with the calibration rows" if arm == "free" else "") for arm in tables}
     where |= {output / "figures" / "forest.png": "each selection against random, per arm",
