@@ -1,4 +1,5 @@
-"""Calibration selections: the random selection with a known dose of harm (issue 29, section 3).
+"""Calibration selections: the random selection with a known dose of harm (section 3 of
+reproduce/results/downstream/proxy-plan.md).
 
 The downstream run compares each method's selection with random; these selections measure how
 large a harm the run can see, trained and evaluated like any method. Each is the random selection
