@@ -73,9 +73,9 @@ class LearnerConfig:
                                "rows): docs/select.md#the-learners-flags",
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("stochastic", "the greedy start's optimiser: stochastic (about "
-                                                "N ln 100 gains in all) or lazy (the exact "
-                                                "greedy's picks; N gains a pick but for Facility)",
-                                  choices=("stochastic", "lazy"))
+                                                "N ln 100 gains in all), lazy (the exact greedy's "
+                                                "picks) or auto (lazy for Facility, else stochastic)",
+                                  choices=("stochastic", "lazy", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -118,6 +118,8 @@ class LearnerConfig:
                                      "own best: a run goes on while they rise) or best (the start "
                                      "included); the best is written either way",
                            choices=("checks", "best"))
+    give_up: int = option(0, "stop once this many checks have not beaten a scored start, and write "
+                             "the start; 0 = never", low=0)
     patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
                               "its mean over this many steps rose by less than --min_gain of its "
                               "rise so far; needs --stop_every 0; 0 = off", low=0)
@@ -137,6 +139,13 @@ class LearnerConfig:
         if self.algorithm in ("Pair_simi", "DiSF") or rows <= GREEDY_INIT_ROWS:
             return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
         return "same"
+
+    def start_optimizer_of(self) -> str:
+        """The greedy start's optimiser, auto resolved: the exact (lazy) greedy for Facility,
+        whose start is only taken where its dense kernel is built anyway; stochastic else."""
+        if self.start_optimizer != "auto":
+            return self.start_optimizer
+        return "lazy" if self.algorithm == "Facility" else "stochastic"
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -300,7 +309,7 @@ def resolved(settings: dict, rows: int) -> dict:
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
     scored, init = config.scores_start(rows), config.start_init(rows)
     return {**settings, "init": init,
-            "start_optimizer": config.start_optimizer if init == "greedy" else "stochastic",
+            "start_optimizer": config.start_optimizer_of() if init == "greedy" else "stochastic",
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks"}
 
@@ -651,9 +660,11 @@ class MaskLearner:
                           best_step=run.best["step"])
             watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
             bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
-            return stalled(bests, cfg.stop_window, cfg.stop_tolerance)
+            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up > 0
+            return unbeaten or stalled(bests, cfg.stop_window, cfg.stop_tolerance)
 
-        if state is None and cfg.scores_start(shape.n_total):
+        scored = cfg.scores_start(shape.n_total)  # the start is the best to beat
+        if state is None and scored:
             start = time.perf_counter()
             # the best to beat; not a check, so `stalled` counts from the first
             run.start_objective = keep_if_best()
@@ -748,5 +759,5 @@ class MaskLearner:
             return Progress(initial_logits(ground.quality, init), scale)
         start = time.perf_counter()
         logits = greedy_logits(ground, Joint(metric, cfg.lamb, scale), cfg.algorithm,
-                               shape.k_total, gen, cfg.start_optimizer)
+                               shape.k_total, gen, cfg.start_optimizer_of())
         return Progress(logits, scale, elapsed_s=time.perf_counter() - start)

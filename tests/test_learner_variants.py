@@ -538,6 +538,36 @@ def test_a_lazy_start_is_the_exact_greedy_and_resumes_only_under_its_own_optimis
     np.testing.assert_array_equal(whole.selected, picks)
 
 
+def test_an_auto_start_optimiser_is_lazy_for_facility_and_stochastic_elsewhere():
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(lamb=0.0, init="greedy", n_epochs=20, stop_every=10, n_rollout=8, seed=2,
+                  device="cpu")
+    for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "stochastic")):
+        auto = LearnerConfig(algorithm=algorithm, **config, start_optimizer="auto")
+        assert auto.start_optimizer_of() == same_as
+        assert learner.resolved(asdict(auto), 300)["start_optimizer"] == same_as
+        runs = [MaskLearner(replace(auto, start_optimizer=o)).fit(data, progress=False)
+                for o in ("auto", same_as)]
+        np.testing.assert_array_equal(runs[0].logits, runs[1].logits)
+
+
+def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
+    """Facility's steps at lamb 0 lower its greedy start's objective: with --give_up 2 the run
+    stops at its second check and writes the start; without it the stall test runs on."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
+                  n_rollout=8, seed=2, device="cpu")
+    on_and_on = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    given_up = MaskLearner(LearnerConfig(**config, give_up=2)).fit(data, progress=False)
+    assert on_and_on.best_step == 0 and on_and_on.steps_taken > 20
+    assert given_up.summary() == {**given_up.summary(), "steps_run": 20, "written_step": 0,
+                                  "stop_reason": "stopping_rule"}
+    np.testing.assert_array_equal(given_up.selected, on_and_on.selected)
+    unscored = MaskLearner(LearnerConfig(**dict(config, init="same"), give_up=2)).fit(
+        data, progress=False)
+    assert unscored.steps_taken > 20  # no scored start: nothing to give up on
+
+
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():
     facility, pair = LearnerConfig(algorithm="Facility"), LearnerConfig(algorithm="Pair_simi")
     disf = LearnerConfig(algorithm="DiSF")
