@@ -1,7 +1,11 @@
 """`make figures`: draw every figure whose results file exists; say which were skipped and why.
 
-    python -m figures [--results runs/experiments] [--pipeline runs/pipeline-demo]
+    python -m figures [--results runs/experiments] [--timing DIR] [--pipeline runs/pipeline-demo]
         [--output runs/experiments/figures]
+
+It reads the results root's question folders as the Make targets write them: timing/timing.json
+(or --timing, one timing run's folder, e.g. a scale run), ablation-<knob>/ablation-<knob>.json
+and ablation-direct/ablation-direct.json.
 
 1 curves.png: the learner's whole-input objective against step and against wall time, with each
   greedy's level (timing.json, largest N where a greedy finished). 2 ablation-<knob>.png: objective
@@ -225,29 +229,32 @@ def timing_plot(timing: TimingResult):
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="runs/experiments")
+    parser.add_argument("--timing", default=None,
+                        help="the folder of the timing run to draw (default: RESULTS/timing)")
     parser.add_argument("--pipeline", default="runs/pipeline-demo")
     parser.add_argument("--output", default="runs/experiments/figures")
     args = parser.parse_args(argv)
     os.makedirs(args.output, exist_ok=True)
     written = []
-    timing = read_result(args.results, "timing")
+    timing_folder = args.timing or os.path.join(args.results, "timing")
+    timing = read_result(timing_folder, "timing")
     if timing:
         written += save(curves(timing), args.output, "1-curves")
         written += save(timing_plot(timing), args.output, "3-timing")
         for metric, n in anytime.panels(timing):
             written += save(anytime.anytime(timing, metric, n), args.output,
                             f"3-anytime-{metric}-{n}")
-    for path in sorted(glob.glob(os.path.join(args.results, "ablation-*.json"))):
+    for path in sorted(glob.glob(os.path.join(args.results, "ablation-*", "ablation-*.json"))):
         experiment = os.path.basename(path)[:-len(".json")]
-        result = read_result(args.results, experiment)
+        result = read_result(os.path.dirname(path), experiment)
         if isinstance(result, SweepResult):  # named as the experiment: ablation-<knob>
             written += save(ablation(result), args.output, f"2-{experiment}")
             written += save(ablation_values(result), args.output, f"2-{experiment}-values")
-    direct = read_result(args.results, "ablation-direct")
+    direct = read_result(os.path.join(args.results, "ablation-direct"), "ablation-direct")
     if direct:
         written += save(direct_plot(direct), args.output, "2-ablation-direct")
     if not timing:
-        print(f"figures: no {args.results}/timing.json; figures 1 and 3 skipped")
+        print(f"figures: no {timing_folder}/timing.json; figures 1 and 3 skipped")
     rows = pipeline.load(args.pipeline)
     if rows:
         written += save(pipeline.embeddings(rows), args.output, "4-embeddings")

@@ -3,6 +3,7 @@ values, the best value) follows from its numbers, its results file reads back as
 wrote, and the figures are drawn (findings' verdicts: test_findings.py). The real runs (`make
 reproduce-timing`, `make ablation-<knob>`) are benchmarks."""
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -187,12 +188,14 @@ def fake_pipeline(root):
 
 def test_figures_written(timing_result, tmp_path):
     out, _ = timing_result
+    results = tmp_path / "results"  # the question folders the Make targets write
+    shutil.copytree(out, results / "timing")
     sweep.main(["--knob", "G", "--values", "4", "8", "--seeds", "0", "1", "--n", "150",
-                "--metrics", "Facility", "--output", str(out), *TOY])
+                "--metrics", "Facility", "--output", str(results / "ablation-G"), *TOY])
     direct.main(["--n", "150", "--dim", "16", "--clusters", "8", "--steps", "4", "--seeds", "0",
-                 "--metrics", "Pair_simi", "--output", str(out)])
+                 "--metrics", "Pair_simi", "--output", str(results / "ablation-direct")])
     fake_pipeline(tmp_path / "pipe")
-    written = figures_main(["--results", str(out), "--pipeline", str(tmp_path / "pipe"),
+    written = figures_main(["--results", str(results), "--pipeline", str(tmp_path / "pipe"),
                             "--output", str(tmp_path / "fig")])
     names = {p.rsplit("/", 1)[1] for p in written}
     assert {f"{name}.{ext}" for ext in ("png", "pdf") for name in (

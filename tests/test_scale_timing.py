@@ -63,8 +63,8 @@ def test_greedy_curves_end_at_the_selection(scaled):
 
 def test_anytime_figure_per_metric_and_size(scaled, tmp_path):
     out, _ = scaled
-    written = figures_main(["--results", str(out), "--pipeline", str(tmp_path / "none"),
-                            "--output", str(tmp_path / "fig")])
+    written = figures_main(["--results", str(tmp_path), "--timing", str(out), "--pipeline",
+                            str(tmp_path / "none"), "--output", str(tmp_path / "fig")])
     names = {p.rsplit("/", 1)[1] for p in written}
     # 400 too: the greedies have objectives there, the learner is a hollow extrapolated marker
     assert {f"3-anytime-Pair_simi-{n}.png" for n in (200, 300, 400)} <= names
