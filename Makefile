@@ -36,7 +36,7 @@ demo: install
 		> /dev/null && \
 	$(BIN)/python -m reproduce.pipeline.downstream --pool $(DEMO_DIR)/pool --output $(DEMO_DIR) \
 		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
-	echo "demo: $$(( $$(date +%s) - start )) s wall (results in $(DEMO_DIR)/tables)" | \
+	echo "demo: $$(( $$(date +%s) - start )) s wall (verdict in $(DEMO_DIR)/verdict.md)" | \
 		tee $(DEMO_DIR)/wall_time.txt
 
 # The selectors alone on a synthetic shard, in seconds.
