@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask.data import ID_COLUMN, budget, read_dataset, write_json_atomic, write_table_atomic
-from datamask.errors import UserError, quoted
+from datamask.errors import UserError
 from datamask.paths import check_paths
 from datamask.selectors import make_selector
 from eval.calibration import SERIES, dose_label
@@ -47,7 +47,7 @@ from ..pipeline.prepare import chunk_id
 from ..pipeline.tokenize import SIDE_FILE
 from . import noise
 from .build import POOL_SCHEMA, fineweb_row
-from .control import LABELS, pool_labels
+from .control import LABELS, pool_labels, selection_file
 from .sources import Document, fineweb_id
 
 SIDE_KIND = {"junk": "junk", "dup": "exact_dup"}
@@ -65,7 +65,7 @@ def calibration_selection(pool_dir: Path, prepared: list[str], select_ratio: flo
     if not 0.0 < dose < 1.0:
         raise UserError(f"--dose must lie strictly between 0 and 1, got {dose}")
     files = parquet_files(prepared, "--prepared")
-    base = base_file(Path(base)) if base is not None else None
+    base = selection_file(Path(base), "--base") if base is not None else None
     check_paths({"--pool": [Path(pool_dir) / "fineweb"],
                  "--prepared": [str(f) for f in files] + list(prepared), "--base": base},
                 folders={"--output": output})
@@ -135,22 +135,6 @@ def prepared_rows(files: list[Path]) -> pa.Table:
     if len(pc.unique(rows.column("id"))) != len(rows):
         raise UserError("--prepared: an id appears in two rows; prepare each pool shard once")
     return rows
-
-
-def base_file(path: Path) -> Path:
-    """The --base selection file (a folder: its selection.parquet), refused by its flag before
-    any work unless it is a readable Parquet file with the columns id and selected."""
-    path = path / "selection.parquet" if path.is_dir() else path
-    if not path.is_file():
-        raise UserError(f"--base {path}: no such file (give the run's random selection.parquet)")
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"--base {path}: not a readable Parquet file ({quoted(err)})") from None
-    if not {"id", "selected"} <= set(names):
-        raise UserError(f"--base {path}: needs the columns id and selected (a selection.parquet "
-                        "of `reproduce select`)")
-    return path
 
 
 def base_selection(path: Path, rows: pa.Table, select_ratio: float):
