@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from datamask.examples.synthetic import synthetic_dataset
 from datamask.report import Report
 from datamask.selectors import make_selector
 from eval.tables import markdown
+from reproduce.experiments.common import machine
 
 RATIO = 0.1
 KEEP = 0.99  # share of the best greedy's gain a default must keep
@@ -88,8 +90,8 @@ def cell(family: str, data, metric: str, lamb: float, report: Report, random_val
     if greedies:
         name, wall, best = max(greedies, key=lambda g: g[2])
         grace = 0.0 if len(data) >= TIMED_FROM else GRACE_S
-        row.update(greedy=name, greedy_s=wall, gain_ratio=gain / best,
-                   time_ratio=select.wall_time_s / wall,
+        row.update(greedy=name, greedy_s=wall, gain=gain, greedy_gain=best,
+                   gain_ratio=gain / best, time_ratio=select.wall_time_s / wall,
                    passes=bool(gain >= KEEP * best and select.wall_time_s <= wall + grace))
     return row
 
@@ -158,8 +160,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print("\n" + text)
     if args.output:
         os.makedirs(args.output, exist_ok=True)
-        for name, content in (("defaults.json", json.dumps(
-                {"argv": argv, "set": overrides, "rows": rows}, indent=1)),
+        record = {"argv": sys.argv[1:] if argv is None else argv, "set": overrides,
+                  "machine": machine().to_json(), "rows": rows}
+        for name, content in (("defaults.json", json.dumps(record, indent=1)),
                               ("defaults.md", text)):
             with atomic_output(os.path.join(args.output, name)) as tmp:
                 with open(tmp, "w") as f:

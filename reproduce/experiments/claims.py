@@ -31,6 +31,7 @@ from .timing import comparison, learner_steps
 
 KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper value must keep
 STOP_LOSS = 0.005  # the stopping rule may give up at most this share of the fixed-steps objective
+KEEP_OF_GREEDY = 0.99  # share of the best greedy's gain select's defaults must keep
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
 
 
@@ -396,12 +397,23 @@ def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
     return [(n, sweep(root, f"{folder}/{name}", "ablation-stop")) for n, name in names]
 
 
+def bench_cells(root: str, folder: str) -> pd.DataFrame:
+    """The cells of `make bench-defaults` runs, one results folder per family under `folder`."""
+    path = os.path.join(root, folder)
+    runs = [table_json(root, folder, family, "defaults.json") for family in
+            sorted(os.listdir(path))] if os.path.isdir(path) else []
+    return pd.DataFrame([row for run in runs if run for row in run["rows"]])
+
+
 def start_outcomes(root: str, evidence: tuple[str, ...]) -> pd.DataFrame:
     """Every committed learner run from a scored greedy start: metric, lamb, rows, whether it ran
     the stopping rule (else fixed steps), whether it wrote a later step than the start, and its
     final objective over the start's (step 0's read-off; runs that kept no curve: NaN)."""
-    stop, *timed, facility = evidence
-    rows = []
+    stop, *timed, facility, bench = evidence
+    cells = bench_cells(root, bench)
+    rows = [{"metric": c.metric, "lamb": c.lamb, "rows": c.rows, "rule": True,
+             "later": c.written_step > 0, "ratio": c.objective_written / c.objective_start}
+            for c in cells.itertuples()]
     for n, result in stop_sweeps(root, stop):
         for r in result.runs:
             rows.append({"metric": r.metric, "lamb": result.config["lamb"], "rows": n,
@@ -474,6 +486,33 @@ def start_against_equal(root: str, evidence: tuple[str, ...]) -> Finding | None:
     return Finding(f"the start gains at least as much in {sum(verdicts.values())} of "
                    f"{len(verdicts)} runs", holds(all(verdicts.values())),
                    markdown(pd.DataFrame(rows)).splitlines())
+
+
+def defaults_against_greedies(root: str, evidence: tuple[str, ...]) -> Finding | None:
+    """Folders: `make bench-defaults` at select's defaults, then at the candidate changes, each
+    one results folder per family."""
+    today, candidates = (bench_cells(root, folder) for folder in evidence)
+    if today.empty:
+        return None
+    lines = []
+    for title, cells in (("At select's defaults:", today),
+                         (f"With the candidate changes (`{evidence[1]}/`):", candidates)):
+        if cells.empty:
+            continue
+        shown = pd.DataFrame({
+            "family": cells.family, "rows": cells.rows.map("{:,}".format),
+            "metric": cells.metric, "lamb": cells.lamb.map("{:g}".format),
+            "greedy": cells.greedy, "gain ratio": cells.gain_ratio.map("{:.3f}".format),
+            "time ratio": cells.time_ratio.map("{:.2f}".format),
+            "written at": cells.written_step,
+            "passes": cells.passes.map(lambda ok: "**yes**" if ok else "no")})
+        lines += [title, "", *markdown(shown, right=("rows", "gain ratio", "time ratio",
+                                                      "written at")).splitlines(), ""]
+    passed = int(today.passes.sum())
+    # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
+    kept = int(((today.gain_ratio >= KEEP_OF_GREEDY) | today.passes).sum())
+    return Finding(f"{passed} of {len(today)} cells pass; the gain in {kept}",
+                   met(passed == len(today)), lines[:-1])
 
 
 def stopping_rule(root: str, evidence: tuple[str, ...]) -> Finding | None:
