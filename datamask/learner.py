@@ -74,7 +74,8 @@ class LearnerConfig:
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("stochastic", "the greedy start's optimiser: stochastic (about "
                                                 "N ln 100 gains in all), lazy (the exact greedy's "
-                                                "picks) or auto (lazy for Facility, else stochastic)",
+                                                "picks) or auto (lazy for Facility, else "
+                                                "stochastic)",
                                   choices=("stochastic", "lazy", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,

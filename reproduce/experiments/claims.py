@@ -590,8 +590,9 @@ def variants(root: str, evidence: tuple[str, ...]) -> Finding | None:
             winner, rule = mean_rank_best(result), "lowest mean rank over the metrics"
         winners[knob] = (winner, paper)
         lines += [f"`--{knob}` ({result.paper}; {paper} is the paper's):", "",
-                  *sweep_table(result), "", f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
-                                                 else f"**{winner} wins**."), ""]
+                  *sweep_table(result), "",
+                  f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
+                                             else f"**{winner} wins**."), ""]
     scale_on = reported_knob(root, (scale_on,))
     if scale_on:
         lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
