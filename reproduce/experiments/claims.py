@@ -355,7 +355,8 @@ def table2_gain(root: str, evidence: tuple[str, ...]) -> Finding | None:
                   *(f"- {line}" for line in point_c["verdict"]["lines"])]
     word = ("contradicted" if "contradicted" in outcomes else
             "holds" if set(outcomes) == {"holds"} else "unresolved")
-    return Finding("; ".join(here), f"not reproduced at this scale ({word})", lines)
+    return Finding("; ".join(here), word if word == "holds"
+                   else f"not reproduced at this scale ({word})", lines)
 
 
 # ------------------------------------------------------------------ questions this project adds
