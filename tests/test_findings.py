@@ -37,6 +37,10 @@ def write_sweep(root: Path, knob: str, summary: list[SweepSummary], **extra) -> 
     (root / f"ablation-{knob}" / f"ablation-{knob}.json").write_text(json.dumps(result.to_json()))
 
 
+def report(root: Path) -> str:
+    return findings.report(findings.decided(str(root)), str(root))
+
+
 def section(text: str, question: str) -> str:
     return text.split(f"## {question}\n", 1)[1].split("\n## ", 1)[0]
 
@@ -70,7 +74,7 @@ def test_verdicts_follow_the_numbers(tmp_path):
 
 
 def test_a_claim_without_its_folder_names_the_target_that_writes_it(tmp_path):
-    text = findings.report(str(tmp_path))
+    text = report(tmp_path)
     for claim in claims.load_claims():
         assert f"Not measured: run `make {claim.target}`." in section(text, claim.question)
     assert text.count("| not measured | not measured |") == len(claims.load_claims())
@@ -102,13 +106,13 @@ def learner_objective(path: Path, n: int, objective: float) -> None:
 def test_a_target_missed_by_one_run_turns_its_metrics_verdict(tmp_path):
     root = copy_results(tmp_path, "scale/pair-init-greedy", "scale/disf-stall-checks",
                         "scale/disf-stall-checks-40c", "facility-start")
-    evidence = claims.load_claims()[1].evidence
-    assert claims.objective_targets(str(root), evidence).verdict == "holds"
+    targets = next(c for c in claims.load_claims() if c.decide == "objective_targets")
+    assert targets.finding(str(root)).verdict == "holds"
     timing = root / "scale" / "pair-init-greedy" / "timing.json"
     random = next(r["random_objective"] for r in json.loads(timing.read_text())["runs"]
                   if r["n"] == 20_000)
     learner_objective(timing, 20_000, random)  # no gain over random at 20,000 rows
-    finding = claims.objective_targets(str(root), evidence)
+    finding = targets.finding(str(root))
     assert finding.verdict == "holds for DiSF, Facility only"
     assert finding.here == "5 of 6 targets met"
     assert "| Pair_simi at 20,000 rows: at least 0.99 of `pair-greedy`'s gain | gain 0.000" in \
@@ -116,24 +120,24 @@ def test_a_target_missed_by_one_run_turns_its_metrics_verdict(tmp_path):
 
 
 def test_facility_at_1m_reads_the_adopted_plan_and_lists_the_others(tmp_path):
-    evidence = next(c for c in claims.load_claims() if c.decide == "facility_1m").evidence
+    claim = next(c for c in claims.load_claims() if c.question == "Facility at 1,000,000 rows")
+    evidence = claim.evidence
     root = copy_results(tmp_path, *evidence)
-    finding = claims.facility_1m(str(root), evidence)
+    finding = claim.finding(str(root))
     assert (finding.verdict, finding.here) == ("met", "gain 1.008, time 6.76x")
-    assert [line.split(":")[0] for line in finding.lines] == [f"- {p}" for p in
-                                                              claims.FACILITY_PLANS]
+    assert [line.split(": gain")[0] for line in finding.lines] == [
+        f"- {plan}" for plan in claim.parameters["labels"]]
     greedy = next(r for r in json.loads((root / evidence[-1] / "timing.json").read_text())["runs"]
                   if r["label"] == "facility-knn-greedy stochastic" and r["n"] == 1_000_000)
     learner_objective(root / evidence[0] / "timing.json", 1_000_000, greedy["objective"] - 1e-4)
-    assert claims.facility_1m(str(root), evidence).verdict == "not met"
+    assert claim.finding(str(root)).verdict == "not met"
     shutil.rmtree(root / evidence[0])
-    assert claims.facility_1m(str(root), evidence) is None
+    assert claim.finding(str(root)) is None
 
 
 def test_what_the_policy_gradient_adds_counts_later_steps_per_metric_and_lamb(tmp_path):
-    evidence = next(c for c in claims.load_claims() if c.decide == "gradient_adds").evidence
-    root = copy_results(tmp_path, "ablation-stop")
-    finding = claims.gradient_adds(str(root), evidence)
+    claim = next(c for c in claims.load_claims() if c.decide == "gradient_adds")
+    finding = claim.finding(str(copy_results(tmp_path, "ablation-stop")))
     table = "\n".join(finding.lines)
     assert "| Facility | 0.5 | 1,000, 3,000 | 0 of 6 | 1.0000 |" in table
     assert "| Pair_simi | 0.5 | 1,000, 3,000 | 6 of 6 |" in table
@@ -154,7 +158,7 @@ def test_downstream_claims_read_both_arms_and_the_instruments_goals(tmp_path):
           {"power": {"bpb macro": {"paired_sd": 0.036}}, "verdict": {"lines": ["first proxy"]}})
     write(tmp_path / "downstream" / "V512-d64" / "tables" / "table2.json",
           {"verdict": verdict, "snr": {"bpb macro (EMA)": {"noise": 0.011}}})
-    text = findings.report(str(tmp_path))
+    text = report(tmp_path)
     assert "| free: Pair_simi better than random | **holds** |" in text
     table2 = section(text, "Table 2: DATAMASK's selection trains a better model")
     assert "- Calibration: fine" in table2 and "- first proxy" in table2
@@ -164,7 +168,7 @@ def test_downstream_claims_read_both_arms_and_the_instruments_goals(tmp_path):
     null["resolved"] = True
     write(tmp_path / "downstream" / "V512-d64" / "tables" / "table2.json",
           {"verdict": verdict, "snr": {"bpb macro (EMA)": {"noise": 0.013}}})
-    instrument = section(findings.report(str(tmp_path)),
+    instrument = section(report(tmp_path),
                          "The downstream instrument resolves a known harm")
     assert instrument.count("**not met**") == 2
 
@@ -192,7 +196,8 @@ def test_the_best_mean_rank_breaks_a_tie_to_the_value_listed_first():
 def test_the_front_page_block_is_refused_where_the_page_has_none(tmp_path):
     page = tmp_path / "README.md"
     page.write_text(f"# Title\n\n{findings.README_BEGIN}\nold\n{findings.README_END}\n\nrest\n")
-    findings.fill_readme(str(page), str(tmp_path), "results")
+    rows = findings.decided(str(tmp_path))
+    findings.fill_readme(str(page), rows, "results")
     text = page.read_text()
     assert text.startswith(f"# Title\n\n{findings.README_BEGIN}\n| claim | paper |")
     assert text.endswith(f"{findings.README_END}\n\nrest\n") and "old" not in text
@@ -200,5 +205,5 @@ def test_the_front_page_block_is_refused_where_the_page_has_none(tmp_path):
         c.paper != "-" for c in claims.load_claims())
     page.write_text("# no block\n")
     with pytest.raises(UserError, match="no generated block"):
-        findings.fill_readme(str(page), str(tmp_path), "results")
+        findings.fill_readme(str(page), rows, "results")
     assert page.read_text() == "# no block\n"

@@ -26,13 +26,14 @@ def linked_paths(page: Path) -> list[Path]:
 
 
 def test_committed_findings_are_what_make_findings_writes():
-    assert findings.report(str(RESULTS)) == (RESULTS / "findings.md").read_text()
+    rows = findings.decided(str(RESULTS))
+    assert findings.report(rows, str(RESULTS)) == (RESULTS / "findings.md").read_text()
 
 
 def test_the_front_page_block_is_what_make_findings_writes(tmp_path):
     page = tmp_path / "README.md"
     page.write_text((ROOT / "README.md").read_text())
-    findings.fill_readme(str(page), str(RESULTS), "reproduce/results")
+    findings.fill_readme(str(page), findings.decided(str(RESULTS)), "reproduce/results")
     assert page.read_text() == (ROOT / "README.md").read_text()
 
 

@@ -1,20 +1,19 @@
 """The rules of `make findings`: claims.yaml declares each claim (its question, the paper's
-figure, the results folders it reads, the Make target that writes them, the rule in words) and
-names the function here that reads those folders and applies the rule.
+figure, the results folders it reads, the Make target that writes them, the rule in words and
+its parameters) and names the function here that reads those folders and applies the rule.
 
 A results root holds one folder per question, as the Make targets write them under EXP_DIR:
 timing/, ablation-<knob>/, ablation-stop/n<N>/, facility-start/, scale/<run>/, downstream/. A
-decide function takes the root and the claim's folders and returns a Finding, or None when its
-files are missing. The rules shared by several claims come first: a verdict word, a tally over
-metrics, a gain target, the value with the best mean rank, the cheapest value that keeps the
-objective.
+decide function takes the root, the claim's folders in their declared order and its declared
+parameters by name, and returns a Finding, or None when its files are missing. The rules shared
+by several claims come first.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -30,8 +29,7 @@ from .sweep import ratio_and_steps
 from .timing import comparison, learner_steps
 
 KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper value must keep
-STOP_LOSS = 0.005  # the stopping rule may give up at most this share of the fixed-steps objective
-KEEP_OF_GREEDY = 0.99  # share of the best greedy's gain select's defaults must keep
+SCORED_START = ("best-from-start", "start")  # Facility's start as select takes it: folder, value
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
 
 
@@ -53,9 +51,10 @@ class Claim:
     decide: str  # the name of the function here that applies the rule
     caveat: str = ""
     figures: tuple[str, ...] = ()  # PNGs under the results root, shown where they exist
+    parameters: dict = field(default_factory=dict)  # the rule's own: targets, thresholds, rows
 
     def finding(self, root: str) -> Finding | None:
-        return globals()[self.decide](root, self.evidence)
+        return globals()[self.decide](root, *self.evidence, **self.parameters)
 
 
 def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
@@ -96,6 +95,10 @@ def judged(here: str, verdicts: dict[str, tuple[bool, str]], word=holds) -> Find
     """A finding whose verdict is the tally of one verdict per metric, each a bullet."""
     return Finding(here, tally({m: ok for m, (ok, _) in verdicts.items()}, word),
                    bullets(verdicts, word))
+
+
+def table(rows: list[dict] | pd.DataFrame, right: tuple[str, ...] = ()) -> list[str]:
+    return markdown(pd.DataFrame(rows), right=right).splitlines()
 
 
 def sweep(root: str, folder: str, name: str | None = None) -> SweepResult | None:
@@ -154,9 +157,9 @@ def compared(root: str, folder: str, metric: str, n: int, greedy: str,
     return (learner, other) if learner and other else None
 
 
-def target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
-           timed: bool = False, above: bool = False,
-           greedy_folder: str | None = None) -> tuple[bool, str] | None:
+def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
+                timed: bool = False, above: bool = False,
+                greedy_folder: str | None = None) -> tuple[bool, str] | None:
     """A gain target: the learner's gain over random at least (or, `above`, more than) `least`
     of `greedy`'s and, when `timed`, its final time at most the greedy's."""
     runs = compared(root, folder, metric, n, greedy, greedy_folder)
@@ -169,12 +172,11 @@ def target(root: str, folder: str, metric: str, n: int, greedy: str, least: floa
 
 def sweep_table(result: SweepResult) -> list[str]:
     """A sweep's summary per metric and value: objective, gain ratio, time and steps."""
-    rows = [{"metric": s.metric, "value": str(s.value),
-             "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
-             **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
-             "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary]
-    return markdown(pd.DataFrame(rows), right=("objective", "gain ratio", "steps",
-                                               "wall s")).splitlines()
+    return table([{"metric": s.metric, "value": str(s.value),
+                   "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
+                   **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
+                   "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary],
+                 right=("objective", "gain ratio", "steps", "wall s"))
 
 
 def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
@@ -188,10 +190,22 @@ def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
     return [(r.objective / result.greedy[0].objective, r) for r in result.runs if r.value == value]
 
 
+def scored_start(folder: str, least: float) -> tuple[bool, str] | None:
+    """Facility's start as select takes it, at least `least` of the lazy greedy's gain by its
+    median over the 3,000-row seeds and at 20,000 rows; None unless both ran."""
+    sub, value = SCORED_START
+    screen = learner_ratios(os.path.join(folder, sub), value)
+    confirm = learner_ratios(os.path.join(folder, "confirm-20k", sub), value)
+    if not (screen and confirm):
+        return None
+    at_3k, at_20k = float(np.median([ratio for ratio, _ in screen])), confirm[0][0]
+    return min(at_3k, at_20k) >= least, f"{at_3k:.3f} at 3,000 rows, {at_20k:.3f} at 20,000"
+
+
 # ------------------------------------------------------------------ the paper's claims
 
-def selection_time(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    result = timing(root, evidence[0])
+def selection_time(root: str, folder: str) -> Finding | None:
+    result = timing(root, folder)
     learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
                           for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
     if not (learner and ref):
@@ -212,37 +226,26 @@ def selection_time(root: str, evidence: tuple[str, ...]) -> Finding | None:
                    holds(share < 0.1), lines)
 
 
-def objective_targets(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: Pair_simi's run, DiSF's, DiSF's in 40 clusters, Facility's start."""
-    pair, disf, disf_40c, facility = evidence
-    rows = {f"Pair_simi at {n:,} rows: at least 0.99 of `pair-greedy`'s gain": target(
-        root, pair, "Pair_simi", n, "pair-greedy", 0.99) for n in (5_000, 20_000, 100_000)}
-    rows["DiSF at 100,000 rows: at least 2x `disf-greedy-fast`'s gain in at most its time"] = \
-        target(root, disf, "DiSF", 100_000, "disf-greedy-fast", 2, True)
-    rows["DiSF at 100,000 rows in 40 clusters: above `disf-greedy-fast`'s gain in at most its "
-         "time"] = target(root, disf_40c, "DiSF", 100_000, "disf-greedy-fast", 1, True, True)
-    start = scored_start(os.path.join(root, facility))
-    if start:
-        rows["Facility at 3,000 and 20,000 rows: at least 0.95 of the lazy greedy's gain"] = (
-            min(start) >= 0.95, start_text(*start))
-    rows = {name: row for name, row in rows.items() if row}
+def objective_targets(root: str, *folders: str, targets: dict) -> Finding | None:
+    """The declared targets (each names its folders) as a table; a metric holds where all of
+    its targets measured are met."""
+    rows = [(name, t["metric"], scored_start(os.path.join(root, t["scored_start"]), t["least"])
+             if "scored_start" in t else gain_target(root, **t)) for name, t in targets.items()]
+    rows = [(name, metric, *row) for name, metric, row in rows if row]
     if not rows:
         return None
-    table = pd.DataFrame([{"target": name, "measured": text, "verdict": f"**{met(ok)}**"}
-                          for name, (ok, text) in rows.items()])
-    metrics = {name.split(" at ")[0]: True for name in rows}
-    for name, (ok, _) in rows.items():
-        metrics[name.split(" at ")[0]] &= ok
-    good = sum(ok for ok, _ in rows.values())
-    return Finding(f"{good} of {len(rows)} targets met", tally(metrics),
-                   markdown(table).splitlines())
+    frame = pd.DataFrame(rows, columns=["target", "metric", "ok", "measured"])
+    shown = frame.assign(verdict=frame.ok.map(lambda ok: f"**{met(ok)}**"))
+    return Finding(f"{frame.ok.sum()} of {len(frame)} targets met",
+                   tally(frame.groupby("metric", sort=False).ok.all().to_dict()),
+                   table(shown[["target", "measured", "verdict"]]))
 
 
 def per_metric(judge: Callable, here: Callable, word=holds):
     """A claim judged metric by metric on its folder's sweep: `judge(result, rows, metric)` gives
     (ok, text) from the metric's summary rows, `here(result, verdicts)` the table's figure."""
-    def decide(root: str, evidence: tuple[str, ...]) -> Finding | None:
-        result = sweep(root, evidence[0])
+    def decide(root: str, folder: str) -> Finding | None:
+        result = sweep(root, folder)
         if result is None:
             return None
         verdicts = {m: judge(result, of_metric(result.summary, m), m) for m in result.metrics}
@@ -292,10 +295,17 @@ def which(verdicts: dict, good: bool = True) -> str:
     return ", ".join(m for m, (ok, _) in verdicts.items() if ok == good) or "none"
 
 
-def reported_knob(root: str, evidence: tuple[str, ...]) -> Finding | None:
+g_stability = per_metric(g_stable, lambda r, v: "smallest stable G: " + ", ".join(
+    f"{m} {r.smallest_stable[m] or 'none'}" for m in r.metrics))
+lamb_tradeoff = per_metric(lamb_trades, lambda r, v: f"quality up, diversity down for {which(v)}")
+logprob_cost = per_metric(logprob_costs, lambda r, v: f"within one std for {which(v)}")
+one_shot = per_metric(one_shot_close, lambda r, v: f"a one-shot within one std for {which(v)}")
+
+
+def reported_knob(root: str, folder: str) -> Finding | None:
     """A knob the paper reports without a rule this project fixed before its sweep: the best
     value per metric, the range of final objectives and each value's time, no verdict."""
-    result = sweep(root, evidence[0])
+    result = sweep(root, folder)
     if result is None:
         return None
     lines = []
@@ -310,40 +320,27 @@ def reported_knob(root: str, evidence: tuple[str, ...]) -> Finding | None:
                    "reported, no rule", lines)
 
 
-g_stability = per_metric(g_stable, lambda r, v: "smallest stable G: " + ", ".join(
-    f"{m} {r.smallest_stable[m] or 'none'}" for m in r.metrics))
-lamb_tradeoff = per_metric(lamb_trades, lambda r, v: f"quality up, diversity down for {which(v)}")
-logprob_cost = per_metric(logprob_costs, lambda r, v: f"within one std for {which(v)}")
-one_shot = per_metric(one_shot_close, lambda r, v: f"a one-shot within one std for {which(v)}")
-
-
-def length_bias(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    if not os.path.exists(os.path.join(root, evidence[0], "5-length-bias.png")):
+def figure_only(root: str, folder: str, figure: str, note: str) -> Finding | None:
+    """A claim whose figure no results file backs: shown with its note, not tested."""
+    if not os.path.exists(os.path.join(root, folder, figure)):
         return None
-    return Finding("figure only", "not tested",
-                   ["- The figure below shows each selection's mean length against all rows' on "
-                    "the BBC pipeline demo; no results file holds the numbers, so no rule reads "
-                    "them."])
+    return Finding("figure only", "not tested", [f"- {note}"])
 
 
-def table2_gain(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: the calibrated proxy's run (both arms), the first proxy's tables."""
-    run, first = evidence
+def table2_gain(root: str, run: str, first: str) -> Finding | None:
+    """Both arms of the calibrated proxy's run, then the first proxy's verdict by the same rule."""
     arms = {arm: table_json(root, run, folder, "table2.json")
             for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))}
     if arms["free"] is None:
         return None
     lines, here, outcomes = [], [], []
-    for arm, table in arms.items():
-        if table is None:
-            continue
-        verdict = table["verdict"]
+    for arm, verdict in ((arm, t["verdict"]) for arm, t in arms.items() if t):
         lines += [f"{arm.capitalize()} arm (primary metric `{verdict['primary']}`):", "",
                   *(f"- {line}" for line in verdict["lines"]), ""]
         ours = {m.split("@")[0].removeprefix("datamask-"): v
                 for m, v in verdict["vs_random"].items() if m.startswith("datamask-")}
         here.append(f"{arm}: " + ", ".join(f"{m} {v}" for m, v in ours.items()))
-        outcomes += [o["outcome"] for m, o in verdict["ordering"].items()]
+        outcomes += [o["outcome"] for o in verdict["ordering"].values()]
     arms_md = os.path.join(root, run, "arms.md")
     if os.path.exists(arms_md):
         with open(arms_md) as f:
@@ -361,15 +358,14 @@ def table2_gain(root: str, evidence: tuple[str, ...]) -> Finding | None:
 
 # ------------------------------------------------------------------ questions this project adds
 
-def by_rows(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    result = timing(root, evidence[0])
+def by_rows(root: str, folder: str) -> Finding | None:
+    result = timing(root, folder)
     if result is None:
         return None
-    table = pd.DataFrame(
-        [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy, "greedy time": c.greedy_status,
-          "learner / greedy time": f"{c.time_ratio:.3g}",
-          "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
-         for c in result.comparisons])
+    rows = [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy,
+             "greedy time": c.greedy_status, "learner / greedy time": f"{c.time_ratio:.3g}",
+             "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
+            for c in result.comparisons]
     verdicts = {}
     for metric in result.metrics:
         done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
@@ -381,8 +377,8 @@ def by_rows(root: str, evidence: tuple[str, ...]) -> Finding | None:
                                "stays faster"))
     reference = max((c for c in of_metric(result.comparisons, "DiSF")
                      if c.greedy_role == "reference"), key=lambda c: c.n)
-    lines = [*markdown(table, right=("N", "learner / greedy time", "gain ratio")).splitlines(),
-             "", *bullets(verdicts),
+    lines = [*table(rows, right=("N", "learner / greedy time", "gain ratio")), "",
+             *bullets(verdicts),
              f"- DiSF at N = {reference.n:,}: {reference.time_ratio:.2%} of the reference greedy's "
              f"time ({reference.greedy_status}): **{holds(reference.time_ratio < 0.1)}** under "
              "10%."]
@@ -406,139 +402,132 @@ def bench_cells(root: str, folder: str) -> pd.DataFrame:
     return pd.DataFrame([row for run in runs if run for row in run["rows"]])
 
 
-def start_outcomes(root: str, evidence: tuple[str, ...]) -> pd.DataFrame:
+def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
     """Every committed learner run from a scored greedy start: metric, lamb, rows, whether it ran
     the stopping rule (else fixed steps), whether it wrote a later step than the start, and its
     final objective over the start's (step 0's read-off; runs that kept no curve: NaN)."""
-    stop, *timed, facility, bench = evidence
-    cells = bench_cells(root, bench)
+    stop, *timed, facility, bench = folders
     rows = [{"metric": c.metric, "lamb": c.lamb, "rows": c.rows, "rule": True,
              "later": c.written_step > 0, "ratio": c.objective_written / c.objective_start}
-            for c in cells.itertuples()]
+            for c in bench_cells(root, bench).itertuples()]
     for n, result in stop_sweeps(root, stop):
-        for r in result.runs:
-            rows.append({"metric": r.metric, "lamb": result.config["lamb"], "rows": n,
-                         "rule": r.value != result.config["values"][0],
-                         "later": (r.best_step or 0) > 0,
-                         "ratio": r.objective / r.curve[0].objective})
-    for folder in timed:
-        result = timing(root, folder)
-        rows += [{"metric": r.metric, "lamb": 0.0, "rows": r.n, "rule": True,
-                  "later": r.best_step > 0, "ratio": np.nan} for r in result.runs
-                 if r.label == "datamask" and r.best_step is not None] if result else []
-    screen = learner_ratios(os.path.join(root, facility, "best-from-start"), "start")
-    rows += [{"metric": "Facility", "lamb": 0.0, "rows": 3_000, "rule": True,
-              "later": r.best_step > 0, "ratio": np.nan} for _, r in screen or []]
-    return pd.DataFrame(rows)
+        rows += [{"metric": r.metric, "lamb": result.config["lamb"], "rows": n,
+                  "rule": r.value != result.config["values"][0], "later": (r.best_step or 0) > 0,
+                  "ratio": r.objective / r.curve[0].objective} for r in result.runs]
+    uncurved = [(r.metric, r.n, r) for result in filter(None, (timing(root, f) for f in timed))
+                for r in result.runs if r.label == "datamask" and r.best_step is not None]
+    sub, value = SCORED_START
+    uncurved += [("Facility", 3_000, r)
+                 for _, r in learner_ratios(os.path.join(root, facility, sub), value) or []]
+    return pd.DataFrame(rows + [{"metric": metric, "lamb": 0.0, "rows": n, "rule": True,
+                                 "later": r.best_step > 0, "ratio": np.nan}
+                                for metric, n, r in uncurved])
 
 
-def gradient_adds(root: str, evidence: tuple[str, ...]) -> Finding | None:
+def gradient_adds(root: str, *folders: str) -> Finding | None:
     """Folders: the stopping rule's sweeps, the timing runs at select's defaults, Facility's
-    start."""
-    runs = start_outcomes(root, evidence)
+    start, `make bench-defaults` at select's defaults."""
+    runs = start_outcomes(root, folders)
     if runs.empty:
         return None
-    table, adds = [], {}
+    rows, adds = [], {}
     for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False):
         rule, fixed = group[group.rule], group[~group.rule]
         adds[f"{metric} at lamb {lamb:g}"] = bool(rule.later.any())
-        table.append({"metric": metric, "lamb": f"{lamb:g}",
-                      "rows": ", ".join(f"{n:,}" for n in sorted(set(group.rows))),
-                      "written later than the start": f"{rule.later.sum()} of {len(rule)}",
-                      "written / start": "-" if rule.ratio.isna().all()
-                      else f"{rule.ratio.mean():.4f}",
-                      "fixed 2,000 steps / start": f"{fixed.ratio.mean():.4f}" if len(fixed)
-                      else "-"})
-    lines = markdown(pd.DataFrame(table), right=("written / start",
-                                                 "fixed 2,000 steps / start")).splitlines()
+        rows.append({"metric": metric, "lamb": f"{lamb:g}",
+                     "rows": ", ".join(f"{n:,}" for n in sorted(set(group.rows))),
+                     "written later than the start": f"{rule.later.sum()} of {len(rule)}",
+                     "written / start": "-" if rule.ratio.isna().all()
+                     else f"{rule.ratio.mean():.4f}",
+                     "fixed 2,000 steps / start": f"{fixed.ratio.mean():.4f}" if len(fixed)
+                     else "-"})
     rule = runs[runs.rule]
     return Finding(f"a later step is written in {rule.later.sum()} of {len(rule)} runs",
-                   tally(adds, lambda ok: "adds" if ok else "adds nothing"), lines)
+                   tally(adds, lambda ok: "adds" if ok else "adds nothing"),
+                   table(rows, right=("written / start", "fixed 2,000 steps / start")))
 
 
-GREEDY = {"Pair_simi": "pair-greedy", "DiSF": "disf-greedy-fast"}
-
-
-def start_against_equal(root: str, evidence: tuple[str, ...]) -> Finding | None:
+def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding | None:
     """Folders: pairs of timing runs (from equal logits, from the greedy start) on the same rows,
     then the run holding the greedy at 1,000,000 rows."""
-    *pairs, greedy_1m = evidence
-    rows, verdicts = [], {}
+    *pairs, greedy_1m = folders
+    rows = []
     for equal, start in zip(pairs[::2], pairs[1::2]):
         result = timing(root, start)
         for r in result.runs if result else []:
-            if r.label != "datamask":
-                continue
             far = greedy_1m if r.n >= 1_000_000 else None
-            runs = [compared(root, f, r.metric, r.n, GREEDY[r.metric], far) for f in (equal, start)]
-            if None in runs:
+            runs = [compared(root, f, r.metric, r.n, greedies.get(r.metric), far)
+                    for f in (equal, start)]
+            if r.label != "datamask" or None in runs:
                 continue
-            (before, after) = (comparison(*pair) for pair in runs)
-            label = f"{r.metric} at {r.n:,} rows" + (f" ({start.rsplit('-', 1)[1]})"
-                                                     if start.endswith("40c") else "")
-            verdicts[label] = after.gain_ratio >= before.gain_ratio
-            rows.append({"run": label, "greedy": GREEDY[r.metric],
+            before, after = (comparison(*pair) for pair in runs)
+            rows.append({"run": f"{r.metric} at {r.n:,} rows"
+                                + (" (40c)" if start.endswith("-40c") else ""),
+                         "greedy": greedies[r.metric],
                          "equal logits: gain, time": f"{before.gain_ratio:.3f}, "
                                                      f"{before.time_ratio:.2f}x",
                          "greedy start: gain, time": f"{after.gain_ratio:.3f}, "
-                                                     f"{after.time_ratio:.2f}x"})
+                                                     f"{after.time_ratio:.2f}x",
+                         "gains": after.gain_ratio >= before.gain_ratio})
     if not rows:
         return None
-    return Finding(f"the start gains at least as much in {sum(verdicts.values())} of "
-                   f"{len(verdicts)} runs", holds(all(verdicts.values())),
-                   markdown(pd.DataFrame(rows)).splitlines())
+    frame = pd.DataFrame(rows)
+    gains = frame.groupby("run").gains.last()  # a run repeated on the same rows counts once
+    return Finding(f"the start gains at least as much in {gains.sum()} of {len(gains)} runs",
+                   holds(gains.all()), table(frame.drop(columns="gains")))
 
 
-def defaults_against_greedies(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: `make bench-defaults` at select's defaults, then at the candidate changes, each
-    one results folder per family."""
-    today, candidates = (bench_cells(root, folder) for folder in evidence)
-    if today.empty:
+def defaults_against_greedies(root: str, today: str, candidates: str,
+                              keep_of_greedy: float) -> Finding | None:
+    """`make bench-defaults` at select's defaults, then at the candidate changes, each one
+    results folder per family."""
+    cells = bench_cells(root, today)
+    if cells.empty:
         return None
     lines = []
-    for title, cells in (("At select's defaults:", today),
-                         (f"With the candidate changes (`{evidence[1]}/`):", candidates)):
-        if cells.empty:
+    for title, shown in (("At select's defaults:", cells),
+                         (f"With the candidate changes (`{candidates}/`):",
+                          bench_cells(root, candidates))):
+        if shown.empty:
             continue
-        shown = pd.DataFrame({
-            "family": cells.family, "rows": cells.rows.map("{:,}".format),
-            "metric": cells.metric, "lamb": cells.lamb.map("{:g}".format),
-            "greedy": cells.greedy, "gain ratio": cells.gain_ratio.map("{:.3f}".format),
-            "time ratio": cells.time_ratio.map("{:.2f}".format),
-            "written at": cells.written_step,
-            "passes": cells.passes.map(lambda ok: "**yes**" if ok else "no")})
-        lines += [title, "", *markdown(shown, right=("rows", "gain ratio", "time ratio",
-                                                      "written at")).splitlines(), ""]
-    passed = int(today.passes.sum())
+        lines += [title, "", *table({
+            "family": shown.family, "rows": shown.rows.map("{:,}".format),
+            "metric": shown.metric, "lamb": shown.lamb.map("{:g}".format),
+            "greedy": shown.greedy, "gain ratio": shown.gain_ratio.map("{:.3f}".format),
+            "time ratio": shown.time_ratio.map("{:.2f}".format),
+            "written at": shown.written_step,
+            "passes": shown.passes.map(lambda ok: "**yes**" if ok else "no")},
+            right=("rows", "gain ratio", "time ratio", "written at")), ""]
+    passed = int(cells.passes.sum())
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
-    kept = int(((today.gain_ratio >= KEEP_OF_GREEDY) | today.passes).sum())
-    return Finding(f"{passed} of {len(today)} cells pass; the gain in {kept}",
-                   met(passed == len(today)), lines[:-1])
+    kept = int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())
+    return Finding(f"{passed} of {len(cells)} cells pass; the gain in {kept}",
+                   met(passed == len(cells)), lines[:-1])
 
 
-def stopping_rule(root: str, evidence: tuple[str, ...]) -> Finding | None:
+def stopping_rule(root: str, folder: str, least_kept: float) -> Finding | None:
     rows = []
-    for n, result in stop_sweeps(root, evidence[0]):
+    for n, result in stop_sweeps(root, folder):
         fixed, rule = result.config["values"]
         means = {(s.metric, s.value): s for s in result.summary}
-        for metric in result.metrics:
-            ruled, steps = means[metric, rule], means[metric, fixed]
-            rows.append({"rows": f"{n:,}", "metric": metric,
-                         "objective kept": ruled.objective_mean / steps.objective_mean,
-                         "time": ruled.wall_s_mean / steps.wall_s_mean})
+        rows += [{"rows": f"{n:,}", "metric": metric,
+                  "objective kept": means[metric, rule].objective_mean
+                  / means[metric, fixed].objective_mean,
+                  "time": means[metric, rule].wall_s_mean / means[metric, fixed].wall_s_mean}
+                 for metric in result.metrics]
     if not rows:
         return None
     frame = pd.DataFrame(rows)
     worst = frame["objective kept"].min()
     shown = frame.assign(**{"objective kept": frame["objective kept"].map("{:.4f}".format),
                             "time": frame["time"].map("{:.2f}".format)})
-    return Finding(f"worst objective kept {worst:.4f}", met(worst >= 1 - STOP_LOSS),
-                   markdown(shown, right=("rows", "objective kept", "time")).splitlines())
+    return Finding(f"worst objective kept {worst:.4f}", met(worst >= least_kept),
+                   table(shown, right=("rows", "objective kept", "time")))
 
 
-def learning_rate(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: the rate's sweep (and its longer check in 1000-steps/), the steps' sweep."""
-    result = sweep(root, evidence[0])
+def learning_rate(root: str, rates: str, steps: str) -> Finding | None:
+    """The rates' sweep (and its longer check in 1000-steps/), then the steps' sweep."""
+    result = sweep(root, rates)
     if result is None:
         return None
     default, lines = lr_setting(), []
@@ -557,14 +546,14 @@ def learning_rate(root: str, evidence: tuple[str, ...]) -> Finding | None:
             f"{low.objective_mean - low.start_mean:.3f} against {gain:.3f}): "
             f"**{holds(low.objective_mean - low.start_mean < 0.1 * gain)}**.")
     overall = mean_rank_best(result)
-    longer = sweep(root, f"{evidence[0]}/1000-steps", "ablation-lr")
+    longer = sweep(root, f"{rates}/1000-steps", "ablation-lr")
     if longer:
-        lines.append(f"- Over {longer.config['steps']:,} steps (`{evidence[0]}/1000-steps/`) the "
+        lines.append(f"- Over {longer.config['steps']:,} steps (`{rates}/1000-steps/`) the "
                      f"best over all metrics is {mean_rank_best(longer)}.")
-    steps = sweep(root, evidence[1])
-    if steps:
+    by_steps = sweep(root, steps)
+    if by_steps:
         lines += ["", f"Steps (the value) against the final objective and wall time "
-                      f"(`{evidence[1]}/`):", "", *sweep_table(steps)]
+                      f"(`{steps}/`):", "", *sweep_table(by_steps)]
     return Finding(f"best over all metrics: {overall}; select's default: {default}",
                    holds(overall == default), lines)
 
@@ -573,31 +562,27 @@ COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
                 "probes": ("wall_s", "fewest mean seconds")}
 
 
-def variants(root: str, evidence: tuple[str, ...]) -> Finding | None:
+def variants(root: str, *folders: str) -> Finding | None:
     """Folders: each variant's sweep, scale_on's last (the paper has no value for it)."""
-    *knobs, scale_on = evidence
+    *knobs, scale_on = folders
     lines, winners = [], {}
-    for folder in knobs:
-        result = sweep(root, folder)
-        if result is None:
-            continue
-        knob = result.knob
+    for result in filter(None, (sweep(root, folder) for folder in knobs)):
         paper = result.config["values"][0]
-        if knob in COST_CUTTERS:
-            cost, words = COST_CUTTERS[knob]
+        if result.knob in COST_CUTTERS:
+            cost, words = COST_CUTTERS[result.knob]
             winner = cheapest_keeping(result, cost)
             rule = f"{words} among the values keeping {KEEPS:.0%} of {paper}'s objective"
         else:
             winner, rule = mean_rank_best(result), "lowest mean rank over the metrics"
-        winners[knob] = (winner, paper)
-        lines += [f"`--{knob}` ({result.paper}; {paper} is the paper's):", "",
+        winners[result.knob] = (winner, paper)
+        lines += [f"`--{result.knob}` ({result.paper}; {paper} is the paper's):", "",
                   *sweep_table(result), "",
                   f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
                                              else f"**{winner} wins**."), ""]
-    scale_on = reported_knob(root, (scale_on,))
-    if scale_on:
+    reported = reported_knob(root, scale_on)
+    if reported:
         lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
-                  *scale_on.lines]
+                  *reported.lines]
     if not winners:
         return None
     changed = [f"{k} {w}" for k, (w, paper) in winners.items() if w != paper]
@@ -606,87 +591,42 @@ def variants(root: str, evidence: tuple[str, ...]) -> Finding | None:
                    lines)
 
 
-def disf_1m(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: the learner's run, the greedy's run on the same rows."""
-    learner, greedy = evidence
-    row = target(root, learner, "DiSF", 1_000_000, "disf-greedy-fast", 2, True,
-                 greedy_folder=greedy)
-    if row is None:
+def learners_against_greedy(root: str, *folders: str, labels: list[str],
+                            against: dict) -> Finding | None:
+    """Learner runs (`labels` name them, the adopted setting first) against the greedy run of
+    the last folder by one gain target; the adopted run gives the verdict."""
+    *learners, greedy = folders
+    rows = {label: gain_target(root, folder, greedy_folder=greedy, **against)
+            for label, folder in zip(labels, learners)}
+    if rows[labels[0]] is None:
         return None
-    return Finding(row[1].split(" (")[0], met(row[0]),
-                   [f"- Against `disf-greedy-fast`'s run in `{greedy}/`: {row[1]}: "
-                    f"**{met(row[0])}**."])
+    ok, text = rows[labels[0]]
+    return Finding(text.split(" (")[0], met(ok),
+                   bullets({label: row for label, row in rows.items() if row}, met))
 
 
-FACILITY_PLANS = ("blocks by neighbourhood, each from the lazy greedy",
-                  "blocks by neighbourhood", "random blocks")
-
-
-def facility_1m(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: one learner run per block plan (FACILITY_PLANS, the adopted one first), then the
-    sparse-kNN greedies' run on the same rows and scorer."""
-    *plans, greedy = evidence
-    rows = {plan: target(root, folder, "Facility", 1_000_000, "facility-knn-greedy stochastic", 1,
-                         greedy_folder=greedy) for plan, folder in zip(FACILITY_PLANS, plans)}
-    if rows[FACILITY_PLANS[0]] is None:
+def facility_start(root: str, folder: str, screen: dict, least: float) -> Finding | None:
+    """The screen's rows, each its folder and value (and its folder at 20,000 rows), and the
+    verdict on select's scored start."""
+    folder = os.path.join(root, folder)
+    start, rows = scored_start(folder, least), []
+    for label, (sub, value, *at_20k) in screen.items():
+        ratios = [ratio for ratio, _ in learner_ratios(os.path.join(folder, sub), value) or []]
+        confirm = at_20k and learner_ratios(os.path.join(folder, "confirm-20k", *at_20k), value)
+        if ratios:
+            rows.append({"start and settings": label,
+                         "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
+                         "median": f"{np.median(ratios):.3f}",
+                         "20,000 rows, seed 0": f"{confirm[0][0]:.3f}" if confirm else "-"})
+    if not (rows and start):
         return None
-    lines = [f"- {plan}: {row[1]}: **{met(row[0])}**." for plan, row in rows.items() if row]
-    ok, text = rows[FACILITY_PLANS[0]]
-    return Finding(text.split(" (")[0], met(ok), lines)
+    return Finding(start[1], met(start[0]), table(rows, right=("median", "20,000 rows, seed 0")))
 
 
-SCREEN = (  # label, its folder in facility-start/, the value, its folder in confirm-20k/
-    ("select's defaults before the greedy start", "stop", 50.0, "baseline"),
-    ("fixed steps", "stop", 0.0, None), ("partial 1, row credit", "credit-p1", "row", None),
-    ("partial 1, mask credit", "credit-p1", "mask", "credit-p1"),
-    ("cover sample 0.04", "cover_sample", 0.04, None), ("G 512", "G", 512.0, None),
-    ("lr linear:30:3", "lr", "linear:30:3", None),
-    ("row credit, cover sample 0.04", "credit-row-cover", "row", None),
-    ("the greedy start", "init-greedy", "greedy", "init-greedy"),
-    ("the greedy start, scored (`--best_from auto`)", "best-from-start", "start",
-     "best-from-start"))
-
-
-def scored_start(folder: str) -> tuple[float, float] | None:
-    """Facility's start as select takes it (the screen's last row): its median gain ratio over
-    the 3,000-row seeds and its ratio at 20,000 rows; None unless both ran."""
-    _, sub, value, at_20k = SCREEN[-1]
-    screen = learner_ratios(os.path.join(folder, sub), value)
-    confirm = learner_ratios(os.path.join(folder, "confirm-20k", at_20k), value)
-    if not (screen and confirm):
-        return None
-    return float(np.median([ratio for ratio, _ in screen])), confirm[0][0]
-
-
-def start_text(at_3k: float, at_20k: float) -> str:
-    return f"{at_3k:.3f} at 3,000 rows, {at_20k:.3f} at 20,000"
-
-
-def facility_start(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    folder = os.path.join(root, evidence[0])
-    screen, confirm = {}, {}
-    for label, sub, value, at_20k in SCREEN:
-        runs = learner_ratios(os.path.join(folder, sub), value)
-        if runs:
-            screen[label] = [ratio for ratio, _ in runs]
-            confirm[label] = at_20k and learner_ratios(os.path.join(folder, "confirm-20k",
-                                                                    at_20k), value)
-    start = scored_start(folder)
-    if not (screen and start):
-        return None
-    table = pd.DataFrame([{"start and settings": label,
-                           "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
-                           "median": f"{np.median(ratios):.3f}",
-                           "20,000 rows, seed 0": f"{confirm[label][0][0]:.3f}"
-                           if confirm[label] else "-"} for label, ratios in screen.items()])
-    return Finding(start_text(*start), met(min(start) >= 0.95),
-                   markdown(table, right=("median", "20,000 rows, seed 0")).splitlines())
-
-
-def instrument(root: str, evidence: tuple[str, ...]) -> Finding | None:
-    """Folders: the calibrated proxy's run, the first proxy's tables."""
-    free = table_json(root, evidence[0], "tables", "table2.json")
-    point_c = table_json(root, evidence[1], "table2.json")
+def instrument(root: str, run: str, first: str) -> Finding | None:
+    """The calibrated proxy's run against the first proxy's tables."""
+    free = table_json(root, run, "tables", "table2.json")
+    point_c = table_json(root, first, "table2.json")
     if not (free and point_c):
         return None
     primary = free["verdict"]["primary"]

@@ -39,8 +39,9 @@ def evidence_links(claim: Claim, prefix: str = "", first_only: bool = False) -> 
     return ", ".join(f"[{folder}/]({prefix}{folder}/)" for folder in folders)
 
 
-def decided(claims: tuple[Claim, ...], root: str) -> list[tuple[Claim, Finding | None]]:
-    return [(claim, claim.finding(root)) for claim in claims]
+def decided(root: str) -> list[tuple[Claim, Finding | None]]:
+    """Each claim with what its rule found in `root`: decided once for the report and the page."""
+    return [(claim, claim.finding(root)) for claim in load_claims()]
 
 
 def claims_table(rows: list[tuple[Claim, Finding | None]], prefix: str = "",
@@ -68,8 +69,7 @@ def section(claim: Claim, finding: Finding | None, root: str) -> list[str]:
                     for path in claim.figures if os.path.exists(os.path.join(root, path))]
 
 
-def report(root: str) -> str:
-    rows = decided(load_claims(), root)
+def report(rows: list[tuple[Claim, Finding | None]], root: str) -> str:
     paper = [row for row in rows if row[0].paper != "-"]
     own = [row for row in rows if row[0].paper == "-"]
     lines = ["# Findings: which claims hold on this data", "",
@@ -85,7 +85,7 @@ def report(root: str) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def fill_readme(path: str, root: str, link: str) -> None:
+def fill_readme(path: str, rows: list[tuple[Claim, Finding | None]], link: str) -> None:
     """Rewrite the front page's generated block with the paper's claims (`link`: the results
     root as the page links it); a page without the block is refused, nothing written."""
     with open(path) as f:
@@ -94,8 +94,8 @@ def fill_readme(path: str, root: str, link: str) -> None:
     _, end, after = rest.partition(README_END)
     if not (begin and end):
         raise UserError(f"{path}: no generated block ({README_BEGIN} ... {README_END})")
-    table = claims_table(decided(tuple(c for c in load_claims() if c.paper != "-"), root),
-                         prefix=f"{link}/", sections=False)
+    table = claims_table([row for row in rows if row[0].paper != "-"], prefix=f"{link}/",
+                         sections=False)
     with atomic_output(path) as tmp:
         with open(tmp, "w") as f:
             f.write(before + begin + "\n" + table + end + after)
@@ -114,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> str:
     args = build_parser().parse_args(argv)
-    text = report(args.results)
+    rows = decided(args.results)
+    text = report(rows, args.results)
     if args.readme:
-        fill_readme(args.readme, args.results,
+        fill_readme(args.readme, rows,
                     os.path.relpath(args.results, os.path.dirname(os.path.abspath(args.readme))))
     os.makedirs(args.results, exist_ok=True)
     path = os.path.join(args.results, "findings.md")
