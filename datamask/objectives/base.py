@@ -105,6 +105,8 @@ class SetFunction:
         raise NotImplementedError(f"{self.name} has no per-row credit")
 
     def __call__(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+        """Value(s) of one mask (k,) or of G masks (G, k), indices on any device: a report or
+        a scorer holds them on the CPU while the ground set may live on a GPU."""
         batch, single = as_batch(idx)
-        values = self.batch(ground, batch)
+        values = self.batch(ground, batch.to(ground.device))
         return values[0] if single else values

@@ -23,9 +23,11 @@ from .quality import Quality, QualityGains
 
 def random_masks(n: int, k: int, n_masks: int, generator: torch.Generator,
                  device: torch.device) -> torch.Tensor:
-    """`n_masks` uniformly random k-subsets of range(n), as a (n_masks, k) index tensor."""
-    keys = torch.rand(n_masks, n, generator=generator, device=device)
-    return keys.topk(k, dim=1).indices
+    """`n_masks` uniformly random k-subsets of range(n), as a (n_masks, k) index tensor on
+    `device`, drawn from `generator`'s stream on its own device (a CPU generator draws the same
+    masks whatever `device` is)."""
+    keys = torch.rand(n_masks, n, generator=generator, device=generator.device)
+    return keys.topk(k, dim=1).indices.to(device)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ class TermScale:
         for _ in range(n_grounds):
             sub = ground
             if subset_size is not None:
-                rows = torch.randperm(len(ground), generator=generator, device=ground.device)
+                rows = torch.randperm(len(ground), generator=generator,
+                                      device=generator.device).to(ground.device)
                 sub = ground.subset(rows[:subset_size])
             idx = random_masks(len(sub), k, masks_per_ground, generator, ground.device)
             qual.append(quality.batch(sub, idx))
