@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from conftest import write_shard
 from datamask.data import selection_table
@@ -294,3 +295,22 @@ def test_timing_learner_takes_init_and_records_the_step_it_wrote(tmp_path):
     assert timing.parse([*TOY, "--sizes", "200", "300"]).init == "auto"  # select's default
 
 
+
+
+def test_timing_runs_every_selector_on_its_device(tmp_path):
+    """--device reaches the learner and each greedy child, and the record says where it ran."""
+    result = timing.main([*TOY, "--sizes", "200", "300", "--metrics", "Pair_simi", "--budget_s",
+                          "60", "--steps", "5", "--repeats", "1", "--device", "cpu",
+                          "--output", str(tmp_path)])
+    assert result.machine.device == "cpu" and result.config["device"] == "cpu"
+    assert all(r.params["device"] == "cpu" for r in result.runs if r.role == "learner")
+
+
+@pytest.mark.parametrize("device", ["mps", "cuda:99"])
+def test_timing_refuses_a_device_torch_cannot_use(capsys, device):
+    if device == "cuda:99" and not torch.cuda.is_available():
+        device = "cuda"  # refused here too: torch sees no CUDA device
+    with pytest.raises(SystemExit):
+        timing.parse([*TOY, "--sizes", "200", "300", "--device", device])
+    error = capsys.readouterr().err
+    assert f"--device {device}" in error or "--device must be" in error

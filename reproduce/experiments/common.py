@@ -215,11 +215,12 @@ def blocks_learner_run(data: Dataset, ratio: float, block_rows: int, plan_seed: 
 
 def warm_up_learner(dim: int, ratio: float, metrics, seed: int = 0, **config) -> None:
     """Each metric's learner for two steps on a few rows, off the clock: the first run in a
-    process pays for torch's lazy initialisation and would look several times slower."""
+    process pays for torch's lazy initialisation (CUDA's too, with `device`) and would look
+    several times slower."""
     data = synthetic_dataset(max(200, math.ceil(2 / ratio)), dim=dim, n_clusters=8, seed=seed)
     for metric in metrics:
         learner_run(data, ratio, lambda mask: 0.0, 1,
-                    **dict(config, algorithm=metric, n_epochs=2, device="cpu"))
+                    **{"device": "cpu", **config, "algorithm": metric, "n_epochs": 2})
 
 
 def greedy_run(data: Dataset, ratio: float, name: str, **params) -> dict:
