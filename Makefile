@@ -174,6 +174,8 @@ TIMING_SIZES ?= 1000 2000 5000 20000 100000
 TIMING_BUDGET ?= 300
 TIMING_REPEATS ?= 2
 TIMING_MAX_N ?= Facility=20000
+# cpu, or cuda where there is a GPU: the learner, the greedies and the scoring all run there
+TIMING_DEVICE ?= cpu
 # the paper's scale (reproduce-timing-scale): 1k and 2k are there for the reference greedies'
 # power laws (the two smallest sizes always run to the end); the learner's Facility stops at 20k
 TIMING_SCALE_SIZES ?= 1000 2000 20000 100000 1000000
@@ -240,7 +242,7 @@ DISF_SCALE := --metrics DiSF $(SCALE_STOP) --probes 64 --init greedy --stall_on 
 
 reproduce-timing: install
 	$(EXP).timing --sizes $(TIMING_SIZES) --budget_s $(TIMING_BUDGET) --repeats $(TIMING_REPEATS) \
-		--max_n $(TIMING_MAX_N) $(LR_FLAG) --output $(EXP_DIR)/timing
+		--max_n $(TIMING_MAX_N) --device $(TIMING_DEVICE) $(LR_FLAG) --output $(EXP_DIR)/timing
 
 reproduce-timing-scale: install
 	$(EXP).timing --sizes $(TIMING_SCALE_SIZES) --budget_s $(TIMING_BUDGET) \
