@@ -1,19 +1,17 @@
 """The rules of `make findings`: claims.yaml declares each claim (its question, the paper's
 figure, the results folders it reads, the Make target that writes them, the rule in words and
-its parameters) and names the function here that reads those folders and applies the rule.
-
-A results root holds one folder per question, as the Make targets write them under EXP_DIR:
-timing/, ablation-<knob>/, ablation-stop/n<N>/, facility-start/, scale/<run>/, downstream/. A
-decide function takes the root, the claim's folders in their declared order and its declared
-parameters by name, and returns a Finding, or None when its files are missing. The rules shared
-by several claims come first.
+its parameters) and names the function here that applies the rule. That function takes the
+results root, the claim's folders in their declared order and its parameters by name; where the
+files it needs are missing, the claim is not measured. The rules shared by claims come first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -29,6 +27,9 @@ from .sweep import ratio_and_steps
 from .timing import comparison, learner_steps
 
 KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper value must keep
+# the variants that trade objective for a cost: the cost (a run's field) and its words
+COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
+                "probes": ("wall_s", "fewest mean seconds")}
 SCORED_START = ("best-from-start", "start")  # Facility's start as select takes it: folder, value
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
 
@@ -41,28 +42,40 @@ class Finding:
     lines: list[str]
 
 
+class NotMeasured(Exception):
+    """The files a rule needs are missing."""
+
+
+def needed(found):
+    """`found`, where it is there (not None, empty or false); else the claim is not measured."""
+    if not found:
+        raise NotMeasured
+    return found
+
+
 @dataclass(frozen=True)
 class Claim:
     question: str
     paper: str  # the paper's figure ("-": a question this project adds)
-    evidence: tuple[str, ...]  # folders under the results root; the first is linked
+    evidence: list[str]  # folders under the results root; the first is linked
     target: str  # the Make target that writes the first folder
     rule: str
     decide: str  # the name of the function here that applies the rule
     caveat: str = ""
-    figures: tuple[str, ...] = ()  # PNGs under the results root, shown where they exist
-    parameters: dict = field(default_factory=dict)  # the rule's own: targets, thresholds, rows
+    figures: list[str] = field(default_factory=list)  # PNGs under the root, shown if there
+    parameters: dict = field(default_factory=dict)  # the rule's own: targets, rows, sentences
 
     def finding(self, root: str) -> Finding | None:
-        return globals()[self.decide](root, *self.evidence, **self.parameters)
+        try:
+            return globals()[self.decide](root, *self.evidence, **self.parameters)
+        except NotMeasured:
+            return None
 
 
 def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
     """claims.yaml as Claims; a claim naming no function of this module is refused by name."""
     with open(path) as f:
-        claims = tuple(Claim(**dict(c, evidence=tuple(c["evidence"]),
-                                    figures=tuple(c.get("figures", ()))))
-                       for c in yaml.safe_load(f))
+        claims = tuple(Claim(**claim) for claim in yaml.safe_load(f))
     for claim in claims:
         if not callable(globals().get(claim.decide)):
             raise UserError(f"{path}: claim {claim.question!r}: no rule {claim.decide!r}")
@@ -92,12 +105,12 @@ def bullets(verdicts: dict[str, tuple[bool, str]], word=holds) -> list[str]:
 
 
 def judged(here: str, verdicts: dict[str, tuple[bool, str]], word=holds) -> Finding:
-    """A finding whose verdict is the tally of one verdict per metric, each a bullet."""
+    """A finding whose verdict is the tally of one verdict per metric or goal, each a bullet."""
     return Finding(here, tally({m: ok for m, (ok, _) in verdicts.items()}, word),
                    bullets(verdicts, word))
 
 
-def table(rows: list[dict] | pd.DataFrame, right: tuple[str, ...] = ()) -> list[str]:
+def table(rows: list[dict] | dict | pd.DataFrame, right: tuple[str, ...] = ()) -> list[str]:
     return markdown(pd.DataFrame(rows), right=right).splitlines()
 
 
@@ -115,11 +128,8 @@ def run_of(result: TimingResult | None, metric: str, n: int, label: str) -> Timi
 
 
 def table_json(root: str, *parts: str) -> dict | None:
-    path = os.path.join(root, *parts)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    path = Path(root, *parts)
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def mean_rank_best(result: SweepResult):
@@ -142,12 +152,6 @@ def cheapest_keeping(result: SweepResult, cost: str):
     return min(kept, key=spent.get) if kept else exact
 
 
-def versus(learner: TimingRun, greedy: TimingRun) -> str:
-    c = comparison(learner, greedy)
-    return (f"gain {c.gain_ratio:.3f}, time {c.time_ratio:.2f}x ({learner.wall_s:.4g} s, "
-            f"{learner_steps(learner)}, against {greedy.wall_s:.4g} s)")
-
-
 def compared(root: str, folder: str, metric: str, n: int, greedy: str,
              greedy_folder: str | None = None) -> tuple[TimingRun, TimingRun] | None:
     """The learner's run and `greedy`'s at (metric, n), the greedy's from its own folder where
@@ -165,9 +169,11 @@ def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least:
     runs = compared(root, folder, metric, n, greedy, greedy_folder)
     if runs is None:
         return None
-    c = comparison(*runs)
+    (learner, other), c = runs, comparison(*runs)
     gained = c.gain_ratio > least if above else c.gain_ratio >= least
-    return gained and (not timed or c.time_ratio <= 1), versus(*runs)
+    return gained and (not timed or c.time_ratio <= 1), (
+        f"gain {c.gain_ratio:.3f}, time {c.time_ratio:.2f}x ({learner.wall_s:.4g} s, "
+        f"{learner_steps(learner)}, against {other.wall_s:.4g} s)")
 
 
 def sweep_table(result: SweepResult) -> list[str]:
@@ -182,11 +188,10 @@ def sweep_table(result: SweepResult) -> list[str]:
 def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
     """(gain ratio over the lazy greedy, run) per seed of a Facility sweep's value: random's
     objective is 0 on the sweep's scale, so the ratio is the objectives'."""
-    files = sorted(f for f in os.listdir(folder) if f.endswith(".json")) \
-        if os.path.isdir(folder) else []
+    files = sorted(Path(folder).glob("*.json"))
     if not files:
         return None
-    result = read_result(folder, files[0][:-len(".json")])
+    result = read_result(folder, files[0].stem)
     return [(r.objective / result.greedy[0].objective, r) for r in result.runs if r.value == value]
 
 
@@ -202,14 +207,27 @@ def scored_start(folder: str, least: float) -> tuple[bool, str] | None:
     return min(at_3k, at_20k) >= least, f"{at_3k:.3f} at 3,000 rows, {at_20k:.3f} at 20,000"
 
 
+def per_metric(here: Callable):
+    """A claim judged metric by metric on its folder's sweep: the decorated function gives
+    (ok, text) from the sweep, a metric's summary rows and the metric; `here(result, holding)`
+    the claims table's figure from the sweep and the metrics that hold."""
+    def rule(judge: Callable) -> Callable:
+        def decide(root: str, folder: str) -> Finding:
+            result = needed(sweep(root, folder))
+            verdicts = {m: judge(result, of_metric(result.summary, m), m) for m in result.metrics}
+            holding = ", ".join(m for m, (ok, _) in verdicts.items() if ok) or "none"
+            return judged(here(result, holding), verdicts)
+        return decide
+    return rule
+
+
 # ------------------------------------------------------------------ the paper's claims
 
-def selection_time(root: str, folder: str) -> Finding | None:
+def selection_time(root: str, folder: str) -> Finding:
     result = timing(root, folder)
     learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
                           for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
-    if not (learner and ref):
-        return None
+    needed(learner and ref)
     share, fit = learner.wall_s / ref.wall_s, result.fits["DiSF"]["disf-greedy"]
     how = "measured" if ref.status == "measured" else (
         f"extrapolated as N^{fit.exponent:.2f} from " + " and ".join(f"{n:,}" for n in fit.sizes)
@@ -226,34 +244,26 @@ def selection_time(root: str, folder: str) -> Finding | None:
                    holds(share < 0.1), lines)
 
 
-def objective_targets(root: str, *folders: str, targets: dict) -> Finding | None:
-    """The declared targets (each names its folders) as a table; a metric holds where all of
-    its targets measured are met."""
-    rows = [(name, t["metric"], scored_start(os.path.join(root, t["scored_start"]), t["least"])
-             if "scored_start" in t else gain_target(root, **t)) for name, t in targets.items()]
-    rows = [(name, metric, *row) for name, metric, row in rows if row]
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows, columns=["target", "metric", "ok", "measured"])
-    shown = frame.assign(verdict=frame.ok.map(lambda ok: f"**{met(ok)}**"))
+def objective_targets(root: str, *folders: str, targets: dict) -> Finding:
+    """The declared targets, each naming its folder, as a table; a metric holds where every
+    target of it that ran is met."""
+    rows = []
+    for name, target in targets.items():
+        if "scored_start" in target:
+            row = scored_start(os.path.join(root, target["scored_start"]), target["least"])
+        else:
+            row = gain_target(root, **target)
+        rows += [(name, target["metric"], *row)] if row else []
+    frame = pd.DataFrame(needed(rows), columns=["target", "metric", "ok", "measured"])
     return Finding(f"{frame.ok.sum()} of {len(frame)} targets met",
                    tally(frame.groupby("metric", sort=False).ok.all().to_dict()),
-                   table(shown[["target", "measured", "verdict"]]))
+                   table(frame.assign(verdict=[f"**{met(ok)}**" for ok in frame.ok])
+                         [["target", "measured", "verdict"]]))
 
 
-def per_metric(judge: Callable, here: Callable, word=holds):
-    """A claim judged metric by metric on its folder's sweep: `judge(result, rows, metric)` gives
-    (ok, text) from the metric's summary rows, `here(result, verdicts)` the table's figure."""
-    def decide(root: str, folder: str) -> Finding | None:
-        result = sweep(root, folder)
-        if result is None:
-            return None
-        verdicts = {m: judge(result, of_metric(result.summary, m), m) for m in result.metrics}
-        return judged(here(result, verdicts), verdicts, word)
-    return decide
-
-
-def g_stable(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric(lambda result, holding: "smallest stable G: " + ", ".join(
+    f"{m} {result.smallest_stable[m] or 'none'}" for m in result.metrics))
+def g_stability(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
     unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
     return (any(g < 128 for g in unstable) and all(g < 128 for g in unstable),
             f"smallest stable G {'none' if smallest is None else f'{smallest:g}'}"
@@ -261,7 +271,8 @@ def g_stable(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
             + "; objective by G " + ", ".join(f"{s.value:g}: {s.objective_mean:.3f}" for s in rows))
 
 
-def lamb_trades(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric(lambda result, holding: f"quality up, diversity down for {holding}")
+def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
     """Objectives at different lamb are different functions: the claim is the trade itself."""
     low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
     return (high.means["quality"] > low.means["quality"] and low.means[metric] > high.means[metric],
@@ -270,7 +281,8 @@ def lamb_trades(result: SweepResult, rows: list, metric: str) -> tuple[bool, str
             f"{high.means[metric]:.4g}")
 
 
-def logprob_costs(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric(lambda result, holding: f"within one std for {holding}")
+def logprob_cost(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
     simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
     gap = exact.objective_mean - simple.objective_mean
     noise = max(simple.objective_std, exact.objective_std)
@@ -280,7 +292,8 @@ def logprob_costs(result: SweepResult, rows: list, metric: str) -> tuple[bool, s
                           f"{exact.wall_s_mean / simple.wall_s_mean:.2f})")
 
 
-def one_shot_close(result, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric(lambda result, holding: f"a one-shot within one std for {holding}")
+def one_shot(result, rows: list, metric: str) -> tuple[bool, str]:
     by = {s.method: s for s in rows}
     learner, greedy = by["datamask"], by.get("joint-greedy")
     best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
@@ -291,23 +304,10 @@ def one_shot_close(result, rows: list, metric: str) -> tuple[bool, str]:
                if greedy else ""))
 
 
-def which(verdicts: dict, good: bool = True) -> str:
-    return ", ".join(m for m, (ok, _) in verdicts.items() if ok == good) or "none"
-
-
-g_stability = per_metric(g_stable, lambda r, v: "smallest stable G: " + ", ".join(
-    f"{m} {r.smallest_stable[m] or 'none'}" for m in r.metrics))
-lamb_tradeoff = per_metric(lamb_trades, lambda r, v: f"quality up, diversity down for {which(v)}")
-logprob_cost = per_metric(logprob_costs, lambda r, v: f"within one std for {which(v)}")
-one_shot = per_metric(one_shot_close, lambda r, v: f"a one-shot within one std for {which(v)}")
-
-
-def reported_knob(root: str, folder: str) -> Finding | None:
+def reported_knob(root: str, folder: str) -> Finding:
     """A knob the paper reports without a rule this project fixed before its sweep: the best
     value per metric, the range of final objectives and each value's time, no verdict."""
-    result = sweep(root, folder)
-    if result is None:
-        return None
+    result = needed(sweep(root, folder))
     lines = []
     for metric in result.metrics:
         rows = of_metric(result.summary, metric)
@@ -320,19 +320,17 @@ def reported_knob(root: str, folder: str) -> Finding | None:
                    "reported, no rule", lines)
 
 
-def figure_only(root: str, folder: str, figure: str, note: str) -> Finding | None:
+def figure_only(root: str, folder: str, figure: str, note: str) -> Finding:
     """A claim whose figure no results file backs: shown with its note, not tested."""
-    if not os.path.exists(os.path.join(root, folder, figure)):
-        return None
+    needed(os.path.exists(os.path.join(root, folder, figure)))
     return Finding("figure only", "not tested", [f"- {note}"])
 
 
-def table2_gain(root: str, run: str, first: str) -> Finding | None:
+def table2_gain(root: str, run: str, first: str) -> Finding:
     """Both arms of the calibrated proxy's run, then the first proxy's verdict by the same rule."""
     arms = {arm: table_json(root, run, folder, "table2.json")
             for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))}
-    if arms["free"] is None:
-        return None
+    needed(arms["free"])
     lines, here, outcomes = [], [], []
     for arm, verdict in ((arm, t["verdict"]) for arm, t in arms.items() if t):
         lines += [f"{arm.capitalize()} arm (primary metric `{verdict['primary']}`):", "",
@@ -341,10 +339,9 @@ def table2_gain(root: str, run: str, first: str) -> Finding | None:
                 for m, v in verdict["vs_random"].items() if m.startswith("datamask-")}
         here.append(f"{arm}: " + ", ".join(f"{m} {v}" for m, v in ours.items()))
         outcomes += [o["outcome"] for o in verdict["ordering"].values()]
-    arms_md = os.path.join(root, run, "arms.md")
-    if os.path.exists(arms_md):
-        with open(arms_md) as f:
-            lines += f.read().split("\n", 2)[2].strip().splitlines() + [""]
+    arms_md = Path(root, run, "arms.md")
+    if arms_md.exists():
+        lines += arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
     point_c = table_json(root, first, "table2.json")
     if point_c:
         lines += [f"The first proxy (`{first}/`, a larger model at fewer tokens, before "
@@ -358,25 +355,23 @@ def table2_gain(root: str, run: str, first: str) -> Finding | None:
 
 # ------------------------------------------------------------------ questions this project adds
 
-def by_rows(root: str, folder: str) -> Finding | None:
-    result = timing(root, folder)
-    if result is None:
-        return None
-    rows = [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy,
-             "greedy time": c.greedy_status, "learner / greedy time": f"{c.time_ratio:.3g}",
-             "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
-            for c in result.comparisons]
+def by_rows(root: str, folder: str) -> Finding:
+    result = needed(timing(root, folder))
     verdicts = {}
     for metric in result.metrics:
         done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
-        good = [c for c in done if c.gain_ratio >= 0.95]
+        good = sum(c.gain_ratio >= 0.95 for c in done)
         cross = result.crossover.get(metric)
-        verdicts[metric] = (len(good) == len(done), f"gain ratio >= 0.95 in {len(good)} of "
-                            f"{len(done)} comparisons; faster than the fast greedy "
+        verdicts[metric] = (good == len(done), f"gain ratio >= 0.95 in {good} of {len(done)} "
+                            "comparisons; faster than the fast greedy "
                             + (f"from N = {cross:,} on" if cross else "at no N from which it "
                                "stays faster"))
     reference = max((c for c in of_metric(result.comparisons, "DiSF")
                      if c.greedy_role == "reference"), key=lambda c: c.n)
+    rows = [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy,
+             "greedy time": c.greedy_status, "learner / greedy time": f"{c.time_ratio:.3g}",
+             "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
+            for c in result.comparisons]
     lines = [*table(rows, right=("N", "learner / greedy time", "gain ratio")), "",
              *bullets(verdicts),
              f"- DiSF at N = {reference.n:,}: {reference.time_ratio:.2%} of the reference greedy's "
@@ -396,10 +391,8 @@ def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
 
 def bench_cells(root: str, folder: str) -> pd.DataFrame:
     """The cells of `make bench-defaults` runs, one results folder per family under `folder`."""
-    path = os.path.join(root, folder)
-    runs = [table_json(root, folder, family, "defaults.json") for family in
-            sorted(os.listdir(path))] if os.path.isdir(path) else []
-    return pd.DataFrame([row for run in runs if run for row in run["rows"]])
+    runs = sorted(Path(root, folder).glob("*/defaults.json"))
+    return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
 def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
@@ -407,29 +400,26 @@ def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
     the stopping rule (else fixed steps), whether it wrote a later step than the start, and its
     final objective over the start's (step 0's read-off; runs that kept no curve: NaN)."""
     stop, *timed, facility, bench = folders
-    rows = [{"metric": c.metric, "lamb": c.lamb, "rows": c.rows, "rule": True,
-             "later": c.written_step > 0, "ratio": c.objective_written / c.objective_start}
+    runs = [(c.metric, c.lamb, c.rows, True, c.written_step > 0,
+             c.objective_written / c.objective_start)
             for c in bench_cells(root, bench).itertuples()]
     for n, result in stop_sweeps(root, stop):
-        rows += [{"metric": r.metric, "lamb": result.config["lamb"], "rows": n,
-                  "rule": r.value != result.config["values"][0], "later": (r.best_step or 0) > 0,
-                  "ratio": r.objective / r.curve[0].objective} for r in result.runs]
-    uncurved = [(r.metric, r.n, r) for result in filter(None, (timing(root, f) for f in timed))
-                for r in result.runs if r.label == "datamask" and r.best_step is not None]
+        runs += [(r.metric, result.config["lamb"], n, r.value != result.config["values"][0],
+                  (r.best_step or 0) > 0, r.objective / r.curve[0].objective) for r in result.runs]
+    runs += [(r.metric, 0.0, r.n, True, r.best_step > 0, np.nan)
+             for result in filter(None, (timing(root, folder) for folder in timed))
+             for r in result.runs if r.label == "datamask" and r.best_step is not None]
     sub, value = SCORED_START
-    uncurved += [("Facility", 3_000, r)
-                 for _, r in learner_ratios(os.path.join(root, facility, sub), value) or []]
-    return pd.DataFrame(rows + [{"metric": metric, "lamb": 0.0, "rows": n, "rule": True,
-                                 "later": r.best_step > 0, "ratio": np.nan}
-                                for metric, n, r in uncurved])
+    runs += [("Facility", 0.0, 3_000, True, r.best_step > 0, np.nan)
+             for _, r in learner_ratios(os.path.join(root, facility, sub), value) or []]
+    return pd.DataFrame(runs, columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
 
 
-def gradient_adds(root: str, *folders: str) -> Finding | None:
+def gradient_adds(root: str, *folders: str) -> Finding:
     """Folders: the stopping rule's sweeps, the timing runs at select's defaults, Facility's
     start, `make bench-defaults` at select's defaults."""
     runs = start_outcomes(root, folders)
-    if runs.empty:
-        return None
+    needed(not runs.empty)
     rows, adds = [], {}
     for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False):
         rule, fixed = group[group.rule], group[~group.rule]
@@ -447,57 +437,52 @@ def gradient_adds(root: str, *folders: str) -> Finding | None:
                    table(rows, right=("written / start", "fixed 2,000 steps / start")))
 
 
-def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding | None:
+def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
     """Folders: pairs of timing runs (from equal logits, from the greedy start) on the same rows,
     then the run holding the greedy at 1,000,000 rows."""
     *pairs, greedy_1m = folders
     rows = []
     for equal, start in zip(pairs[::2], pairs[1::2]):
         result = timing(root, start)
-        for r in result.runs if result else []:
+        learners = [r for r in result.runs if r.label == "datamask"] if result else []
+        for r in learners:
             far = greedy_1m if r.n >= 1_000_000 else None
-            runs = [compared(root, f, r.metric, r.n, greedies.get(r.metric), far)
+            runs = [compared(root, f, r.metric, r.n, greedies[r.metric], far)
                     for f in (equal, start)]
-            if r.label != "datamask" or None in runs:
+            if None in runs:
                 continue
             before, after = (comparison(*pair) for pair in runs)
             rows.append({"run": f"{r.metric} at {r.n:,} rows"
                                 + (" (40c)" if start.endswith("-40c") else ""),
                          "greedy": greedies[r.metric],
-                         "equal logits: gain, time": f"{before.gain_ratio:.3f}, "
-                                                     f"{before.time_ratio:.2f}x",
-                         "greedy start: gain, time": f"{after.gain_ratio:.3f}, "
-                                                     f"{after.time_ratio:.2f}x",
+                         **{f"{name}: gain, time": f"{c.gain_ratio:.3f}, {c.time_ratio:.2f}x"
+                            for name, c in (("equal logits", before), ("greedy start", after))},
                          "gains": after.gain_ratio >= before.gain_ratio})
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(needed(rows))
     gains = frame.groupby("run").gains.last()  # a run repeated on the same rows counts once
     return Finding(f"the start gains at least as much in {gains.sum()} of {len(gains)} runs",
                    holds(gains.all()), table(frame.drop(columns="gains")))
 
 
 def defaults_against_greedies(root: str, today: str, candidates: str,
-                              keep_of_greedy: float) -> Finding | None:
+                              keep_of_greedy: float) -> Finding:
     """`make bench-defaults` at select's defaults, then at the candidate changes, each one
     results folder per family."""
     cells = bench_cells(root, today)
-    if cells.empty:
-        return None
+    needed(not cells.empty)
     lines = []
     for title, shown in (("At select's defaults:", cells),
                          (f"With the candidate changes (`{candidates}/`):",
                           bench_cells(root, candidates))):
-        if shown.empty:
-            continue
-        lines += [title, "", *table({
-            "family": shown.family, "rows": shown.rows.map("{:,}".format),
-            "metric": shown.metric, "lamb": shown.lamb.map("{:g}".format),
-            "greedy": shown.greedy, "gain ratio": shown.gain_ratio.map("{:.3f}".format),
-            "time ratio": shown.time_ratio.map("{:.2f}".format),
-            "written at": shown.written_step,
-            "passes": shown.passes.map(lambda ok: "**yes**" if ok else "no")},
-            right=("rows", "gain ratio", "time ratio", "written at")), ""]
+        if not shown.empty:
+            lines += [title, "", *table({
+                "family": shown.family, "rows": shown.rows.map("{:,}".format),
+                "metric": shown.metric, "lamb": shown.lamb.map("{:g}".format),
+                "greedy": shown.greedy, "gain ratio": shown.gain_ratio.map("{:.3f}".format),
+                "time ratio": shown.time_ratio.map("{:.2f}".format),
+                "written at": shown.written_step,
+                "passes": shown.passes.map({True: "**yes**", False: "no"})},
+                right=("rows", "gain ratio", "time ratio", "written at")), ""]
     passed = int(cells.passes.sum())
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
     kept = int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())
@@ -505,47 +490,38 @@ def defaults_against_greedies(root: str, today: str, candidates: str,
                    met(passed == len(cells)), lines[:-1])
 
 
-def stopping_rule(root: str, folder: str, least_kept: float) -> Finding | None:
-    rows = []
+def stopping_rule(root: str, folder: str, least_kept: float) -> Finding:
+    """The rule's mean objective and time over the fixed steps', per sweep and metric."""
+    kept = []
     for n, result in stop_sweeps(root, folder):
         fixed, rule = result.config["values"]
-        means = {(s.metric, s.value): s for s in result.summary}
-        rows += [{"rows": f"{n:,}", "metric": metric,
-                  "objective kept": means[metric, rule].objective_mean
-                  / means[metric, fixed].objective_mean,
-                  "time": means[metric, rule].wall_s_mean / means[metric, fixed].wall_s_mean}
-                 for metric in result.metrics]
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows)
-    worst = frame["objective kept"].min()
-    shown = frame.assign(**{"objective kept": frame["objective kept"].map("{:.4f}".format),
-                            "time": frame["time"].map("{:.2f}".format)})
-    return Finding(f"worst objective kept {worst:.4f}", met(worst >= least_kept),
-                   table(shown, right=("rows", "objective kept", "time")))
+        means = pd.DataFrame(result.summary).set_index(["value", "metric"])[
+            ["objective_mean", "wall_s_mean"]]
+        kept.append((means.loc[rule] / means.loc[fixed]).assign(rows=f"{n:,}").reset_index())
+    frame = pd.concat(needed(kept))
+    worst = frame.objective_mean.min()
+    return Finding(f"worst objective kept {worst:.4f}", met(worst >= least_kept), table({
+        "rows": frame.rows, "metric": frame.metric,
+        "objective kept": frame.objective_mean.map("{:.4f}".format),
+        "time": frame.wall_s_mean.map("{:.2f}".format)}, right=("rows", "objective kept", "time")))
 
 
-def learning_rate(root: str, rates: str, steps: str) -> Finding | None:
+def learning_rate(root: str, rates: str, steps: str) -> Finding:
     """The rates' sweep (and its longer check in 1000-steps/), then the steps' sweep."""
-    result = sweep(root, rates)
-    if result is None:
-        return None
-    default, lines = lr_setting(), []
+    result = needed(sweep(root, rates))
+    lines = []
     for metric in result.metrics:
         rows = of_metric(result.summary, metric)
         best = best_of(rows)
-        rate = {s.value: float(s.value.split(":")[1]) for s in rows}
-        high, low = max(rows, key=lambda s: rate[s.value]), min(rows, key=lambda s: rate[s.value])
-        gain = best.objective_mean - best.start_mean
+        high, low = (pick(rows, key=lambda s: float(s.value.split(":")[1])) for pick in (max, min))
+        gain, low_gain = best.objective_mean - best.start_mean, low.objective_mean - low.start_mean
         lines.append(
             f"- {metric}: best {best.value} ({best.objective_mean:.3f} +- "
             f"{best.objective_std:.3f}); too high a rate ends more than one std below it "
             f"({high.value}: {high.objective_mean:.3f}): "
             f"**{holds(high.objective_mean < best.objective_mean - best.objective_std)}**; too "
-            f"low a rate gains under 10% of the best's gain ({low.value}: "
-            f"{low.objective_mean - low.start_mean:.3f} against {gain:.3f}): "
-            f"**{holds(low.objective_mean - low.start_mean < 0.1 * gain)}**.")
-    overall = mean_rank_best(result)
+            f"low a rate gains under 10% of the best's gain ({low.value}: {low_gain:.3f} against "
+            f"{gain:.3f}): **{holds(low_gain < 0.1 * gain)}**.")
     longer = sweep(root, f"{rates}/1000-steps", "ablation-lr")
     if longer:
         lines.append(f"- Over {longer.config['steps']:,} steps (`{rates}/1000-steps/`) the "
@@ -554,15 +530,12 @@ def learning_rate(root: str, rates: str, steps: str) -> Finding | None:
     if by_steps:
         lines += ["", f"Steps (the value) against the final objective and wall time "
                       f"(`{steps}/`):", "", *sweep_table(by_steps)]
+    overall, default = mean_rank_best(result), lr_setting()
     return Finding(f"best over all metrics: {overall}; select's default: {default}",
                    holds(overall == default), lines)
 
 
-COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
-                "probes": ("wall_s", "fewest mean seconds")}
-
-
-def variants(root: str, *folders: str) -> Finding | None:
+def variants(root: str, *folders: str) -> Finding:
     """Folders: each variant's sweep, scale_on's last (the paper has no value for it)."""
     *knobs, scale_on = folders
     lines, winners = [], {}
@@ -579,37 +552,33 @@ def variants(root: str, *folders: str) -> Finding | None:
                   *sweep_table(result), "",
                   f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
                                              else f"**{winner} wins**."), ""]
-    reported = reported_knob(root, scale_on)
-    if reported:
+    with suppress(NotMeasured):
         lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
-                  *reported.lines]
-    if not winners:
-        return None
-    changed = [f"{k} {w}" for k, (w, paper) in winners.items() if w != paper]
+                  *reported_knob(root, scale_on).lines]
+    changed = [f"{k} {w}" for k, (w, paper) in needed(winners).items() if w != paper]
     return Finding(f"{len(winners) - len(changed)} of {len(winners)} keep the paper's value",
                    "adopted: " + ", ".join(changed) if changed else "the paper's values stay",
                    lines)
 
 
 def learners_against_greedy(root: str, *folders: str, labels: list[str],
-                            against: dict) -> Finding | None:
+                            against: dict) -> Finding:
     """Learner runs (`labels` name them, the adopted setting first) against the greedy run of
     the last folder by one gain target; the adopted run gives the verdict."""
     *learners, greedy = folders
     rows = {label: gain_target(root, folder, greedy_folder=greedy, **against)
             for label, folder in zip(labels, learners)}
-    if rows[labels[0]] is None:
-        return None
-    ok, text = rows[labels[0]]
+    ok, text = needed(rows[labels[0]])
     return Finding(text.split(" (")[0], met(ok),
                    bullets({label: row for label, row in rows.items() if row}, met))
 
 
-def facility_start(root: str, folder: str, screen: dict, least: float) -> Finding | None:
+def facility_start(root: str, folder: str, screen: dict, least: float) -> Finding:
     """The screen's rows, each its folder and value (and its folder at 20,000 rows), and the
     verdict on select's scored start."""
     folder = os.path.join(root, folder)
-    start, rows = scored_start(folder, least), []
+    ok, text = needed(scored_start(folder, least))
+    rows = []
     for label, (sub, value, *at_20k) in screen.items():
         ratios = [ratio for ratio, _ in learner_ratios(os.path.join(folder, sub), value) or []]
         confirm = at_20k and learner_ratios(os.path.join(folder, "confirm-20k", *at_20k), value)
@@ -618,19 +587,14 @@ def facility_start(root: str, folder: str, screen: dict, least: float) -> Findin
                          "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
                          "median": f"{np.median(ratios):.3f}",
                          "20,000 rows, seed 0": f"{confirm[0][0]:.3f}" if confirm else "-"})
-    if not (rows and start):
-        return None
-    return Finding(start[1], met(start[0]), table(rows, right=("median", "20,000 rows, seed 0")))
+    return Finding(text, met(ok), table(rows, right=("median", "20,000 rows, seed 0")))
 
 
-def instrument(root: str, run: str, first: str) -> Finding | None:
+def instrument(root: str, run: str, first: str) -> Finding:
     """The calibrated proxy's run against the first proxy's tables."""
-    free = table_json(root, run, "tables", "table2.json")
-    point_c = table_json(root, first, "table2.json")
-    if not (free and point_c):
-        return None
-    primary = free["verdict"]["primary"]
-    calibration = free["verdict"]["calibration"]
+    free = needed(table_json(root, run, "tables", "table2.json"))
+    point_c = needed(table_json(root, first, "table2.json"))
+    primary, calibration = free["verdict"]["primary"], free["verdict"]["calibration"]
     noise, bound = free["snr"][primary]["noise"], point_c["power"]["bpb macro"]["paired_sd"] / 3
     junk, null = calibration["smallest_resolved"].get("junk"), calibration["null"]["difference"]
     goals = {f"paired sd of `{primary}` at most a third of the first proxy's ({bound:.4f})":

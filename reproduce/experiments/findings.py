@@ -3,11 +3,9 @@ questions, each decided by its rule in claims.py from the results files.
 
     python -m reproduce.experiments.findings [--results runs/experiments] [--readme README.md]
 
-Writes findings.md in the results root: the claims table first (a row a claim: the paper's
-figure, the figure here, the verdict, the evidence folder, the Make target that regenerates it),
-then a section a claim (its rule, its result, its caveat, its figures). No number is typed by
-hand, and a claim whose files are missing says which target writes them. With --readme the front
-page's generated block is rewritten with the paper's claims.
+Writes findings.md in the results root: the claims table, then a section a claim (its rule,
+result, caveat and figures, or the target that writes its missing files); with --readme also the
+front page's generated block, the paper's claims.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -88,17 +87,14 @@ def report(rows: list[tuple[Claim, Finding | None]], root: str) -> str:
 def fill_readme(path: str, rows: list[tuple[Claim, Finding | None]], link: str) -> None:
     """Rewrite the front page's generated block with the paper's claims (`link`: the results
     root as the page links it); a page without the block is refused, nothing written."""
-    with open(path) as f:
-        page = f.read()
-    before, begin, rest = page.partition(README_BEGIN)
+    before, begin, rest = Path(path).read_text().partition(README_BEGIN)
     _, end, after = rest.partition(README_END)
     if not (begin and end):
         raise UserError(f"{path}: no generated block ({README_BEGIN} ... {README_END})")
     table = claims_table([row for row in rows if row[0].paper != "-"], prefix=f"{link}/",
                          sections=False)
     with atomic_output(path) as tmp:
-        with open(tmp, "w") as f:
-            f.write(before + begin + "\n" + table + end + after)
+        Path(tmp).write_text(before + begin + "\n" + table + end + after)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,8 +118,7 @@ def main(argv: list[str] | None = None) -> str:
     os.makedirs(args.results, exist_ok=True)
     path = os.path.join(args.results, "findings.md")
     with atomic_output(path) as tmp:
-        with open(tmp, "w") as f:
-            f.write(text)
+        Path(tmp).write_text(text)
     print(path)
     return text
 
