@@ -72,10 +72,10 @@ class LearnerConfig:
                                f"auto (greedy, but same for Facility over {GREEDY_INIT_ROWS:,} "
                                "rows): docs/select.md#the-learners-flags",
                        choices=("auto", "same", "quality", "greedy"), original=True)
-    start_optimizer: str = option("stochastic", "the greedy start's optimiser: stochastic (about "
-                                                "N ln 100 gains in all), lazy (the exact greedy's "
-                                                "picks) or auto (lazy for Facility, else "
-                                                "stochastic)",
+    start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
+                                          "100 gains in all), lazy (the exact greedy's picks) or "
+                                          "auto (lazy for Facility, else stochastic): "
+                                          "docs/select.md#the-learners-flags",
                                   choices=("stochastic", "lazy", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
@@ -119,8 +119,9 @@ class LearnerConfig:
                                      "own best: a run goes on while they rise) or best (the start "
                                      "included); the best is written either way",
                            choices=("checks", "best"))
-    give_up: int = option(0, "stop once this many checks have not beaten a scored start, and write "
-                             "the start; 0 = never", low=0)
+    give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
+                              "write the start; 0 = never; -1 = 1 for Facility, never otherwise "
+                              "(docs/select.md#the-learners-flags)", low=-1)
     patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
                               "its mean over this many steps rose by less than --min_gain of its "
                               "rise so far; needs --stop_every 0; 0 = off", low=0)
@@ -147,6 +148,13 @@ class LearnerConfig:
         if self.start_optimizer != "auto":
             return self.start_optimizer
         return "lazy" if self.algorithm == "Facility" else "stochastic"
+
+    def give_up_of(self) -> int:
+        """--give_up, -1 resolved: Facility's steps never beat its scored start on any family
+        measured (reproduce/results/defaults/facility/), so it gives up at the first check."""
+        if self.give_up >= 0:
+            return self.give_up
+        return 1 if self.algorithm == "Facility" else 0
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -312,7 +320,8 @@ def resolved(settings: dict, rows: int) -> dict:
     return {**settings, "init": init,
             "start_optimizer": config.start_optimizer_of() if init == "greedy" else "stochastic",
             "best_from": "start" if scored else "check",
-            "stall_on": config.stall_on if scored else "checks"}
+            "stall_on": config.stall_on if scored else "checks",
+            "give_up": config.give_up_of() if scored else 0}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -661,7 +670,7 @@ class MaskLearner:
                           best_step=run.best["step"])
             watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
             bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
-            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up > 0
+            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of() > 0
             return unbeaten or stalled(bests, cfg.stop_window, cfg.stop_tolerance)
 
         scored = cfg.scores_start(shape.n_total)  # the start is the best to beat

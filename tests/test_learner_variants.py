@@ -161,7 +161,9 @@ def test_disf_credit_is_the_derivative_in_each_rows_weight(k):
 @pytest.mark.parametrize("algorithm, options", VARIANTS)
 def test_each_variant_is_seeded_repeatable_and_keeps_the_budget(algorithm, options):
     data = synthetic_dataset(300, dim=12, n_clusters=6, seed=2)
-    config = dict({"partial": 0.3}, algorithm=algorithm, n_epochs=30, device="cpu", **options)
+    # the stochastic start, so that another seed starts elsewhere (Facility's lazy one does not)
+    config = dict({"partial": 0.3, "start_optimizer": "stochastic"}, algorithm=algorithm,
+                  n_epochs=30, device="cpu", **options)
     first = MaskLearner(LearnerConfig(seed=1, **config)).fit(data, progress=False)
     again = MaskLearner(LearnerConfig(seed=1, **config)).fit(data, progress=False)
     other = MaskLearner(LearnerConfig(seed=2, **config)).fit(data, progress=False)
@@ -504,7 +506,7 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
     does not run it again, and ends exactly as an uninterrupted one."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=40, stop_every=10,
-                  n_rollout=8, seed=2, device="cpu")
+                  n_rollout=8, seed=2, device="cpu", give_up=0)  # runs to its crash at step 20
     whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
     assert whole.selected.sum() == 30
     resumed = crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch,
@@ -531,7 +533,8 @@ def test_a_lazy_start_is_the_exact_greedy_and_resumes_only_under_its_own_optimis
     assert learner.resolved(asdict(replace(lazy, init="same")), 300)["start_optimizer"] == (
         "stochastic")
     whole = MaskLearner(lazy).fit(data, progress=False)
-    stochastic = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    stochastic = MaskLearner(LearnerConfig(**config, start_optimizer="stochastic")).fit(
+        data, progress=False)
     assert whole.best_step == stochastic.best_step == 0
     assert not np.array_equal(whole.selected, stochastic.selected)
     picks, _, _ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
@@ -557,7 +560,7 @@ def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
                   n_rollout=8, seed=2, device="cpu")
-    on_and_on = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    on_and_on = MaskLearner(LearnerConfig(**config, give_up=0)).fit(data, progress=False)
     given_up = MaskLearner(LearnerConfig(**config, give_up=2)).fit(data, progress=False)
     assert on_and_on.best_step == 0 and on_and_on.steps_taken > 20
     assert given_up.summary() == {**given_up.summary(), "steps_run": 20, "written_step": 0,
@@ -566,6 +569,32 @@ def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
     unscored = MaskLearner(LearnerConfig(**dict(config, init="same"), give_up=2)).fit(
         data, progress=False)
     assert unscored.steps_taken > 20  # no scored start: nothing to give up on
+
+
+def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others_never():
+    """--give_up -1 (select's default): Facility, whose steps never beat its scored start on any
+    family measured, stops at its first check and writes its lazy start; Pair_simi, whose steps
+    do beat theirs at lamb 0.5, runs on; an explicit value wins, and a resume compares the
+    resolved value."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(lamb=0.0, n_epochs=200, stop_every=10, n_rollout=8, seed=2, device="cpu")
+    facility = LearnerConfig(algorithm="Facility", **config)
+    assert (facility.give_up, facility.give_up_of(), facility.start_optimizer_of()) == (
+        -1, 1, "lazy")
+    assert LearnerConfig(algorithm="Pair_simi").give_up_of() == 0
+    assert replace(facility, give_up=3).give_up_of() == 3
+    assert learner.resolved(asdict(facility), 300)["give_up"] == 1
+    assert learner.resolved(asdict(replace(facility, give_up=1)), 300) == learner.resolved(
+        asdict(facility), 300)
+    run = MaskLearner(facility).fit(data, progress=False)
+    assert {k: run.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
+        "steps_run": 10, "written_step": 0, "stop_reason": "stopping_rule"}
+    from baselines.joint_greedy import JointGreedy
+    picks, _, _ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
+    np.testing.assert_array_equal(run.selected, picks)
+    pair = MaskLearner(LearnerConfig(algorithm="Pair_simi", **dict(config, lamb=0.5))).fit(
+        data, progress=False)
+    assert pair.steps_taken > 10
 
 
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():
@@ -636,7 +665,7 @@ def test_stall_on_checks_goes_on_while_the_checks_climb_below_the_start():
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     common = dict(algorithm="Facility", lamb=1.0, init="greedy", partial=1.0, n_rollout=8,
                   seed=3, device="cpu", stop_every=5, stop_window=2, n_epochs=40,
-                  best_from="start")
+                  best_from="start", give_up=0)
     best = MaskLearner(LearnerConfig(**common, stall_on="best")).fit(data, progress=False)
     checks = MaskLearner(LearnerConfig(**common, stall_on="checks")).fit(data, progress=False)
     assert LearnerConfig().stall_on == "checks"  # the default
