@@ -464,15 +464,25 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
                    holds(gains.all()), table(frame.drop(columns="gains")))
 
 
-def defaults_against_greedies(root: str, today: str, candidates: str,
-                              keep_of_greedy: float) -> Finding:
-    """`make bench-defaults` at select's defaults, then at the candidate changes, each one
-    results folder per family."""
+def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
+                              keep_of_greedy: float, adopted: list[str]) -> Finding:
+    """`make bench-defaults` at select's defaults: `today`'s cells, Facility's from the runs at
+    its adopted defaults (`adopted`, folders under `facility`); then Facility's round against the
+    defaults before it, and the first round's candidates. Each run is a folder per family."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
+    now = pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])
+    if not now.empty:
+        order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
+        cells = pd.concat([cells[cells.metric != "Facility"], now]).sort_values(
+            ["family", "rows", "lamb", "metric"], key=lambda c: c.map(order) if c.name == "metric"
+            else c, kind="stable")
     lines = []
-    for title, shown in (("At select's defaults:", cells),
-                         (f"With the candidate changes (`{candidates}/`):",
+    for title, shown in (("At select's defaults (Facility's cells from "
+                          f"`{facility}/`):", cells),
+                         (f"Facility at its defaults before (`{facility}/today/`):",
+                          bench_cells(root, f"{facility}/today")),
+                         (f"The first round's candidate changes (`{candidates}/`):",
                           bench_cells(root, candidates))):
         if not shown.empty:
             lines += [title, "", *table({
