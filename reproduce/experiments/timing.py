@@ -51,15 +51,14 @@ time, a greedy's being that of its first t picks (what stopping it then would gi
 
 from __future__ import annotations
 
-from datamask.examples.synthetic import synthetic_dataset
-
-from .common import (BLOCK_PLANS, blocks_learner_run, experiment_main, experiment_parser, fastest,
-                     greedy_curve, greedy_run, greedy_runs_killable, learner_params, learner_run,
-                     lr_of, machine, metric_scorer, power_law, start_of_last_run,
-                     warm_up_learner)
 from datamask.errors import UserError
+from datamask.examples.synthetic import synthetic_dataset
 from datamask.shared import check_device
 
+from .common import (BLOCK_PLANS, START_OPTIMIZER, blocks_learner_run, experiment_main,
+                     experiment_parser, fastest, greedy_curve, greedy_run, greedy_runs_killable,
+                     learner_params, learner_run, lr_of, machine, metric_scorer, power_law,
+                     start_of_last_run, warm_up_learner)
 from .records import Comparison, Fit, PaperTiming, TimingResult, TimingRun
 
 # metric -> greedies optimising it: (label, selector, params, role)
@@ -329,8 +328,9 @@ def markdown(results: TimingResult) -> str:
         + (f", cover_sample {cfg['cover_sample']:g}" if cfg.get("cover_sample") else "")
         + (f", probes {cfg['probes']}" if cfg.get("probes") else "")
         + (f", init {cfg['init']}" if cfg.get("init", "auto") != "auto" else "")
-        + (f", start optimizer {cfg['start_optimizer']}"
-           if cfg.get("start_optimizer", "stochastic") != "stochastic" else "")
+        # runs from before the flag existed took the stochastic start
+        + (f", start optimizer {cfg.get('start_optimizer', 'stochastic')}"
+           if cfg.get("start_optimizer", "stochastic") != START_OPTIMIZER.default else "")
         + f", lr {lr_of(cfg)}; budget {cfg['budget_s']:g} s per greedy run" + "".join(
             f"; {m} run up to N = {n:,} only" for m, n in cfg["max_n"].items()) + "".join(
             f"; {m}'s learner run up to N = {n:,} only (extrapolated past it)"
