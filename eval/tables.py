@@ -27,6 +27,7 @@ from datamask.errors import UserError
 
 from .stats import CONFIDENCE, paired_difference, pooled_sd, resolvable_difference, t_interval
 from .calibration import dose_response, signal_noise
+from .draws import selection_noise
 from .verdict import PRIMARY, verdict, verdict_markdown
 
 HERE = Path(__file__).parent
@@ -149,11 +150,12 @@ def summarize(columns: dict, values: dict, reference: str = "random") -> dict:
         power[c] = {"seed_sd": seed_sd, "paired_sd": paired_sd, "n_seeds": n,
                     "smallest_resolvable": (resolvable_difference(paired_sd, n)
                                             if paired_sd is not None and n >= 2 else None)}
+    noise = selection_noise(columns, values, reference)
     return {"confidence": CONFIDENCE,
             "interval": "two-sided Student t, n - 1 degrees of freedom, n = seeds",
             "columns": [{"name": c, "higher_is_better": h} for c, h in columns.items()],
             "reference": reference, "methods": methods, "vs_reference": vs_reference,
-            "power": power}
+            "power": power, **({"selection_noise": noise} if noise else {})}
 
 
 def paper_table() -> pd.DataFrame:
@@ -304,7 +306,7 @@ def report_markdown(table: dict, costs: pd.DataFrame) -> str:
               "paired sd": shown(p["paired_sd"], c), "seeds": p["n_seeds"],
               "smallest resolvable": shown(p["smallest_resolvable"], c)}
              for c, p in table["power"].items()]))
-    text += calibration_markdown(table)
+    text += selection_noise_markdown(table) + calibration_markdown(table)
     if table.get("planted_kept"):
         kept = pd.DataFrame.from_dict(table["planted_kept"], orient="index")
         text += "\nFraction of each planted kind of pool row the selection kept:\n\n" + markdown(
@@ -314,6 +316,37 @@ def report_markdown(table: dict, costs: pd.DataFrame) -> str:
         text += ("\nCost per method, medians over its seeds (seconds unless stated; tokens seen: "
                  "the training budget):\n\n") + markdown(costs)
     return text + "\n" + verdict_markdown(table["verdict"])
+
+
+def selection_noise_markdown(table: dict) -> str:
+    """Where the reference was selected several times: per bits-per-byte metric, the spread
+    between its draws, the null's false positives and the minimum detectable difference; then
+    each method against all its draws on the primary ('' with one draw)."""
+    noise, reference = table.get("selection_noise"), table["reference"]
+    if not noise:
+        return ""
+    shown_columns = [c for c in noise if c.startswith("bpb")]
+    draws = next(iter(noise.values()))["draws"]
+    text = (f"\nSelection noise ({draws} draws of {reference}; eval/draws.py): the sd between the "
+            f"draws' means over the seeds; the null's false positives, the pairs of {reference}'s "
+            f"draws a test with the draws' spread in its interval resolves (a calibrated metric "
+            f"resolves about 5%); the minimum detectable difference of a one-draw method at 80% "
+            f"power:\n\n")
+    text += markdown(pd.DataFrame(
+        [{"metric": c, "sd between draws": shown(n["sd_between_draws"], c),
+          "null false positives": f"{n['null']['resolved']} of {n['null']['pairs']}",
+          "minimum detectable": shown(n["minimum_detectable"], c)}
+         for c, n in noise.items() if c in shown_columns]))
+    primary = table["verdict"]["primary"]
+    if primary in noise:
+        higher = {c["name"]: c["higher_is_better"] for c in table["columns"]}[primary]
+        text += (f"\nEach method against {reference}'s draws on {primary} (the mean of its draws "
+                 f"minus theirs, mean ± 95% half-width with the draws' spread in it):\n\n")
+        text += markdown(pd.DataFrame(
+            [{"method": m, "draws": d["draws"][0],
+              "difference": difference_cell(d, primary, higher)}
+             for m, d in noise[primary]["vs_reference"].items()]))
+    return text
 
 
 def calibration_markdown(table: dict) -> str:

@@ -8,6 +8,7 @@ part's outcome and the sentences the report prints; `verdict_markdown` formats t
 from __future__ import annotations
 
 from .calibration import NULL, dose_label, dose_response, parse_dose
+from .draws import drawn_from
 from .stats import paired_difference, seeds_to_resolve
 
 PRIMARY = "bpb macro"
@@ -73,6 +74,9 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
     per_seed = {m: dict(zip(map(int, entry["seeds"]), entry["cells"][primary]["values"]))
                 for m, entry in table["methods"].items() if primary in entry["cells"]}
     calibration = [m for m in per_seed if m == NULL or parse_dose(m)]
+    # the reference's other draws measure its selection noise (eval/draws.py): not methods
+    calibration_only = calibration + [m for m in per_seed
+                                      if m != reference and drawn_from(m) == reference]
     shared = (calibrated_by if calibrated_by and not calibration and control not in per_seed
               and calibrated_by[1]["verdict"]["calibration"] else None)
     rule = RULE + (RULE_CALIBRATION if calibration or shared else "") + (
@@ -122,14 +126,14 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                "unresolved": "unresolved"}
     vs_random = {}
     for m in per_seed:
-        if m in (reference, control) or m in calibration:
+        if m in (reference, control) or m in calibration_only:
             continue
         vs_random[m] = wording[classify(diff(m, reference))]
         lines.append(f"{m}: {vs_random[m]} (macro bits/byte, paired 95% CI).")
 
     ordering = {}
     variants = [m for m in per_seed if m.startswith(paper_prefix)]
-    others = [m for m in per_seed if m != control and m not in calibration
+    others = [m for m in per_seed if m != control and m not in calibration_only
               and not m.startswith(paper_prefix)]
     for v in variants:
         outcomes = {m: classify(diff(v, m)) for m in others}

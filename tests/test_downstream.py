@@ -15,8 +15,8 @@ from test_orphans import session_processes
 from test_pool import pool, prepared, units  # noqa: F401 (the small pool's fixtures)
 
 from datamask.errors import UserError
-from reproduce.pipeline.downstream import (STRATIFIED, epoch_steps, main, parse_methods,
-                                           plan_runs)
+from reproduce.pipeline.downstream import (METHODS, STRATIFIED, epoch_steps, main, parse_draws,
+                                           parse_methods, plan_runs)
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
         "num_attention_heads=2", "num_key_value_heads=2", "seq_len=32", "batch_size=4",
@@ -131,6 +131,20 @@ def test_run_plan_labels_and_refusals():
             plan_runs(methods, *args, 0)
     with pytest.raises(UserError, match="keep `random`"):
         plan_runs(parse_methods(["quality-topk"]), ["free"], True, [], [], 0)
+
+
+def test_drawn_methods_select_again_with_the_next_seeds_and_random_draws_replace_the_null():
+    methods = parse_methods(["random", "datamask-Pair_simi", "quality-topk"])
+    draws = parse_draws(["random=3", "datamask-Pair_simi=2"], methods)
+    runs = plan_runs(methods, ["free", "stratified"], True, [0.25], [], 5, draws)
+    assert runs["random~1"] == {"spec": "random:seed=6", "stratify": False}
+    assert runs["random~2@strat"] == {"spec": "random:seed=7", "stratify": True}
+    assert runs["datamask-Pair_simi~1"]["spec"] == METHODS["datamask-Pair_simi"] + ",seed=6"
+    assert "random~3" not in runs and "quality-topk~1" not in runs
+    assert "random-null" not in runs and "junk-0.25" in runs  # the draws are the null now
+    for bad in ("random=0", "random", "semdedup=2"):
+        with pytest.raises(UserError, match=f"--draws {bad}"):
+            parse_draws([bad], methods)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

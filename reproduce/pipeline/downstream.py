@@ -45,6 +45,7 @@ from datamask import processes
 from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
 from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
+from eval.draws import draw_label
 from eval.verdict import PRIMARY
 
 from .common import parse_sets
@@ -86,11 +87,36 @@ def parse_methods(items: list[str]) -> dict[str, str]:
     return chosen
 
 
+def parse_draws(items: list[str], methods: dict[str, str]) -> dict[str, int]:
+    """`--draws METHOD=N ...`: the selections each named method makes (1 by default)."""
+    draws = {}
+    for item in items:
+        label, _, count = item.partition("=")
+        if label not in methods or not count.isdigit() or int(count) < 1:
+            raise UserError(f"--draws {item}: expected METHOD=N with METHOD one of --methods "
+                            f"({', '.join(methods)}) and N at least 1")
+        draws[label] = int(count)
+    return draws
+
+
+def seeded(spec: str, seed: int) -> str:
+    """`spec` with its selector's seed set: selector:key=value,...,seed=SEED."""
+    return f"{spec}{',' if ':' in spec else ':'}seed={seed}"
+
+
 def plan_runs(methods: dict[str, str], arms: list[str], null: bool, junk: list[float],
-              dup: list[float], select_seed: int) -> dict[str, dict]:
+              dup: list[float], select_seed: int, draws: dict[str, int] | None = None
+              ) -> dict[str, dict]:
     """Every selection the run trains, by label: {"spec": selector spec, "stratify": bool} for a
     method in each arm, {"series", "dose"} for a calibration selection, {"control": True} for the
-    old positive control. The null and the doses need `random` (they are built from its draw)."""
+    old positive control. The null and the doses need `random` (they are built from its draw).
+    A method drawn N times (`draws`) also selects as `<method>~k` with seed select_seed + k, k
+    from 1 to N - 1 (eval/draws.py); random's draws replace the null."""
+    draws = draws or {}
+    for label, count in draws.items():
+        methods = {**methods, **{draw_label(label, k): seeded(methods[label], select_seed + k)
+                                 for k in range(1, count)}}
+    null = null and draws.get("random", 1) < 2
     unknown = sorted(set(arms) - set(ARMS))
     if unknown or not arms:
         raise UserError(f"--arms {' '.join(arms)}: choose from {', '.join(ARMS)}")
@@ -410,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no_null", action="store_true",
                    help=f"leave out the null, {NULL}: a second random selection (selection seed "
                         "+ 1) whose difference with random must come out unresolved")
+    p.add_argument("--draws", nargs="*", default=[], metavar="METHOD=N",
+                   help="select METHOD N times, with selection seeds select_seed + 0..N-1, so "
+                        "that intervals hold the spread between selections; random=N replaces "
+                        "the null (docs/downstream.md)")
     p.add_argument("--junk", nargs="*", type=float, default=list(DOSES), metavar="D",
                    help="doses of the junk series, junk-D: random's selection with a fraction D "
                         "replaced by junk of the same domain and length (default: %(default)s; "
@@ -442,8 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="score only each domain's first N held-out documents")
 
     def command(args):
-        runs = plan_runs(parse_methods(args.methods), args.arms, not args.no_null, args.junk,
-                         args.dup, args.select_seed)
+        methods = parse_methods(args.methods)
+        runs = plan_runs(methods, args.arms, not args.no_null, args.junk, args.dup,
+                         args.select_seed, parse_draws(args.draws, methods))
         run(Path(args.pool), Path(args.output), runs, args.seeds, args.config, args.select_ratio,
             args.block_size, args.vocab_size, args.jobs, args.heldout_docs, args.select_seed,
             args.set, args.epochs, args.primary)
