@@ -55,7 +55,8 @@ class LearnerConfig:
     n_rollout: int = option(128, "G, masks sampled per step (paper: 128 or 256); at least 2, "
                                  "since advantages need a group", low=2, original=True)
     n_epochs: int = option(2000, "optimisation steps; with the stopping rule (--stop_every) "
-                                 "the most it may take", low=1, original=True)
+                                 "the most it may take; 0 writes the start (a greedy start "
+                                 "alone, with --init greedy)", low=0, original=True)
     partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
                                  "updates (paper: 0.05-0.1; 1 = all rows every step); select "
                                  "raises it, when not given, where a step's masks would hold 1 "

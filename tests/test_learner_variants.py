@@ -692,3 +692,18 @@ def test_best_from_auto_scores_the_start_only_where_the_run_starts_from_the_gree
     assert LearnerConfig(algorithm="Pair_simi", best_from="start").scores_start(100)
     assert not LearnerConfig(algorithm="Facility", best_from="start",
                              stop_every=0).scores_start(100)  # no stopping rule, no best
+
+
+def test_no_steps_write_the_greedy_start_that_a_run_whose_steps_never_beat_it_writes():
+    """--n_epochs 0: the greedy start alone, the downstream `greedy-start` row; it is the
+    selection a run writes when its steps never beat its scored start (Facility's default)."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Facility", lamb=0.5, seed=4, device="cpu")
+    start = MaskLearner(LearnerConfig(**config, n_epochs=0)).fit(data, progress=False)
+    assert {k: start.summary()[k] for k in ("steps_run", "written_step")} == {
+        "steps_run": 0, "written_step": 0}
+    run = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    assert run.best_step == 0 and run.steps_taken > 0
+    np.testing.assert_array_equal(start.selected, run.selected)
+    with pytest.raises(UserError, match="--n_epochs must be at least 0"):
+        LearnerConfig(**config, n_epochs=-1).validate()

@@ -50,13 +50,22 @@ from eval.verdict import PRIMARY
 
 from .common import parse_sets
 
-# label -> selector spec: the list (datamask with each diversity metric, quality-topk,
-# quality-threshold, semdedup, joint-greedy, one one-shot method, random); `control` is the pool's.
-LEARNER = "n_epochs=500,partial=0.2,lamb=0.5"
+# label -> selector spec: datamask with each diversity metric at select's defaults, the paper's
+# own settings and the greedy start they begin from, quality-topk, quality-threshold, semdedup,
+# joint-greedy, one one-shot method, random; `control` is the pool's.
+LEARNER = "lamb=0.5"  # select's defaults, at the paper's lamb
+# FineWeb-Mask's selection (ALGORITHM.md): Pair_simi, lamb 0.5, the bottom 40% by quality pruned,
+# G 128 (the default), equal logits and the original quick start's linear rate 10 -> 1 over 5,000
+# steps, run to the end
+PAPER = ("algorithm=Pair_simi,lamb=0.5,prune_ratio=0.4,init=same,partial=0.1,lr_schedule=linear,"
+         "max_lr=10,min_lr=1,n_epochs=5000,stop_every=0")
 METHODS = {
     "datamask-Pair_simi": f"datamask:algorithm=Pair_simi,{LEARNER}",
     "datamask-Facility": f"datamask:algorithm=Facility,{LEARNER}",
     "datamask-DiSF": f"datamask:algorithm=DiSF,{LEARNER}",
+    "datamask-paper": f"datamask:{PAPER}",
+    # the stochastic greedy on datamask-Pair_simi's own objective, written with no step of it
+    "greedy-start": f"datamask:algorithm=Pair_simi,{LEARNER},n_epochs=0",
     "quality-topk": "quality-topk",
     "quality-threshold": "quality-threshold",
     "semdedup": "semdedup",
