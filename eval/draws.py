@@ -24,7 +24,7 @@ import re
 import numpy as np
 from scipy import stats as scipy_stats
 
-from .stats import CONFIDENCE, pooled_sd
+from .stats import critical_t, pooled_sd
 
 POWER = 0.8  # the minimum detectable difference's power
 DRAW = "~"  # a method's k-th selection draw is `<method>~<k>` (k >= 1), beside its arm's suffix
@@ -80,7 +80,7 @@ def selection_difference(method: list[dict], reference: list[dict], variance: fl
     sd = float(d.std(ddof=1))
     se, df = standard_error(sd, len(seeds), variance * (1 / len(method) + 1 / len(reference)),
                             variance_draws)
-    half = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * se
+    half = critical_t(df) * se
     mean = float(d.mean())
     out.update(mean=mean, sd=sd, se=se, df=df, half_width=half, low=mean - half,
                high=mean + half,
@@ -113,8 +113,7 @@ def null_false_positives(draws: list[dict]) -> dict:
 def minimum_detectable(se: float, df: float, power: float = POWER) -> float:
     """The smallest true difference a two-sided 95% test of standard error `se` resolves with
     probability `power`: (t(0.975, df) + t(power, df)) se."""
-    return (float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))
-            + float(scipy_stats.t.ppf(power, df))) * se
+    return (critical_t(df) + float(scipy_stats.t.ppf(power, df))) * se
 
 
 def selection_noise(columns, values: dict, reference: str) -> dict:

@@ -18,9 +18,15 @@ from scipy import stats as scipy_stats
 CONFIDENCE = 0.95
 
 
+def critical_t(df: float) -> float:
+    """t(1 - (1 - CONFIDENCE) / 2, df): the two-sided interval's multiplier of the standard error
+    (df need not be whole: Welch-Satterthwaite's, eval/draws.py)."""
+    return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
 def t_quantile(n: int) -> float:
-    """t(1 - (1 - CONFIDENCE) / 2, n - 1): the multiplier of sd / sqrt(n)."""
-    return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+    """critical_t(n - 1): the multiplier of sd / sqrt(n) over n seeds."""
+    return critical_t(n - 1)
 
 
 def t_interval(values) -> dict:

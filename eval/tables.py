@@ -325,7 +325,6 @@ def selection_noise_markdown(table: dict) -> str:
     noise, reference = table.get("selection_noise"), table["reference"]
     if not noise:
         return ""
-    shown_columns = [c for c in noise if c.startswith("bpb")]
     draws = next(iter(noise.values()))["draws"]
     text = (f"\nSelection noise ({draws} draws of {reference}; eval/draws.py): the sd between the "
             f"draws' means over the seeds; the null's false positives, the pairs of {reference}'s "
@@ -336,7 +335,7 @@ def selection_noise_markdown(table: dict) -> str:
         [{"metric": c, "sd between draws": shown(n["sd_between_draws"], c),
           "null false positives": f"{n['null']['resolved']} of {n['null']['pairs']}",
           "minimum detectable": shown(n["minimum_detectable"], c)}
-         for c, n in noise.items() if c in shown_columns]))
+         for c, n in noise.items() if c.startswith("bpb")]))
     primary = table["verdict"]["primary"]
     if primary in noise:
         higher = {c["name"]: c["higher_is_better"] for c in table["columns"]}[primary]

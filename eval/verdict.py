@@ -75,8 +75,8 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                 for m, entry in table["methods"].items() if primary in entry["cells"]}
     calibration = [m for m in per_seed if m == NULL or parse_dose(m)]
     # the reference's other draws measure its selection noise (eval/draws.py): not methods
-    calibration_only = calibration + [m for m in per_seed
-                                      if m != reference and drawn_from(m) == reference]
+    not_methods = calibration + [m for m in per_seed
+                                 if m != reference and drawn_from(m) == reference]
     shared = (calibrated_by if calibrated_by and not calibration and control not in per_seed
               and calibrated_by[1]["verdict"]["calibration"] else None)
     rule = RULE + (RULE_CALIBRATION if calibration or shared else "") + (
@@ -126,14 +126,14 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
                "unresolved": "unresolved"}
     vs_random = {}
     for m in per_seed:
-        if m in (reference, control) or m in calibration_only:
+        if m in (reference, control) or m in not_methods:
             continue
         vs_random[m] = wording[classify(diff(m, reference))]
         lines.append(f"{m}: {vs_random[m]} (macro bits/byte, paired 95% CI).")
 
     ordering = {}
     variants = [m for m in per_seed if m.startswith(paper_prefix)]
-    others = [m for m in per_seed if m != control and m not in calibration_only
+    others = [m for m in per_seed if m != control and m not in not_methods
               and not m.startswith(paper_prefix)]
     for v in variants:
         outcomes = {m: classify(diff(v, m)) for m in others}
