@@ -35,14 +35,16 @@ from datamask.errors import UserError
 from datamask.shared import require, resolve_device
 
 
-def read_heldout(heldout: Path, max_docs: int | None = None) -> dict[str, list[str]]:
+def read_heldout(heldout: Path, max_docs: int | None = None, flag: str = "--heldout"
+                 ) -> dict[str, list[str]]:
     """{domain: texts} from `<heldout>/<domain>.parquet` (column `text`), domains sorted;
-    `max_docs`: only each file's first documents (quick runs)."""
+    `max_docs`: only each file's first documents (quick runs); `flag` names the folder's flag
+    in errors."""
     if max_docs is not None and max_docs < 1:
         raise UserError(f"--heldout_docs must be at least 1, got {max_docs}")
     files = sorted(Path(heldout).glob("*.parquet"))
     if not files:
-        raise UserError(f"--heldout {heldout}: no <domain>.parquet file in the folder")
+        raise UserError(f"{flag} {heldout}: no <domain>.parquet file in the folder")
     domains = {}
     for path in files:
         names = pq.read_schema(path).names

@@ -24,7 +24,7 @@ import re
 import numpy as np
 from scipy import stats as scipy_stats
 
-from .stats import critical_t, pooled_sd
+from .stats import critical_t, paired_difference, pooled_sd
 
 POWER = 0.8  # the minimum detectable difference's power
 DRAW = "~"  # a method's k-th selection draw is `<method>~<k>` (k >= 1), beside its arm's suffix
@@ -100,14 +100,23 @@ def standard_error(sd: float, seeds: int, selection: float, variance_draws: int
 
 
 def null_false_positives(draws: list[dict]) -> dict:
-    """Every pair of random's draws tested as a method against a reference (M = R = 1, V from
-    all the draws): {pairs, resolved, rate}. A calibrated primary resolves about 5% of them."""
-    variance = draw_variance(draws)
-    if variance is None:
-        return {"pairs": 0, "resolved": 0, "rate": None}
-    tested = [selection_difference([a], [b], variance, len(draws))["resolved"]
-              for a, b in itertools.combinations(draws, 2)]
-    return {"pairs": len(tested), "resolved": sum(tested), "rate": sum(tested) / len(tested)}
+    """Every pair of random's draws tested as a method against a reference (M = R = 1), with V
+    estimated on the other draws: {pairs, resolved, rate, resolved_by_seeds}. A method's test
+    estimates V on draws that do not include it; a pair tested with V from all the draws,
+    itself included, can never be resolved (with five draws |d| / sqrt(2V) is at most 2, below
+    every t quantile the test uses), so the pair is held out as a method is. A calibrated
+    primary resolves about 5% of the pairs. `resolved_by_seeds`: the pairs the paired test over
+    training seeds alone resolves, the rate a run with one draw per method would have."""
+    if len(draws) < 4 or not shared_seeds(draws):
+        return {"pairs": 0, "resolved": 0, "rate": None, "resolved_by_seeds": 0}
+    tested, by_seeds = [], []
+    for i, j in itertools.combinations(range(len(draws)), 2):
+        rest = [d for k, d in enumerate(draws) if k not in (i, j)]
+        tested.append(selection_difference([draws[i]], [draws[j]], draw_variance(rest),
+                                           len(rest))["resolved"])
+        by_seeds.append(paired_difference(draws[i], draws[j])["resolved"])
+    return {"pairs": len(tested), "resolved": sum(tested), "rate": sum(tested) / len(tested),
+            "resolved_by_seeds": sum(by_seeds)}
 
 
 def minimum_detectable(se: float, df: float, power: float = POWER) -> float:

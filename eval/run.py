@@ -19,6 +19,11 @@ A checkpoint trained with weight averaging (train's `average_last`, `ema_decay`)
 bits per byte on each of its `last/step<N>/`, `averaged/` and `ema/` checkpoints (the result keys
 bpb_last, bpb_last_mean, bpb_last_sd, bpb_averaged, bpb_ema; eval/bpb.py); `bpb` and the
 multiple-choice tasks stay the final checkpoint's.
+
+A second held-out folder, `outside` (text from outside the pool, reproduce/pool/outside.py), is
+scored the same way on the final checkpoint and the EMA, the variant the downstream run reads
+(result key `outside`: {folder, bpb, bpb_ema}); the other averaging checkpoints are left out to
+keep evaluation cheap.
 """
 
 from __future__ import annotations
@@ -114,10 +119,11 @@ def continuous_metrics(samples: dict, tasks: dict) -> dict:
 def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: str | None = None,
              batch_size: int = 32, device: str = "cpu", limit: int | None = None,
              num_fewshot: int | None = None, heldout: Path | None = None,
-             heldout_docs: int | None = None) -> list[dict]:
+             heldout_docs: int | None = None, outside: Path | None = None) -> list[dict]:
     """Write output/<method>.seed<S>.json per checkpoint: method, seed, lm-eval's results,
     versions and n-samples, the continuous metric per multiple-choice task, bits per byte per
-    held-out domain and their macro average, and the evaluation's wall time."""
+    held-out domain and their macro average (the pool's and, with `outside`, the outside
+    target's), and the evaluation's wall time."""
     from .bpb import averaging_bits_per_byte, averaging_checkpoints, bits_per_byte, read_heldout
 
     if not tasks and heldout is None:
@@ -134,8 +140,12 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
         names[key] = ckpt
     if data_dir and not Path(data_dir).is_dir():
         raise UserError(f"--data_dir {data_dir}: no such folder")
+    if outside is not None and heldout is None:
+        raise UserError("--outside is a second held-out target: give --heldout too")
     if heldout is not None:
         read_heldout(heldout, heldout_docs)  # validate before any model runs
+    if outside is not None:
+        read_heldout(outside, heldout_docs, "--outside")
     if tasks:
         lm_eval = require("lm_eval", "evaluate")
         manager = task_manager(data_dir, tasks)
@@ -164,6 +174,11 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
                                           max_docs=heldout_docs)
             record.update(averaging_bits_per_byte(ckpt, heldout, batch_size, device,
                                                   max_docs=heldout_docs))
+        if outside is not None:
+            ema = averaging_checkpoints(ckpt).get("ema")
+            record["outside"] = {"folder": str(outside), **{
+                key: bits_per_byte(folder, outside, batch_size, device, max_docs=heldout_docs)
+                for key, folder in (("bpb", ckpt), ("bpb_ema", ema)) if folder is not None}}
         record["eval_wall_s"] = round(time.time() - started, 3)
         record = json.loads(json.dumps(record, default=str))  # numpy scalars -> JSON
         write_json_atomic(record, output / f"{method}.seed{seed}.json")

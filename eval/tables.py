@@ -8,7 +8,8 @@ Metrics (one column each): every task's Table 2 score (eval/task_metrics.csv), A
 the accuracy columns, per seed), every multiple-choice task's correct_prob_norm in % (eval/run.py),
 the macro bits per byte and each held-out domain's (eval/bpb.py), "bpb prose" (books and news),
 and where the checkpoints were averaged the macro and prose values of the mean over the last
-checkpoints, the weight average and the EMA. Statistics: eval/stats.py; with calibration
+checkpoints, the weight average and the EMA; with a target outside the pool, its macro ("bpb
+outside macro", and "(EMA)") and each source's (reproduce/pool/outside.py). Statistics: eval/stats.py; with calibration
 selections in the run (the null, junk-<d>, dup-<d>), each metric's signal, noise and SNR and the
 dose-response (eval/calibration.py).
 """
@@ -90,6 +91,13 @@ def record_metrics(record: dict, path: Path) -> dict[str, tuple[float, bool]]:
             if all(d in domains for d in PROSE_DOMAINS):
                 out[f"bpb prose{variant}"] = (float(np.mean(
                     [domains[d]["bits_per_byte"] for d in PROSE_DOMAINS])), False)
+    if "outside" in record:  # the target outside the pool: the final checkpoint's and the EMA's
+        outside = record["outside"]
+        out["bpb outside macro"] = (outside["bpb"]["macro"], False)
+        for source, scores in outside["bpb"]["domains"].items():
+            out[f"bpb outside {source}"] = (scores["bits_per_byte"], False)
+        if "bpb_ema" in outside:
+            out["bpb outside macro (EMA)"] = (outside["bpb_ema"]["macro"], False)
     return out
 
 
@@ -328,12 +336,13 @@ def selection_noise_markdown(table: dict) -> str:
     draws = next(iter(noise.values()))["draws"]
     text = (f"\nSelection noise ({draws} draws of {reference}; eval/draws.py): the sd between the "
             f"draws' means over the seeds; the null's false positives, the pairs of {reference}'s "
-            f"draws a test with the draws' spread in its interval resolves (a calibrated metric "
-            f"resolves about 5%); the minimum detectable difference of a one-draw method at 80% "
-            f"power:\n\n")
+            f"draws a test with the other draws' spread in its interval resolves (a calibrated "
+            f"metric resolves about 5%), and those the paired test over seeds alone resolves; "
+            f"the minimum detectable difference of a one-draw method at 80% power:\n\n")
     text += markdown(pd.DataFrame(
         [{"metric": c, "sd between draws": shown(n["sd_between_draws"], c),
           "null false positives": f"{n['null']['resolved']} of {n['null']['pairs']}",
+          "by seeds alone": f"{n['null']['resolved_by_seeds']} of {n['null']['pairs']}",
           "minimum detectable": shown(n["minimum_detectable"], c)}
          for c, n in noise.items() if c.startswith("bpb")]))
     primary = table["verdict"]["primary"]
@@ -381,18 +390,22 @@ def calibration_markdown(table: dict) -> str:
 
 def write_tables(result_files: list[Path], output: Path,
                  kept_of: Callable[[Path], dict] | None = None, reference: str = "random",
-                 control: str = "control", primary: str = PRIMARY,
+                 control: str = "control", primary: str | list[str] = PRIMARY,
                  calibrated_by: tuple[str, dict] | None = None) -> str:
     """Write table2.md/.csv/.json (our runs) and paper_table2.md/.csv; return the Markdown. With
     `kept_of` (selection -> the pool's kept fractions), the table says what each method kept;
-    `primary` is the column the verdict and the dose-response read; `calibrated_by` (name,
+    `primary` is the column the verdict and the dose-response read (several: the verdict reads
+    each, the dose-response table the first); `calibrated_by` (name,
     table2.json of another arm of the same run) calibrates a table that has no calibration rows
     (eval/verdict.py)."""
     columns, values, records = load_results(result_files)
-    if columns.get(primary) or primary not in columns and primary != PRIMARY:
-        # (results without held-out text have no default column: the verdict says so)
-        raise UserError(f"--primary {primary!r}: not a lower-is-better column of these results "
-                        f"({', '.join(c for c, higher in columns.items() if not higher)})")
+    primaries = [primary] if isinstance(primary, str) else list(primary)
+    for name in primaries:
+        if columns.get(name) or name not in columns and name != PRIMARY:
+            # (results without held-out text have no default column: the verdict says so)
+            raise UserError(f"--primary {name!r}: not a lower-is-better column of these results "
+                            f"({', '.join(c for c, higher in columns.items() if not higher)})")
+    primary = primaries[0]
     table = summarize(columns, values, reference)
     if kept_of is not None:
         table["planted_kept"] = planted_kept(records, kept_of)
@@ -400,7 +413,7 @@ def write_tables(result_files: list[Path], output: Path,
     if snr:
         table["snr"] = snr
         table["dose_response"] = dose_response(table, primary) if primary in columns else {}
-    table["verdict"] = verdict(table, reference, control, primary=primary,
+    table["verdict"] = verdict(table, reference, control, primary=primaries,
                                calibrated_by=calibrated_by)
     ours = report_markdown(table, cost_table(records))
     paper = paper_table()

@@ -27,7 +27,7 @@ import matplotlib.transforms  # noqa: E402
 
 from datamask.errors import UserError  # noqa: E402
 from eval.calibration import NULL, mix_or_choice, parse_dose  # noqa: E402
-from reproduce.pipeline.downstream import CONTROL, STRATIFIED  # noqa: E402
+from reproduce.pipeline.downstream import CONTROL, STRATIFIED, difference  # noqa: E402
 
 from .plots import save  # noqa: E402
 
@@ -60,13 +60,14 @@ def forest_rows(arms: dict[str, dict]) -> list[dict]:
     rows = {}
     for arm, table in arms.items():
         primary = table["verdict"]["primary"]
-        for label, diff in table["vs_reference"].items():
-            if parse_dose(label):
-                continue  # the dose-response figure's
+        for label in table["vs_reference"]:
+            diff = difference(table, label, primary)  # over the draws where random was drawn
+            if parse_dose(label) or diff is None:
+                continue  # the dose-response figure's, or one of random's own draws
             method = label.removesuffix(STRATIFIED)
             row = rows.setdefault(method, {"method": method, "arms": {}, "reading": "",
                                            "calibration": method in CALIBRATION_ROWS})
-            row["arms"][arm] = diff[primary]
+            row["arms"][arm] = diff
     if len(arms) == 2:
         free, stratified = (arms[a]["verdict"]["vs_random"] for a in ("free", "stratified"))
         for method, row in rows.items():
@@ -135,7 +136,8 @@ def forest(arms: dict[str, dict]):
                 va="center")
     higher = {c["name"]: c["higher_is_better"] for c in next(iter(arms.values()))["columns"]}
     _direction(ax, not higher[primary], "random")
-    ax.set_xlabel(f"{primary}: method - random, paired over training seeds, mean ± 95% CI")
+    drawn = ", over selection draws" if "by_primary" in next(iter(arms.values()))["verdict"] else ""
+    ax.set_xlabel(f"{primary}: method - random, paired over training seeds{drawn}, mean ± 95% CI")
     ax.set_title(f"Each selection against random ({_seeds(arms, primary)} seeds)", fontsize=10,
                  pad=18)
     ax.grid(axis="x", alpha=0.3)

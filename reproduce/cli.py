@@ -96,7 +96,8 @@ def cmd_evaluate(args) -> None:
 
     records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
                        args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot,
-                       Path(args.heldout) if args.heldout else None, args.heldout_docs)
+                       Path(args.heldout) if args.heldout else None, args.heldout_docs,
+                       Path(args.outside) if args.outside else None)
     _print({f"{r['method']}.seed{r['seed']}": {k: r[k] for k in ("results", "continuous", "bpb")
                                                 if k in r} for r in records})
 
@@ -221,6 +222,9 @@ def add_stage_parsers(sub) -> None:
                    help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
     p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
                                      "per domain and their macro average (eval/bpb.py)")
+    p.add_argument("--outside", help="a second held-out folder, text from outside the pool "
+                                     "(`reproduce outside`): its bits per byte on the final "
+                                     "checkpoint and the EMA")
     p.add_argument("--heldout_docs", type=int,
                    help="score only each domain's first N held-out documents (quick runs)")
     p.add_argument("--output", required=True,
@@ -245,12 +249,13 @@ def add_stage_parsers(sub) -> None:
                    help="the method every other is compared with (default: %(default)s)")
     p.add_argument("--control", default="control",
                    help="the positive control's method name (default: %(default)s)")
-    p.add_argument("--primary", default="bpb macro",
-                   help="the lower-is-better column the verdict and the dose-response read, e.g. "
-                        "'bpb macro (EMA)' (default: %(default)s)")
+    p.add_argument("--primary", nargs="+", default=["bpb macro"],
+                   help="the lower-is-better column(s) the verdict reads, e.g. 'bpb macro (EMA)' "
+                        "'bpb outside macro (EMA)'; the dose-response table reads the first "
+                        "(default: %(default)s)")
     p.set_defaults(func=cmd_tables)
 
-    from .pool.cli import add_pool_parsers  # pool, control, calibrate, planted (reproduce/pool)
+    from .pool.cli import add_pool_parsers  # pool, outside, control, calibrate, planted (reproduce/pool)
     add_pool_parsers(sub)
 
 

@@ -5,11 +5,14 @@ kill -9 mid-training leaves no process and the rerun finishes; and the run plan'
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_orphans import session_processes
 from test_pool import pool, prepared, units  # noqa: F401 (the small pool's fixtures)
@@ -102,6 +105,32 @@ def test_a_second_invocation_trains_nothing_again_and_ends_on_the_verdict(run, c
     verdict = (out / "verdict.md").read_text().splitlines()
     assert len(verdict) <= 40 and printed.splitlines()[-len(verdict):] == verdict
     assert "Bits per byte on the held-out domains" not in printed  # the tables stay in files
+
+
+def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, tmp_path):
+    """Given --outside later, a finished run evaluates each checkpoint again (its scores lacked
+    the target) and trains nothing; the tables gain the target's columns."""
+    out, argv = run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    target = tmp_path / "outside"
+    target.mkdir()
+    pool_dir = argv[argv.index("--pool") + 1]
+    for name in ("books", "docs"):  # held-out text stands in for the fetched sources here
+        texts = pq.read_table(f"{pool_dir}/heldout/{name}.parquet").column("text").to_pylist()
+        pq.write_table(pa.table({"text": texts[:2]}), target / f"other-{name}.parquet")
+    (target / "outside.json").write_text("{}")
+    trained = {p: p.stat().st_mtime_ns for p in (copy / "train").glob("*/seed*/summary.json")}
+    argv = [copy if a == str(out) else a for a in argv]
+    assert main([*map(str, argv), "--outside", str(target)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in trained} == trained
+    scores = [json.loads(p.read_text()) for p in (copy / "eval").glob("*.json")]
+    assert len(scores) == 14 and all(set(s["outside"]) == {"folder", "bpb", "bpb_ema"}
+                                     for s in scores)
+    table = json.loads((copy / "tables" / "table2.json").read_text())
+    assert {"bpb outside macro (EMA)", "bpb outside other-books"} <= set(table["power"])
+    (target / "outside.json").unlink()
+    assert main([*map(str, argv), "--outside", str(target)]) != 0  # not a built target: refused
 
 
 def arms_reading(out, method: str) -> str:

@@ -7,6 +7,7 @@ from eval.draws import (draw_groups, draw_variance, drawn_from, minimum_detectab
                         null_false_positives, selection_difference)
 from eval.stats import paired_difference
 from eval.tables import selection_noise_markdown, summarize
+from eval.calibration import parse_dose
 from eval.verdict import verdict
 
 SEEDS = (0, 1, 2)
@@ -53,8 +54,16 @@ def test_draws_that_differ_only_by_their_selection_are_not_false_positives():
     spread in the interval none of the 10 pairs is."""
     randoms = [draw(offset) for offset in (0.0, 0.01, 0.02, 0.03, 0.04)]
     assert all(paired_difference(randoms[0], b)["resolved"] for b in randoms[1:])
-    assert null_false_positives(randoms) == {"pairs": 10, "resolved": 0, "rate": 0.0}
-    assert null_false_positives(randoms[:1])["rate"] is None
+    assert null_false_positives(randoms) == {"pairs": 10, "resolved": 0, "rate": 0.0,
+                                             "resolved_by_seeds": 10}
+    assert null_false_positives(randoms[:3])["rate"] is None  # V needs two draws besides a pair
+
+
+def test_the_null_can_fail_a_pair_is_judged_against_the_other_draws_spread():
+    """With V from all five draws, itself included, no pair could ever be resolved; held out, a
+    draw far from four close ones is resolved against each of them."""
+    randoms = [draw(offset) for offset in (0.0, 0.0001, -0.0001, 0.0, 0.05)]
+    assert null_false_positives(randoms)["resolved"] == 4
 
 
 def test_too_few_shared_seeds_resolve_nothing():
@@ -87,7 +96,8 @@ def test_tables_with_random_draws_give_the_selection_noise_and_keep_draws_out_of
               for label, off in offsets.items()}
     table = summarize({"bpb macro": False}, values, "random")
     noise = table["selection_noise"]["bpb macro"]
-    assert noise["draws"] == 5 and noise["null"] == {"pairs": 10, "resolved": 0, "rate": 0.0}
+    assert noise["draws"] == 5 and noise["null"] == {"pairs": 10, "resolved": 0, "rate": 0.0,
+                                                     "resolved_by_seeds": 10}
     assert set(noise["vs_reference"]) == {"method", "harm"}
     assert table["vs_reference"]["method"]["bpb macro"]["resolved"]  # by the seeds alone
     assert not noise["vs_reference"]["method"]["resolved"]
@@ -99,3 +109,80 @@ def test_tables_with_random_draws_give_the_selection_noise_and_keep_draws_out_of
     one_draw = summarize({"bpb macro": False}, {k: values[k] for k in ("random", "harm")},
                          "random")
     assert "selection_noise" not in one_draw and selection_noise_markdown(one_draw) == ""
+
+
+def drawn_table(reference: str = "random", doses: bool = True) -> dict:
+    """An arm with five draws of random that differ by small offsets, on two primaries: junk
+    doses that harm in proportion, datamask-paper drawn 3 times and no better than random,
+    datamask-Pair_simi clearly better, and greedy-start (3 draws) as good as random."""
+    suffix = reference.removeprefix("random")
+    offsets = {"random": 0.0, "random~1": 0.004, "random~2": -0.003, "random~3": 0.002,
+               "random~4": -0.001, "datamask-paper": 0.001, "datamask-paper~1": -0.002,
+               "datamask-paper~2": 0.003, "datamask-Pair_simi": -0.2, "greedy-start": 0.0,
+               "greedy-start~1": 0.002, "greedy-start~2": -0.001}
+    if doses:
+        offsets |= {"junk-0.1": 0.02, "junk-0.5": 0.1}
+    values = {}
+    for label, off in offsets.items():
+        values[label if parse_dose(label) else label + suffix] = {s: {"P": 1.0 + off + n, "Q": 2.0 + 2 * off + n}
+                        for s, n in zip(SEEDS, (0.0, 0.003, -0.002))}
+    table = summarize({"P": False, "Q": False}, values, reference)
+    table["snr"] = {}
+    return table
+
+
+def test_the_drawn_verdict_bounds_the_claim_and_says_what_the_policy_gradient_adds():
+    free = drawn_table()
+    assert set(free["methods"]) >= {"random~4", "datamask-paper~2", "junk-0.5"}
+    free["verdict"] = verdict(free, "random", primary=["P", "Q"])
+    v = free["verdict"]
+    assert v["primaries"] == ["P", "Q"] and v["primary"] == "P"
+    for primary in ("P", "Q"):
+        calibration = v["by_primary"][primary]["calibration"]
+        assert calibration["eligible"] and calibration["false_positives"]["pairs"] == 10
+        assert calibration["smallest_resolved"]["junk"] == 0.1
+        outcomes = v["by_primary"][primary]["vs_random"]
+        assert outcomes == {"datamask-paper": "unresolved", "datamask-Pair_simi": "beats random",
+                            "greedy-start": "unresolved"}  # random's draws and doses are not
+        paper = v["by_primary"][primary]["bounds"]["datamask-paper"]
+        assert not paper["resolved_better"] and 0 < paper["most"]
+        # the bound sits between no harm and junk-0.1's, interpolated linearly from dose 0
+        harm = dict(calibration["junk_harm"])
+        assert paper["junk_dose"] == pytest.approx(0.1 * paper["most"] / harm[0.1])
+        assert v["by_primary"][primary]["bounds"]["datamask-Pair_simi"]["resolved_better"]
+        gradient = v["by_primary"][primary]["policy_gradient"]
+        assert gradient["datamask-Pair_simi"]["outcome"] == "below 0"
+        assert gradient["datamask-paper"]["outcome"] == "unresolved"
+        assert gradient["datamask-paper"]["difference"]["draws"] == [3, 3]
+    text = "\n".join(v["lines"])
+    assert "The paper's claim, datamask-paper, on P: at this scale, its gain over random, if " \
+           "any, is below" in text and "about the harm of junk at dose 0.0" in text
+    assert "What the policy gradient adds, datamask-Pair_simi - greedy-start on Q: better " \
+           "than its start" in text
+    # the stratified arm reads its eligibility and doses off the free arm, and bounds nothing
+    stratified = drawn_table("random@strat", doses=False)
+    assert "datamask-paper~1@strat" in stratified["methods"]
+    stratified["verdict"] = verdict(stratified, "random@strat", primary=["P", "Q"],
+                                    calibrated_by=("the free arm", free))
+    sv = stratified["verdict"]["by_primary"]["P"]
+    assert sv["calibration"]["from"] == "random" and sv["calibration"]["eligible"]
+    assert sv["calibration"]["own_false_positives"]["pairs"] == 10
+    assert sv["bounds"] == {} and set(sv["policy_gradient"]) == {"datamask-paper",
+                                                                  "datamask-Pair_simi"}
+    assert set(sv["vs_random"]) == {"datamask-paper@strat", "datamask-Pair_simi@strat",
+                                    "greedy-start@strat"}
+
+
+def test_a_primary_whose_null_resolves_too_many_pairs_is_not_eligible():
+    """Random's draws that differ by more than their spread predicts on every seed (one draw far
+    off): pairs with it resolve, the primary is not eligible and decides nothing."""
+    values = {label: {s: {"P": 1.0 + off + n} for s, n in zip(SEEDS, (0.0, 0.0001, -0.0001))}
+              for label, off in {"random": 0.0, "random~1": 0.0001, "random~2": -0.0001,
+                                 "random~3": 0.0, "random~4": 0.05, "method": 0.01}.items()}
+    table = summarize({"P": False}, values, "random")
+    table["verdict"] = verdict(table, "random", primary=["P"])
+    calibration = table["verdict"]["by_primary"]["P"]["calibration"]
+    assert calibration["false_positives"]["resolved"] > 1 and not calibration["eligible"]
+    assert "NOT eligible" in table["verdict"]["lines"][0]
+    assert any("decides nothing" in line for line in table["verdict"]["lines"][1:])
+    assert table["verdict"]["by_primary"]["P"]["bounds"] == {}

@@ -14,7 +14,9 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
             every seed of a method trains on the same selection (seed --select_seed)
   tokenize  one BPE tokenizer trained on the whole pool, then each selection (datatrove)
   train     one model per (method, seed), one token budget for all (reproduce/pipeline/train.py)
-  evaluate  per-domain held-out bits per byte + the BBC tasks (eval/run.py), one file per run
+  evaluate  per-domain held-out bits per byte + the BBC tasks (eval/run.py), one file per run;
+            with --outside, bits per byte on text from outside the pool too (a run scored
+            before without it is scored again)
   tables    per arm, Table 2 with 95% CIs, paired differences with the arm's random, planted rows
             kept, each metric's SNR and the dose-response (eval/tables.py, eval/calibration.py;
             the stratified arm is calibrated by the free arm's rows); then arms.md: each
@@ -179,12 +181,15 @@ def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
 def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
         ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
         select_seed: int, sets: list[str], epochs: float | None = None,
-        primary: str = PRIMARY) -> dict:
+        primary: str | list[str] = PRIMARY, outside: Path | None = None) -> dict:
     """`runs` as plan_runs gives them. With `epochs`, every run trains for the steps that read
     that many passes over random's selection (the same token budget for all)."""
     started = time.time()
     if not (pool / "pool.json").is_file():
         raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
+    if outside is not None and not (outside / "outside.json").is_file():
+        raise UserError(f"--outside {outside}: no outside.json (build it with `python -m "
+                        f"reproduce outside --output {outside}`)")
     from .train import load_config  # torch, for the config's checks only: not at import
 
     load_config(config, parse_sets(sets))  # a bad --config or --set fails now, not mid-run
@@ -256,11 +261,14 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             python("reproduce", "train", "--tokens", str(output / "tokens" / label),
                    "--tokenizer", str(tokenizer), "--config", config, "--no_progress",
                    "--output", str(ckpt), *overrides, log=log)
-        if not (output / "eval" / f"{label}.seed{seed}.json").is_file():
+        scored = output / "eval" / f"{label}.seed{seed}.json"
+        if not scored.is_file() or \
+                (outside is not None and "outside" not in json.loads(scored.read_text())):
             docs = ["--heldout_docs", str(heldout_docs)] if heldout_docs else []
+            target = ["--outside", str(outside)] if outside is not None else []
             python("reproduce", "evaluate", "--checkpoints", str(ckpt), "--tasks", *TASKS,
                    "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
-                   *docs, "--output", str(output / "eval"), log=log)
+                   *target, *docs, "--output", str(output / "eval"), log=log)
         print(f"downstream: {label} seed {seed} trained and evaluated", flush=True)
 
     def train_all():
@@ -299,7 +307,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     record = {"pool": str(pool), "runs": runs, "seeds": seeds, "config": config,
               "set": sets, "epochs": epochs, "primary": primary, "select_ratio": ratio,
               "block_size": block_size, "vocab_size": vocab_size, "jobs": jobs,
-              "heldout_docs": heldout_docs,
+              "heldout_docs": heldout_docs, "outside": str(outside) if outside else None,
               "select_seed": select_seed, "stage_wall_s": stamp,
               "wall_s": round(time.time() - started, 1), "trained": runs_table(output)}
     write_json_atomic(record, output / "downstream.json")
@@ -329,44 +337,68 @@ def arm_tables(output: Path) -> dict[str, dict]:
             for arm, folder in TABLES.items() if (output / folder / "table2.json").is_file()}
 
 
+def primaries_of(table: dict) -> list[str]:
+    """The columns a table's verdict judged: several where the reference was drawn several
+    times (eval/verdict.py's RULE_DRAWS), else its one primary."""
+    return table["verdict"].get("primaries", [table["verdict"]["primary"]])
+
+
+def outcomes(table: dict, primary: str) -> dict[str, str]:
+    """{method: its outcome against random} on `primary`, as the table's verdict words it."""
+    by_primary = table["verdict"].get("by_primary")
+    return by_primary[primary]["vs_random"] if by_primary else table["verdict"]["vs_random"]
+
+
+def difference(table: dict, label: str, primary: str) -> dict | None:
+    """The difference the verdict judged `label` by on `primary` (over the draws where the
+    reference was drawn several times, else paired over seeds); None where it has none."""
+    by_primary = table["verdict"].get("by_primary")
+    if by_primary:
+        return by_primary.get(primary, {}).get("differences", {}).get(label)
+    return table["vs_reference"].get(label, {}).get(primary)
+
+
 def arms_markdown(output: Path) -> None:
     """Each method's outcome against random in the free and the stratified arm (the verdicts of
     both tables), and whether a free-arm difference is the domain mix or the choice within
-    domains; written to arms.md."""
+    domains, per primary metric; written to arms.md."""
     tables = arm_tables(output)
-    verdicts = {arm: tables[arm]["verdict"]["vs_random"] if arm in tables else {}
-                for arm in ARMS}
-    rows = []
-    for method, outcome in verdicts["free"].items():
-        if method == NULL or parse_dose(method):
-            continue
-        stratified = verdicts["stratified"].get(method + STRATIFIED)
-        rows.append(f"| {method} | {outcome} | {stratified or ''} | "
-                    f"{mix_or_choice(outcome, stratified)} |")
+    if "free" not in tables:
+        return
     text = ("# Free and stratified arms\n\nEach method against random in the free arm (its own "
             "domain mix) and in the stratified arm (the pool's mix, against `random@strat`); a "
             "free-arm difference is the **choice within domains** when the stratified arm "
-            "resolves the same, and the **mix** when it does not.\n\n"
-            "| method | free arm | stratified arm | the difference is |\n|---|---|---|---|\n"
-            + "\n".join(rows) + "\n")
+            "resolves the same, and the **mix** when it does not.\n")
+    for primary in primaries_of(tables["free"]):
+        free = outcomes(tables["free"], primary)
+        stratified = outcomes(tables["stratified"], primary) if "stratified" in tables else {}
+        rows = [f"| {method} | {outcome} | {stratified.get(method + STRATIFIED) or ''} | "
+                f"{mix_or_choice(outcome, stratified.get(method + STRATIFIED))} |"
+                for method, outcome in free.items() if method != NULL and not parse_dose(method)]
+        text += (f"\nOn `{primary}`:\n\n| method | free arm | stratified arm | the difference "
+                 f"is |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
     with atomic_output(output / "arms.md") as tmp:
         Path(tmp).write_text(text)
 
 
 def verdict_summary(output: Path) -> str:
     """The run's verdict on one screen, the last thing it prints (and verdict.md): the
-    calibration, each method against random in each arm with arms.md's reading (mix or choice
-    within domains), the paper's ordering, and where the full tables and figures are."""
+    calibration, each method against random in each arm and on each primary with arms.md's
+    reading (mix or choice within domains), the paper's ordering or its claim as a bound, what
+    the policy gradient adds, and where the full tables and figures are."""
     from eval.tables import difference_cell
 
     tables = arm_tables(output)
     if not tables:
         return ""
-    primary = next(iter(tables.values()))["verdict"]["primary"]
-    seeds = "/".join(str(n) for n in sorted({t["power"][primary]["n_seeds"]
+    first = next(iter(tables.values()))
+    primaries = primaries_of(first)
+    seeds = "/".join(str(n) for n in sorted({t["power"][primaries[0]]["n_seeds"]
                                              for t in tables.values()}))
-    lines = [f"# Verdict on {primary}: method - random on the same {seeds} training seeds, "
-             "mean ± 95% CI", ""]
+    drawn = "by_primary" in first["verdict"]
+    lines = [f"# Verdict on {' and '.join(primaries)}: method - random on the same {seeds} "
+             "training seeds" + (", over every selection draw of each" if drawn else "")
+             + ", mean ± 95% CI", ""]
     said = {}  # each power or calibration line once, with the first arm that states it
     for arm, table in tables.items():
         for line in table["verdict"]["lines"]:
@@ -375,23 +407,38 @@ def verdict_summary(output: Path) -> str:
     lines += [bullet(line if arm == "free" else f"[{arm} arm] {line}")
               for line, arm in said.items()]
     free, stratified = tables.get("free"), tables.get("stratified")
-    lines += ["", "| method | " + " | ".join(f"{arm} arm" for arm in tables)
-              + " | the difference is |", "|---" * (len(tables) + 2) + "|"]
-    for method in (free or stratified)["verdict"]["vs_random"]:
+    short = {p: f"P{i + 1}" for i, p in enumerate(primaries)} if len(primaries) > 1 else \
+        {primaries[0]: ""}
+    if len(primaries) > 1:
+        lines += ["", "; ".join(f"{name}: {p}" for p, name in short.items())]
+    heads = [f"{arm} arm" + (f" {short[p]}" if short[p] else "") for p in primaries
+             for arm in tables]
+    lines += ["", "| method | " + " | ".join(heads) + " | the difference is |",
+              "|---" * (len(heads) + 2) + "|"]
+    for method in outcomes(free or stratified, primaries[0]):
         method = method.removesuffix(STRATIFIED)
-        cells = [difference_cell(t["vs_reference"][label][primary], primary, False)
-                 if (label := method + STRATIFIED * (arm != "free")) in t["vs_reference"]
-                 else "" for arm, t in tables.items()]
-        reading = (mix_or_choice(free["verdict"]["vs_random"][method],
-                                 stratified["verdict"]["vs_random"].get(method + STRATIFIED))
-                   if free and stratified else "")
-        lines.append(f"| {method} | {' | '.join(cells)} | {reading} |")
+        cells = []
+        for primary in primaries:
+            for arm, t in tables.items():
+                d = difference(t, method + STRATIFIED * (arm != "free"), primary)
+                cells.append(difference_cell(d, primary, False) if d else "")
+        readings = []
+        for primary in primaries if free and stratified else []:
+            mine = outcomes(free, primary).get(method)
+            reading = mix_or_choice(mine, outcomes(stratified, primary).get(method + STRATIFIED)) \
+                if mine else ""
+            if reading:
+                readings.append(f"{short[primary]} {reading}".strip())
+        lines.append(f"| {method} | {' | '.join(cells)} | {'; '.join(readings)} |")
     ordering = [bullet(f"The paper's ordering (a datamask variant better than every other "
                        f"selection), {arm} arm: " + ", ".join(
                            f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
                            for v, o in table["verdict"]["ordering"].items()) + ".")
                 for arm, table in tables.items() if table["verdict"]["ordering"]]
-    lines += [""] + ordering if ordering else []
+    claims = [bullet(line if arm == "free" else f"[{arm} arm] {line}")
+              for arm, table in tables.items() for line in table["verdict"]["lines"]
+              if line.startswith(("The paper's claim", "What the policy gradient adds"))]
+    lines += [""] + ordering + claims if ordering or claims else []
     where = {output / TABLES[arm] / "table2.md": f"the {arm} arm's full tables"
              + (" with the calibration rows" if arm == "free" else "") for arm in tables}
     where |= {output / "figures" / "forest.png": "each selection against random, per arm",
@@ -456,9 +503,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dup", nargs="*", type=float, default=list(DOSES), metavar="D",
                    help="doses of the duplicate series, dup-D: the fraction D replaced by copies "
                         "of other selected documents (default: %(default)s)")
-    p.add_argument("--primary", default=PRIMARY,
-                   help="the column the verdicts read (proxy-plan.md: the variant its sweep "
-                        "chooses, e.g. 'bpb macro (EMA)') (default: %(default)s)")
+    p.add_argument("--primary", nargs="+", default=[PRIMARY],
+                   help="the column(s) the verdicts read (proxy-plan.md: the variant its sweep "
+                        "chooses, e.g. 'bpb macro (EMA)'; third-design-plan.md adds 'bpb outside "
+                        "macro (EMA)' with --outside) (default: %(default)s)")
     p.add_argument("--epochs", type=float,
                    help="train every run for the steps that read this many passes over random's "
                         "selection (overrides the config's max_steps; default: the config's)")
@@ -479,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="training/evaluation processes at once (default: %(default)s)")
     p.add_argument("--heldout_docs", type=int,
                    help="score only each domain's first N held-out documents")
+    p.add_argument("--outside",
+                   help="held-out text from outside the pool (`python -m reproduce outside`): "
+                        "a second bits-per-byte target, scored on every run (docs/downstream.md)")
 
     def command(args):
         methods = parse_methods(args.methods)
@@ -486,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
                          args.select_seed, parse_draws(args.draws, methods))
         run(Path(args.pool), Path(args.output), runs, args.seeds, args.config, args.select_ratio,
             args.block_size, args.vocab_size, args.jobs, args.heldout_docs, args.select_seed,
-            args.set, args.epochs, args.primary)
+            args.set, args.epochs, args.primary, Path(args.outside) if args.outside else None)
 
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.pipeline.downstream")

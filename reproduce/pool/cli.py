@@ -1,4 +1,4 @@
-"""The pool's subcommands of `python -m reproduce`: pool, control, calibrate, planted."""
+"""The pool's subcommands of `python -m reproduce`: pool, outside, control, calibrate, planted."""
 
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ def cmd_pool(args) -> None:
     _print(build_pool(Path(args.output), args.seed, rates, args.heldout_chars, args.task_articles,
                       args.shards, args.max_mb_per_domain, args.domains,
                       Path(args.cache) if args.cache else None))
+
+
+def cmd_outside(args) -> None:
+    from .outside import build_outside
+
+    _print(build_outside(Path(args.output), args.chars, args.seed,
+                         Path(args.cache) if args.cache else None))
 
 
 def cmd_control(args) -> None:
@@ -70,6 +77,21 @@ def add_pool_parsers(sub) -> None:
     p.add_argument("--cache", help="folder for the fetched Debian packages "
                                    "(default: ~/.cache/datamask/pool-sources)")
     p.set_defaults(func=cmd_pool)
+
+    from .outside import CHARS, SOURCES
+
+    p = sub.add_parser("outside", help="held-out text from outside the pool (ABC news, Debian "
+                                       "fortunes, GCIDE), a second bits-per-byte target")
+    p.add_argument("--output", required=True,
+                   help=f"a new folder: {', '.join(f'{s}.parquet' for s in SOURCES)}, outside.json")
+    p.add_argument("--chars", type=int, default=CHARS,
+                   help="characters kept per source (default: %(default)s, as the pool's "
+                        "held-out domains)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the subset kept (default: %(default)s)")
+    p.add_argument("--cache", help="folder for the fetched packages "
+                                   "(default: ~/.cache/datamask/pool-sources)")
+    p.set_defaults(func=cmd_outside)
 
     p = sub.add_parser("control", help="the positive control: keep the planted rows first, fill "
                                        "the budget at random; written like select's output")
