@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo downstream demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks \
+.PHONY: install demo downstream outside demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks \
 	bench-defaults clean
 
 install: $(STAMP)
@@ -29,7 +29,8 @@ DEMO_DIR ?= runs/demo
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
 DEMO_METHODS ?= datamask-Pair_simi quality-topk random
 DEMO_SEEDS ?= 0 1 2
-DEMO_FLAGS ?= --select_ratio 0.25 --set max_steps=60 --heldout_docs 10 --junk 0.5 --dup
+DEMO_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 2 --primary 'bpb macro (EMA)' \
+	--select_ratio 0.25 --heldout_docs 10 --junk 0.5 --dup
 demo: install
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
@@ -86,21 +87,33 @@ POOL_FLAGS ?=
 pool: install
 	$(BIN)/python -m reproduce pool --output $(POOL_DIR) --seed $(POOL_SEED) $(POOL_FLAGS)
 
-# The downstream experiment (reproduce/pipeline/downstream.py) on the pool: every method of
-# reproduce.pipeline.downstream.METHODS in both arms (free and stratified by domain), the null and
+# The downstream experiment (reproduce/pipeline/downstream.py) on the pool, as
+# reproduce/results/downstream/third-design-plan.md fixes it: every method of
+# reproduce.pipeline.downstream.METHODS in both arms (free and stratified by domain), random drawn
+# 5 times and datamask-Pair_simi, datamask-paper and greedy-start 3 times (selection seeds 0..N-1),
 # the junk and duplicate dose series (0.05-0.5), DS_SEEDS training seeds each, at the point the
-# proxy sweep picked (reproduce/results/downstream/proxy-plan.md, proxy-sweep/proxy.md): V512-d64,
-# a 512-entry tokenizer and configs/downstream-v512.yaml, 4 epochs of random's selection for every
-# run, the EMA's macro bits per byte as the primary metric; tables per arm, arms.md, verdict and
-# figures under $(DS_DIR). 27 selections x 3 seeds, about 226 s a run alone, two side by side; an
-# interrupted run resumes where it stopped. Point C (reproduce/results/downstream/tables): DS_FLAGS=.
+# proxy sweep picked (proxy-plan.md, proxy-sweep/proxy.md): V512-d64, a 512-entry tokenizer and
+# configs/downstream-v512.yaml, 4 epochs of random's selection for every run; two primaries, the
+# EMA's macro bits per byte on the pool's held-out domains and on the text outside the pool
+# (`make outside`); tables per arm, arms.md, verdict and figures under $(DS_DIR). 50 selections
+# x 3 seeds, about 95 s a run two side by side (about 4 h); an interrupted run resumes where it
+# stopped. The second design (downstream/V512-d64): DS_FLAGS as its README gives them.
 DS_DIR ?= runs/downstream
 DS_SEEDS ?= 0 1 2
 DS_JOBS ?= 2
-DS_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 4 --primary 'bpb macro (EMA)'
-downstream: pool
+OUTSIDE_DIR ?= $(POOL_DIR)/outside
+DS_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 4 --outside $(OUTSIDE_DIR) \
+	--primary 'bpb macro (EMA)' 'bpb outside macro (EMA)' \
+	--draws random=5 datamask-Pair_simi=3 datamask-paper=3 greedy-start=3
+downstream: pool outside
 	$(BIN)/python -m reproduce.pipeline.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
 		--seeds $(DS_SEEDS) --jobs $(DS_JOBS) $(DS_FLAGS)
+
+# Held-out text from outside the pool (reproduce/pool/outside.py): ABC news (the Lee corpus in
+# the pinned gensim wheel, read as a zip), Debian fortunes' quotation files on general topics and
+# GCIDE, 250,000 characters each; fetched once into the pool's package cache.
+outside: install
+	$(BIN)/python -m reproduce outside --output $(OUTSIDE_DIR)
 
 # The proxy sweep of reproduce/results/downstream/proxy-plan.md, section 1: a 30-step probe of each
 # candidate (tokenizer vocabulary, model shape, token budget), two side by side, then the

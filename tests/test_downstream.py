@@ -46,6 +46,9 @@ def test_every_selection_of_both_arms_and_the_calibration_is_trained_and_tabled(
     assert set(record["runs"]) == labels
     assert {(r["method"], r["seed"]) for r in record["trained"]} == {
         (label, seed) for label in labels for seed in (0, 1)}
+    hashes = {r["method"]: r["selection"] for r in record["trained"]}  # one per label
+    assert len({(r["method"], r["selection"]) for r in record["trained"]}) == len(labels)
+    assert hashes["random"].startswith("sha256:") and hashes["random"] != hashes["random-null"]
     free = json.loads((out / "tables" / "table2.json").read_text())
     assert set(free["methods"]) == labels - {"random@strat", "quality-topk@strat"}
     assert free["reference"] == "random" and "bpb macro (EMA)" in free["power"]

@@ -32,6 +32,7 @@ load; results do not depend on the thread count, see README "Determinism").
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -460,14 +461,29 @@ def bullet(line: str) -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
+def selection_hash(selection: Path) -> str:
+    """SHA-256 of the sorted ids a selection.parquet selects: two labels with the same hash
+    trained on the same documents."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(selection, columns=["id", "selected"])
+    ids = sorted(table.column("id").filter(table.column("selected")).to_pylist())
+    return "sha256:" + hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
 def runs_table(output: Path) -> list[dict]:
-    """Per (method, seed): tokens seen, unique tokens, epochs, wall times (train and eval)."""
-    rows = []
+    """Per (method, seed): the selection's hash, tokens seen, unique tokens, epochs, wall times
+    (train and eval)."""
+    rows, hashes = [], {}
     for summary in sorted((output / "train").glob("*/seed*/summary.json")):
         s = json.loads(summary.read_text())
         label, seed = summary.parent.parent.name, s["seed"]
         ev = output / "eval" / f"{label}.seed{seed}.json"
-        rows.append({"method": label, "seed": seed, "tokens_in_selection": s["tokens_in_data"],
+        selection = output / "select" / label / "selection.parquet"
+        if label not in hashes and selection.is_file():
+            hashes[label] = selection_hash(selection)
+        rows.append({"method": label, "seed": seed, "selection": hashes.get(label),
+                     "tokens_in_selection": s["tokens_in_data"],
                      "tokens_seen": s["tokens_seen"], "unique_tokens_seen": s["unique_tokens_seen"],
                      "epochs": s["epochs"], "train_wall_s": s["train_wall_s"],
                      "eval_wall_s": json.loads(ev.read_text()).get("eval_wall_s")
