@@ -186,3 +186,41 @@ def test_a_primary_whose_null_resolves_too_many_pairs_is_not_eligible():
     assert "NOT eligible" in table["verdict"]["lines"][0]
     assert any("decides nothing" in line for line in table["verdict"]["lines"][1:])
     assert table["verdict"]["by_primary"]["P"]["bounds"] == {}
+
+
+def test_the_run_summary_and_the_forest_read_the_drawn_verdict_on_every_primary(tmp_path):
+    """verdict.md and arms.md of a run whose random was drawn several times: one row per method
+    (random's draws are not rows), each arm on each primary, the claim's bound and what the
+    policy gradient adds; the forest plot's rows are the same methods."""
+    import json
+
+    from figures.downstream import forest_rows
+    from reproduce.pipeline.downstream import arms_markdown, verdict_summary
+
+    free = drawn_table()
+    free["verdict"] = verdict(free, "random", primary=["P", "Q"])
+    stratified = drawn_table("random@strat", doses=False)
+    stratified["verdict"] = verdict(stratified, "random@strat", primary=["P", "Q"],
+                                    calibrated_by=("the free arm", free))
+    for folder, table in (("tables", free), ("tables-stratified", stratified)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "table2.json").write_text(json.dumps(table))
+    arms_markdown(tmp_path)
+    arms = (tmp_path / "arms.md").read_text()
+    assert "On `P`:" in arms and "On `Q`:" in arms and "random~" not in arms
+    assert "| datamask-Pair_simi | beats random | beats random | choice within domains |" in arms
+    text = verdict_summary(tmp_path)
+    lines = text.splitlines()
+    assert lines[0].startswith("# Verdict on P and Q:") and "P1: P; P2: Q" in lines
+    assert "| method | free arm P1 | stratified arm P1 | free arm P2 | stratified arm P2 | " \
+           "the difference is |" in lines
+    rows = [line for line in lines if line.startswith("| ") and "method" not in line]
+    assert [r.split(" | ")[0][2:] for r in rows] == ["datamask-paper", "datamask-Pair_simi",
+                                                   "greedy-start"]
+    assert rows[1].count("**better**") == 4 and rows[1].endswith(
+        "| P1 choice within domains; P2 choice within domains |")
+    assert "The paper's claim, datamask-paper, on P" in text.replace("\n  ", " ")
+    assert "[stratified arm] What the policy gradient adds, datamask-Pair_simi@strat" in \
+        text.replace("\n  ", " ")
+    assert [row["method"] for row in forest_rows({"free": free, "stratified": stratified})] == [
+        "datamask-paper", "datamask-Pair_simi", "greedy-start"]
