@@ -182,9 +182,12 @@ def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
 def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
         ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
         select_seed: int, sets: list[str], epochs: float | None = None,
-        primary: str | list[str] = PRIMARY, outside: Path | None = None) -> dict:
+        primary: str | list[str] = PRIMARY, outside: Path | None = None,
+        tasks: list[str] | None = None) -> dict:
     """`runs` as plan_runs gives them. With `epochs`, every run trains for the steps that read
-    that many passes over random's selection (the same token budget for all)."""
+    that many passes over random's selection (the same token budget for all). `tasks`: the
+    multiple-choice tasks scored beside bits per byte (default TASKS; [] for none)."""
+    tasks = TASKS if tasks is None else tasks
     started = time.time()
     if not (pool / "pool.json").is_file():
         raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
@@ -267,7 +270,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
                 (outside is not None and "outside" not in json.loads(scored.read_text())):
             docs = ["--heldout_docs", str(heldout_docs)] if heldout_docs else []
             target = ["--outside", str(outside)] if outside is not None else []
-            python("reproduce", "evaluate", "--checkpoints", str(ckpt), "--tasks", *TASKS,
+            python("reproduce", "evaluate", "--checkpoints", str(ckpt), "--tasks", *tasks,
                    "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
                    *target, *docs, "--output", str(output / "eval"), log=log)
         print(f"downstream: {label} seed {seed} trained and evaluated", flush=True)
@@ -446,8 +449,8 @@ def verdict_summary(output: Path) -> str:
               output / "figures" / "dose-response.png": "the junk and dup doses",
               output / "arms.md": "each method in both arms",
               output / "downstream.json": "every run's settings, tokens and seconds"}
-    lines += ["", "Every metric, bits per byte per domain, the BBC tasks, SNR, planted rows kept, "
-              "costs and the rule:"]
+    lines += ["", "Every metric (bits per byte per domain, any multiple-choice task), SNR, planted "
+              "rows kept, costs and the rule:"]
     lines += [f"- {path}: {what}" for path, what in where.items() if path.is_file()]
     text = "\n".join(lines) + "\n"
     with atomic_output(output / "verdict.md") as tmp:
@@ -543,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="training/evaluation processes at once (default: %(default)s)")
     p.add_argument("--heldout_docs", type=int,
                    help="score only each domain's first N held-out documents")
+    p.add_argument("--tasks", nargs="*", default=TASKS,
+                   help="multiple-choice tasks scored beside bits per byte; they decide nothing "
+                        "(default: %(default)s; none: give the flag alone)")
     p.add_argument("--outside",
                    help="held-out text from outside the pool (`python -m reproduce outside`): "
                         "a second bits-per-byte target, scored on every run (docs/downstream.md)")
@@ -553,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                          args.select_seed, parse_draws(args.draws, methods))
         run(Path(args.pool), Path(args.output), runs, args.seeds, args.config, args.select_ratio,
             args.block_size, args.vocab_size, args.jobs, args.heldout_docs, args.select_seed,
-            args.set, args.epochs, args.primary, Path(args.outside) if args.outside else None)
+            args.set, args.epochs, args.primary, Path(args.outside) if args.outside else None,
+            args.tasks)
 
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.pipeline.downstream")
