@@ -9,9 +9,9 @@ the accuracy columns, per seed), every multiple-choice task's correct_prob_norm 
 the macro bits per byte and each held-out domain's (eval/bpb.py), "bpb prose" (books and news),
 and where the checkpoints were averaged the macro and prose values of the mean over the last
 checkpoints, the weight average and the EMA; with a target outside the pool, its macro ("bpb
-outside macro", and "(EMA)") and each source's (reproduce/pool/outside.py). Statistics: eval/stats.py; with calibration
-selections in the run (the null, junk-<d>, dup-<d>), each metric's signal, noise and SNR and the
-dose-response (eval/calibration.py).
+outside macro", and "(EMA)") and each source's (reproduce/pool/outside.py). Statistics:
+eval/stats.py; with calibration selections in the run (the null, junk-<d>, dup-<d>), each
+metric's signal, noise and SNR and the dose-response (eval/calibration.py).
 """
 
 from __future__ import annotations

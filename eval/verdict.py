@@ -8,7 +8,7 @@ part's outcome and the sentences the report prints; `verdict_markdown` formats t
 from __future__ import annotations
 
 from .calibration import NULL, dose_label, dose_response, parse_dose
-from .draws import draw_groups, draw_variance, drawn_from, selection_difference
+from .draws import draw_groups, drawn_from, selection_difference
 from .stats import paired_difference, seeds_to_resolve
 
 PRIMARY = "bpb macro"
@@ -70,6 +70,11 @@ Calibration selections and the reference's own draws are not methods.
 BOUNDED = ("datamask-paper", "datamask-Pair_simi")  # the paper's claim, as FineWeb-Mask and today
 GREEDY_START = "greedy-start"
 ELIGIBLE_RATE = 0.1  # at most 1 of the 10 pairs of five draws
+
+
+# how the verdict words a method's classified difference with random
+AGAINST_RANDOM = {"below 0": "beats random", "above 0": "worse than random",
+                  "unresolved": "unresolved"}
 
 
 def classify(diff: dict) -> str:
@@ -155,13 +160,11 @@ def verdict(table: dict, reference: str = "random", control: str = "control",
     else:
         calibrated = None
 
-    wording = {"below 0": "beats random", "above 0": "worse than random",
-               "unresolved": "unresolved"}
     vs_random = {}
     for m in per_seed:
         if m in (reference, control) or m in not_methods:
             continue
-        vs_random[m] = wording[classify(diff(m, reference))]
+        vs_random[m] = AGAINST_RANDOM[classify(diff(m, reference))]
         lines.append(f"{m}: {vs_random[m]} (macro bits/byte, paired 95% CI).")
 
     ordering = {}
@@ -216,14 +219,13 @@ def draws_verdict(table: dict, reference: str, primaries: list[str],
         lines += draws_calibration_lines(primary, calibration, reference)
         eligible = calibration["eligible"]
         differences = {m: d for m, d in mine["vs_reference"].items() if not parse_dose(m)}
-        vs_random = {m: {"below 0": "beats random", "above 0": "worse than random",
-                         "unresolved": "unresolved"}[classify(d)] for m, d in differences.items()}
+        vs_random = {m: AGAINST_RANDOM[classify(d)] for m, d in differences.items()}
         for m, outcome in vs_random.items():
             d = differences[m]
-            lines.append(f"{m}: {outcome} on {primary} ({d['mean']:+.4f} "
-                         f"[{d['low']:+.4f}, {d['high']:+.4f}], {d['draws'][0]} draw(s) against "
-                         f"{d['draws'][1]})" + ("" if eligible else "; not eligible, decides "
-                                                                    "nothing") + ".")
+            lines.append(f"{m}: {outcome} on {primary} ({_interval(d)}, {d['draws'][0]} draw(s) "
+                         f"against {d['draws'][1]})" + ("" if eligible else "; not eligible, "
+                                                                            "decides nothing")
+                         + ".")
         bounds = {}
         if eligible and not suffix:
             for method in BOUNDED:
@@ -232,16 +234,16 @@ def draws_verdict(table: dict, reference: str, primaries: list[str],
                     lines.append(f"The paper's claim, {method}, on {primary}: "
                                  + bound_sentence(bounds[method]))
         gradient = {}
-        variance, draws = draw_variance(_draws(table, groups[reference], primary)), \
-            len(groups[reference])
         for method in BOUNDED:
             label, start = method + suffix, GREEDY_START + suffix
-            if label in groups and start in groups and variance is not None:
+            if label in groups and start in groups:
+                # random's between-draw variance and its draws, as selection_noise found them
                 d = selection_difference(_draws(table, groups[label], primary),
-                                         _draws(table, groups[start], primary), variance, draws)
+                                         _draws(table, groups[start], primary),
+                                         mine["sd_between_draws"] ** 2, mine["draws"])
                 gradient[method] = {"difference": d, "outcome": classify(d)}
                 word = {"below 0": "better than", "above 0": "worse than",
-                        "unresolved": "unresolved against"}[classify(d)]
+                        "unresolved": "unresolved against"}[gradient[method]["outcome"]]
                 lines.append(f"What the policy gradient adds, {label} - {start} on {primary}: "
                              f"{word} its start ({_interval(d)}).")
         by_primary[primary] = {"calibration": calibration, "vs_random": vs_random,
