@@ -23,7 +23,7 @@ def test_gpu_check_runs_on_this_machine_and_names_what_it_skipped(tmp_path, caps
     if not torch.cuda.is_available():
         assert report["device"] is None
         assert statuses["greedy joint-greedy Facility"] == "skipped: no CUDA device"
-        assert "11 CUDA parts skipped" in printed and "objective DiSF" in printed
+        assert "16 CUDA parts skipped" in printed and "objective DiSF" in printed
 
 
 def test_every_comparison_passes_with_the_cpu_standing_in_for_the_gpu():
@@ -35,6 +35,9 @@ def test_every_comparison_passes_with_the_cpu_standing_in_for_the_gpu():
         assert parts[part]["status"] == "pass", parts[part]
     assert parts["learner cpu vs gpu selection"]["overlap"] == 1.0  # same device, same stream
     assert parts["learner step time"]["gpu_median_s"] > 0
+    for label in gpu_check.SELECT_ROWS:  # each row of the downstream experiment, run to its end
+        record = parts[f"select {label}"]
+        assert record["overlap"] == 1.0 and record["gpu_objective"] == record["cpu_objective"]
 
 
 def test_a_deviation_beyond_tolerance_fails():

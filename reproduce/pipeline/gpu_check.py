@@ -12,6 +12,10 @@ Each part runs on the CPU, then (when CUDA is there) on the GPU, and compares:
   objective are reported.
 - greedy: joint-greedy (Facility, lazy): the same picks on both devices (its objective's term
   scale is drawn on the CPU, so the objective is the same too).
+- select's rows: each datamask row of the downstream experiment (select's defaults per metric, the
+  paper's settings cut to 500 steps, the greedy start alone) runs on each device and writes the
+  budget; the GPU's joint objective, scored on the CPU, is reported beside the CPU's with their
+  overlap.
 - training: 3 steps of reproduce.pipeline.train on a tiny BBC token set: the GPU's losses equal the CPU's
   within rtol 1e-3 (different matmul kernels round differently, and 3 AdamW steps carry it).
 Without CUDA the CPU parts run and every GPU part is listed as skipped (exit 0); a failed
@@ -52,6 +56,10 @@ from datamask.objectives import (
 from datamask.selectors import make_selector
 from datamask.examples.synthetic import synthetic_dataset
 
+from datamask.report import Report
+
+from .common import parse_method
+from .downstream import METHODS
 from .tokenize import EOS, train_tokenizer
 
 OBJECTIVE_RTOL, OBJECTIVE_ATOL = 1e-4, 1e-5
@@ -126,6 +134,40 @@ def learner_selection(data, device: torch.device) -> np.ndarray:
 def greedy_selection(data, device: torch.device) -> np.ndarray:
     selector = make_selector("joint-greedy", algorithm="Facility", device=str(device))
     return selector.select(data, 0.05).selected
+
+
+# the downstream experiment's rows that run the learner, as `select` runs them
+SELECT_ROWS = ("datamask-Pair_simi", "datamask-Facility", "datamask-DiSF", "datamask-paper",
+               "greedy-start")
+SELECT_RATIO = 0.1
+SELECT_MAX_STEPS = 500  # the paper's 5,000 steps would make the CPU side of the check minutes long
+
+
+def select_row(data, device: torch.device, label: str) -> np.ndarray:
+    name, params = parse_method(METHODS[label])
+    if params.get("n_epochs", 0) > SELECT_MAX_STEPS:
+        params["n_epochs"] = SELECT_MAX_STEPS
+    selector = make_selector(name, **params, device=str(device), seed=0, progress=False)
+    return selector.select(data, SELECT_RATIO).selected
+
+
+def select_rows(data, gpu: torch.device | None) -> list[dict]:
+    """One record per row: both devices write the budget; the GPU's joint objective on the
+    row's metric, scored on the CPU, is reported as a ratio to the CPU's (the devices draw
+    different streams, so the selections need not be equal)."""
+    report = Report(data, SELECT_RATIO, lamb=0.5)
+    records = []
+    for label in SELECT_ROWS:
+        metric = "joint_" + parse_method(METHODS[label])[1]["algorithm"]
+        cpu_sel = select_row(data, torch.device("cpu"), label)
+        record = {"part": f"select {label}", "status": "skipped: no CUDA device",
+                  "cpu_objective": round(report(cpu_sel)[metric], 6)}
+        if gpu:
+            gpu_sel = select_row(data, gpu, label)
+            record.update(status="reported", gpu_objective=round(report(gpu_sel)[metric], 6),
+                          overlap=round(float((cpu_sel & gpu_sel).sum() / cpu_sel.sum()), 4))
+        records.append(record)
+    return records
 
 
 def write_tiny_token_set(root: Path, n_articles: int = 40, vocab_size: int = 400) -> Path:
@@ -218,6 +260,7 @@ def run_checks(gpu: torch.device | None, repeats: int = 5, rows: int = 2000) -> 
         greedy_record.update(status="pass" if np.array_equal(cpu_greedy, gpu_greedy) else "FAIL",
                              common=int((cpu_greedy & gpu_greedy).sum()))
     records.append(greedy_record)
+    records.extend(select_rows(data, gpu))
 
     with tempfile.TemporaryDirectory() as tmp:
         root = write_tiny_token_set(Path(tmp))
