@@ -160,7 +160,8 @@ def test_downstream_claims_read_both_arms_and_the_instruments_goals(tmp_path):
           {"verdict": verdict, "snr": {"bpb macro (EMA)": {"noise": 0.011}}})
     text = report(tmp_path)
     assert "| free: Pair_simi better than random | **holds** |" in text
-    table2 = section(text, "Table 2: DATAMASK's selection trains a better model")
+    table2 = section(text, "Table 2: DATAMASK's selection trains a better model (one selection "
+                              "per method)")
     assert "- Calibration: fine" in table2 and "- first proxy" in table2
     instrument = section(text, "The downstream instrument resolves a known harm")
     assert "third of the first proxy's (0.0120): 0.0110: **met**" in instrument
@@ -171,6 +172,51 @@ def test_downstream_claims_read_both_arms_and_the_instruments_goals(tmp_path):
     instrument = section(report(tmp_path),
                          "The downstream instrument resolves a known harm")
     assert instrument.count("**not met**") == 2
+
+
+def test_table2_with_random_drawn_five_times_reads_the_paper_row_on_each_eligible_primary(
+        tmp_path):
+    """The drawn design's claim: datamask-paper unresolved on both primaries is stated as a
+    bound; resolved worse on one eligible primary contradicts the claim there; a primary that is
+    not eligible decides nothing."""
+    from eval.verdict import verdict
+    from reproduce.pipeline.downstream import arms_markdown
+    from test_eval_draws import drawn_table
+
+    run = tmp_path / "downstream" / "third"
+    free = drawn_table()
+    free["verdict"] = verdict(free, "random", primary=["P", "Q"])
+    stratified = drawn_table("random@strat", doses=False)
+    stratified["verdict"] = verdict(stratified, "random@strat", primary=["P", "Q"],
+                                    calibrated_by=("the free arm", free))
+
+    question = "Table 2 against five random draws"
+    claim = claims.Claim(question=question, paper="+3.2 points", evidence=[
+        "downstream/third", "downstream/V512-d64"], target="downstream", rule="the plan's",
+        decide="table2_bound", parameters={"paper_row": "datamask-paper",
+                                           "today_row": "datamask-Pair_simi"})
+
+    def write(free: dict) -> str:
+        for folder, table in (("tables", free), ("tables-stratified", stratified)):
+            (run / folder).mkdir(parents=True, exist_ok=True)
+            (run / folder / "table2.json").write_text(json.dumps(table))
+        arms_markdown(run)
+        return findings.report([(claim, claim.finding(str(tmp_path)))], str(tmp_path))
+
+    text = write(free)
+    most = free["verdict"]["by_primary"]["P"]["bounds"]["datamask-paper"]["most"]
+    assert (f"| `P`: datamask-paper unresolved (gain below {most:.4f}), datamask-Pair_simi beats "
+            f"random; `Q`: ") in text
+    assert "| **not reproduced at this scale (unresolved on `P`; unresolved on `Q`)** |" in text
+    body = section(text, question)
+    assert "- The paper's claim, datamask-paper, on P: at this scale" in body
+    assert "On `Q`:" in body and body.count("its own null resolves 0 of 10 pairs") == 2
+    free["verdict"]["by_primary"]["Q"]["vs_random"]["datamask-paper"] = "worse than random"
+    assert "(unresolved on `P`; contradicted on `Q`)" in write(free)
+    for primary in ("P", "Q"):
+        free["verdict"]["by_primary"][primary]["calibration"]["eligible"] = False
+    text = write(free)
+    assert "| **not judged: no primary eligible** |" in text and "`P` (not eligible)" in text
 
 
 def test_the_best_mean_rank_breaks_a_tie_to_the_value_listed_first():

@@ -353,6 +353,66 @@ def table2_gain(root: str, run: str, first: str) -> Finding:
                    else f"not reproduced at this scale ({word})", lines)
 
 
+# the paper's claim per eligible primary, from datamask-paper's outcome against random (free arm)
+CLAIM_WORDS = {"beats random": "holds", "worse than random": "contradicted",
+               "unresolved": "unresolved"}
+
+
+def shown(line: str, arm: str) -> bool:
+    """Whether findings shows a verdict line: the free arm's calibration, the claim's bound and
+    what the policy gradient adds; the stratified arm's own null and what the policy gradient
+    adds there (its other calibration lines repeat the free arm's)."""
+    if line.startswith("What the policy gradient adds"):
+        return True
+    if arm == "free":
+        return line.startswith(("Calibration:", "The paper's claim"))
+    return "this arm has no calibration rows" in line
+
+
+def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str) -> Finding:
+    """The drawn design: on each primary, each arm's verdict lines and arms.md's table; the
+    verdict is `paper_row`'s outcome against random in the free arm on each eligible primary,
+    with its bound, `today_row` beside it; the earlier design's datamask rows in one line."""
+    free = needed(table_json(root, run, "tables", "table2.json"))
+    stratified = table_json(root, run, "tables-stratified", "table2.json")
+    verdict = needed(free["verdict"].get("by_primary"))
+    words, here = {}, []
+    for primary, judged_on in verdict.items():
+        eligible = judged_on["calibration"]["eligible"]
+        outcomes = judged_on["vs_random"]
+        bound = judged_on["bounds"].get(paper_row)
+        limit = (f" (gain below {bound['most']:.4f})" if bound and bound["most"] is not None
+                 and bound["most"] > 0 and not bound["resolved_better"] else "")
+        here.append(f"`{primary}`" + ("" if eligible else " (not eligible)") + ": "
+                    f"{paper_row} {outcomes.get(paper_row, 'not run')}{limit}, "
+                    f"{today_row} {outcomes.get(today_row, 'not run')}")
+        if eligible and paper_row in outcomes:
+            words[primary] = CLAIM_WORDS[outcomes[paper_row]]
+    lines = []
+    for arm, table in (("free", free), ("stratified", stratified)):
+        if table:  # each method's outcome is in arms.md's table below
+            lines += [f"{arm.capitalize()} arm:", "", *(
+                f"- {line}" for line in table["verdict"]["lines"] if shown(line, arm)), ""]
+    arms_md = Path(root, run, "arms.md")
+    if arms_md.exists():
+        lines += arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
+    before = table_json(root, earlier, "tables", "table2.json")
+    if before:
+        ours = ", ".join(f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
+                         if m.startswith("datamask-"))
+        lines.append(f"The earlier design (`{earlier}/`: the learner before its greedy starts, "
+                     f"one selection per method, the pool's macro alone), free arm: {ours}.")
+    if not words:
+        word = "not judged: no primary eligible"
+    elif set(words.values()) == {"holds"}:
+        word = "holds"
+    else:
+        word = ("partly reproduced (" if "holds" in words.values() else
+                "not reproduced at this scale (") + "; ".join(
+            f"{w} on `{p}`" for p, w in words.items()) + ")"
+    return Finding("; ".join(here), word, lines)
+
+
 # ------------------------------------------------------------------ questions this project adds
 
 def by_rows(root: str, folder: str) -> Finding:
