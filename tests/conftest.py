@@ -1,10 +1,18 @@
 """Test data shared by the test files: import the helpers with `from conftest import ...` (pytest
 puts this folder on the path)."""
 
+import gzip
 import os
+import struct
+import textwrap
+import zlib
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
 from datamask.data import Dataset, write_dataset
 
@@ -24,3 +32,109 @@ def write_shard(path: Path, data: Dataset, **extra) -> Path:
     """`data` as a prepared Parquet shard at `path` (extra columns as pyarrow arrays)."""
     write_dataset(path, data.ids, data.quality, data.features, extra=extra or None)
     return path
+
+
+# ---------------------------------------------------------------- the small web-like pool
+# Built once per session from a few hundred documents (tests/test_pool.py tests its parts; the
+# calibration and downstream tests read it).
+
+SEED = 3
+HELDOUT = 4_000
+TASKS = 10
+TOPICS = sorted(topics)[:45]
+
+
+def _r_chars(value: str) -> bytes:
+    data = value.encode()
+    return struct.pack(">ii", 0x00040009, len(data)) + data
+
+
+def _r_strings(values: list[str]) -> bytes:
+    return struct.pack(">ii", 16, len(values)) + b"".join(_r_chars(v) for v in values)
+
+
+def _r_named_list(items: dict[str, bytes]) -> bytes:
+    names = struct.pack(">ii", 2 | 1 << 10, 1) + _r_chars("names") + _r_strings(list(items))
+    return (struct.pack(">ii", 19 | 1 << 9, len(items)) + b"".join(items.values()) + names
+            + struct.pack(">i", 254))
+
+
+def _r_serialized(item: bytes) -> bytes:
+    return b"X\n" + struct.pack(">iiii", 3, 0x040201, 0x030500, 5) + b"UTF-8" + item
+
+
+def write_janeaustenr(root, novels: dict[str, list[str]]) -> None:
+    """Rdata.rdb/.rdx as R's lazy-load database stores janeaustenr's character vectors."""
+    data = root / "usr/lib/R/site-library/janeaustenr/data"
+    data.mkdir(parents=True)
+    blob, index = b"", {}
+    for name, lines in novels.items():
+        raw = _r_serialized(_r_strings(lines))
+        record = struct.pack(">I", len(raw)) + zlib.compress(raw)
+        index[name] = struct.pack(">ii", 13, 2) + struct.pack(">ii", len(blob), len(record))
+        blob += record
+    (data / "Rdata.rdb").write_bytes(blob)
+    top = _r_named_list({"variables": _r_named_list(index),
+                         "references": struct.pack(">ii", 19, 0),
+                         "compressed": struct.pack(">iii", 10, 1, 1)})
+    (data / "Rdata.rdx").write_bytes(gzip.compress(_r_serialized(top)))
+
+
+def write_foldoc(root, entries: dict[str, str]) -> None:
+    folder = root / "usr/share/dictd"
+    folder.mkdir(parents=True)
+    text = "\n00-database-info\n   This file was converted by dictfmt.\n\n"
+    for head, body in entries.items():
+        text += f"{head}\n\n" + textwrap.indent(body, "   ") + "\n\n   (2001-02-03)\n\n"
+    (folder / "foldoc.dict.dz").write_bytes(gzip.compress(text.encode()))
+
+
+def write_rst(root, files: dict[str, str]) -> None:
+    folder = root / "usr/share/doc/python3.11/html/_sources/reference"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / f"{name}.rst.txt").write_text(text)
+
+
+@pytest.fixture(scope="session")
+def units(tmp_path_factory):
+    """Small real-text units of the four domains, read by the real readers from files in their
+    packages' formats (Python's pydoc topics as reST and dictionary entries, BBC text as a novel)."""
+    root = tmp_path_factory.mktemp("sources")
+    write_rst(root / "docs", {name: topics[name] for name in TOPICS[:20]})
+    write_foldoc(root / "reference", {name: "<python> " + topics[name][:1500] + " See {glossary}."
+                                      for name in TOPICS[20:]})
+    from reproduce.pipeline.bbc import bbc_articles
+    from reproduce.pool import sources
+
+    articles = bbc_articles()[1000:1050]
+    lines = [line for a in articles for p in a["paragraphs"] for line in textwrap.wrap(p, 70) + [""]]
+    write_janeaustenr(root / "books", {"novelone": lines[:len(lines) // 2],
+                                       "noveltwo": lines[len(lines) // 2:]})
+    return {"news": sources.news_units(90),
+            "docs": sources.docs_units(root / "docs"),
+            "reference": sources.reference_units(root / "reference"),
+            "books": sources.books_units(root / "books")}
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory, units):
+    from reproduce.pool.build import build_pool
+
+    out = tmp_path_factory.mktemp("pool") / "pool"
+    summary = build_pool(out, SEED, heldout_chars=HELDOUT, task_articles=TASKS, shards=2,
+                         units=units)
+    table = pa.concat_tables([pq.read_table(p) for p in sorted((out / "fineweb").glob("*.parquet"))])
+    return out, summary, table.to_pylist()
+
+
+
+@pytest.fixture(scope="session")
+def prepared(pool):
+    """The pool's shards through the real prepare stage (all-MiniLM-L6-v2, heuristic quality)."""
+    from reproduce.pipeline.prepare import Embedder, HeuristicQuality, prepare
+
+    out, _, _ = pool
+    prepare([str(out / "fineweb")], out / "prepared", Embedder(max_seq_length=32),
+            HeuristicQuality(), progress=False)
+    return out / "prepared"

@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_pool import pool, prepared, units  # noqa: F401 (the small pool's fixtures)
 
 from datamask.data import budget, read_dataset
 from datamask.errors import UserError
@@ -27,7 +26,7 @@ def chosen(folder) -> set[str]:
             if s}
 
 
-def random_ids(prepared, seed: int) -> set[str]:  # noqa: F811
+def random_ids(prepared, seed: int) -> set[str]:
     """The random selector's draw over the prepared rows, by FineWeb id."""
     files = sorted(prepared.glob("*.parquet"))
     drawn = make_selector("random", seed=seed).select(read_dataset(files), RATIO)
@@ -36,7 +35,7 @@ def random_ids(prepared, seed: int) -> set[str]:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def series(pool, prepared, tmp_path_factory):  # noqa: F811
+def series(pool, prepared, tmp_path_factory):
     """junk and dup at dose 0.25 and junk at 0.1, seed 2, with their files read back."""
     out, _, rows = pool
     root = tmp_path_factory.mktemp("calibration")
@@ -59,7 +58,7 @@ def domain_counts(ids, by_id, side=()) -> Counter:
 
 
 @pytest.mark.parametrize("name", ["junk-0.25", "dup-0.25", "junk-0.1"])
-def test_replaced_count_domains_and_ids(series, prepared, name):  # noqa: F811
+def test_replaced_count_domains_and_ids(series, prepared, name):
     made, by_id, base = series
     made = made[name]
     k = budget(RATIO, len(by_id))
@@ -129,7 +128,7 @@ def test_dup_copies_other_selected_documents_of_their_domain(series):
 
 
 def test_null_second_random_seed_through_select_and_a_calibration_base(pool, prepared, series,
-                                                                       tmp_path):  # noqa: F811
+                                                                       tmp_path):
     from reproduce.pipeline.select import run_select
 
     made, by_id, base = series
@@ -201,7 +200,7 @@ def test_tokenize_reads_the_side_shard_once(pool, series, tmp_path):
                                           (["--dose", "0.99"], "--dose"),
                                           (["--select_ratio", "1.2"], "--select_ratio")])
 def test_bad_flags_name_the_flag_and_write_nothing(pool, prepared, tmp_path, capsys, flags,
-                                                   named):  # noqa: F811
+                                                   named):
     out, _, _ = pool
     base = ["calibrate", "--pool", str(out), "--prepared", str(prepared), "--series", "dup",
             "--dose", "0.25", "--output", str(tmp_path / "c")]
@@ -211,7 +210,7 @@ def test_bad_flags_name_the_flag_and_write_nothing(pool, prepared, tmp_path, cap
 
 
 def test_an_output_on_an_input_and_a_pool_without_columns_are_refused(pool, prepared, tmp_path,
-                                                                      capsys):  # noqa: F811
+                                                                      capsys):
     out, _, _ = pool
     flags = ["calibrate", "--pool", str(out), "--prepared", str(prepared), "--series", "junk",
              "--dose", "0.25", "--output"]
@@ -235,7 +234,7 @@ def test_an_output_on_an_input_and_a_pool_without_columns_are_refused(pool, prep
     (lambda folder: folder / "base.json", "base.json: not a readable Parquet file"),
     (lambda folder: folder / "ids.parquet", "ids.parquet: needs the columns id and selected")])
 def test_a_base_that_is_missing_or_not_a_selection_is_one_line_naming_base(
-        pool, prepared, tmp_path, capsys, make_base, message):  # noqa: F811
+        pool, prepared, tmp_path, capsys, make_base, message):
     """Refused by --base (no traceback, not another command's flag), exit 2, nothing written."""
     (tmp_path / "base.json").write_text('{"selected": [true]}')
     pq.write_table(pa.table({"id": ["a"]}), tmp_path / "ids.parquet")

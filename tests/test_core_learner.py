@@ -58,7 +58,7 @@ def test_lamb_one_selects_quality_topk(algorithm, seed):
 def test_joint_objective_beats_quality_topk_and_random(algorithm):
     data = synthetic_dataset(1500, dim=32, n_clusters=16, seed=0)
     report = Report(data, 0.1, 0.5)
-    learned = make_selector("datamask", algorithm=algorithm, n_epochs=800,
+    learned = make_selector("datamask", algorithm=algorithm, n_epochs=300,
                             progress=False).select(data, 0.1)
     score = report(learned.selected)[f"joint_{algorithm}"]
     for baseline in ("quality-topk", "random"):

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_orphans import session_processes
-from test_pool import pool, prepared, units  # noqa: F401 (the small pool's fixtures)
 
 from datamask.errors import UserError
 from reproduce.pipeline.downstream import (METHODS, STRATIFIED, epoch_steps, main, parse_draws,
@@ -27,13 +26,13 @@ TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
 
 
 @pytest.fixture(scope="module")
-def run(pool, prepared, tmp_path_factory):  # noqa: F811
+def run(pool, prepared, tmp_path_factory):
     out = tmp_path_factory.mktemp("downstream") / "run"
     argv = ["--pool", str(pool[0]), "--output", str(out), "--methods", "random", "quality-topk",
             "--junk", "0.5", "--dup", "0.5", "--seeds", "0", "1", "--config", "demo",
             "--select_ratio", "0.3", "--block_size", "0", "--vocab_size", "300",
-            "--heldout_docs", "2", "--epochs", "0.5", "--jobs", "2",
-            *[a for s in TINY for a in ("--set", s)]]
+            "--heldout_docs", "2", "--epochs", "0.5", "--jobs", "2", "--tasks",
+            *[a for s in TINY for a in ("--set", s)]]  # the tasks: scored in the outside test
     assert main(argv) == 0
     return out, argv
 
@@ -112,8 +111,8 @@ def test_a_second_invocation_trains_nothing_again_and_ends_on_the_verdict(run, c
 
 def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, tmp_path):
     """Given --outside later, a finished run evaluates each checkpoint again (its scores lacked
-    the target) and trains nothing; the tables gain the target's columns. `--tasks` alone
-    scores no multiple-choice task."""
+    the target) and trains nothing; the tables gain the target's columns, and the BBC tasks'
+    (the runs were scored without them, `--tasks` alone)."""
     out, argv = run
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
@@ -128,17 +127,19 @@ def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, 
     # the free arm's two methods only, to keep the test short: the other runs stay as they were
     argv = [copy if a == str(out) else a for a in argv] + ["--arms", "free", "--no_null",
                                                            "--junk", "--dup"]
-    assert main([*map(str, argv), "--outside", str(target), "--tasks"]) == 0  # and no tasks
+    argv = [*map(str, argv[:argv.index("--tasks")]), *map(str, argv[argv.index("--tasks") + 1:])]
+    assert main([*argv, "--outside", str(target)]) == 0  # the default tasks this time
     assert {p: p.stat().st_mtime_ns for p in trained} == trained
     scores = {p.stem: json.loads(p.read_text()) for p in (copy / "eval").glob("*.json")}
     again = {f"{m}.seed{s}" for m in ("random", "quality-topk") for s in (0, 1)}
     assert all(set(scores[k]["outside"]) == {"folder", "bpb", "bpb_ema"}
-               and "results" not in scores[k] for k in again)
-    assert not any("outside" in v for k, v in scores.items() if k not in again)
+               and set(scores[k]["results"]) == {"bbc_cloze", "bbc_headline"} for k in again)
+    assert not any("outside" in v or "results" in v for k, v in scores.items() if k not in again)
     table = json.loads((copy / "tables" / "table2.json").read_text())
-    assert {"bpb outside macro (EMA)", "bpb outside other-books"} <= set(table["power"])
+    assert {"bpb outside macro (EMA)", "bpb outside other-books", "BBC-Cloze"} <= set(
+        table["power"])
     (target / "outside.json").unlink()
-    assert main([*map(str, argv), "--outside", str(target)]) != 0  # not a built target: refused
+    assert main([*argv, "--outside", str(target)]) != 0  # not a built target: refused
 
 
 def arms_reading(out, method: str) -> str:
@@ -185,7 +186,7 @@ def test_drawn_methods_select_again_with_the_next_seeds_and_random_draws_replace
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prepared,  # noqa: F811
+def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prepared,
                                                                        tmp_path):
     out = tmp_path / "killed"
     argv = ["--pool", str(pool[0]), "--output", str(out), "--methods", "random", "--arms", "free",
@@ -217,7 +218,7 @@ def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prep
     assert (out / "eval" / "random.seed0.json").is_file()
 
 
-def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):  # noqa: F811
+def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):
     out = tmp_path / "bad"
     for setting, message in (("bogus=1", "--set bogus: not a model or train setting"),
                              ("max_steps", "--set max_steps: expected KEY=VALUE")):
@@ -227,7 +228,7 @@ def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):
         assert not (out / "select").exists()
 
 
-def test_the_proxy_probe_predicts_a_runs_seconds_from_a_short_run(pool, prepared,  # noqa: F811
+def test_the_proxy_probe_predicts_a_runs_seconds_from_a_short_run(pool, prepared,
                                                                   tmp_path):
     from reproduce.experiments import proxy
 

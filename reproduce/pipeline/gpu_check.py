@@ -295,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cuda", help="the GPU (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=20,
                         help="timed learner steps per device (default: %(default)s)")
+    parser.add_argument("--rows", type=int, default=2000,
+                        help="rows of the synthetic set every part runs on (default: %(default)s)")
     parser.add_argument("--output", help="also write the records to this JSON file")
     return parser
 
@@ -310,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     print(f"gpu-check: torch {torch.__version__}, "
           f"{torch.cuda.get_device_name(gpu) if gpu else 'no CUDA device: CPU parts only'}")
-    records = run_checks(gpu, args.repeats)
+    records = run_checks(gpu, args.repeats, args.rows)
     for record in records:
         details = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("part", "status"))
         print(f"{record['status']:>24}  {record['part']}  {details}")
