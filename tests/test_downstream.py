@@ -127,7 +127,7 @@ def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, 
     # the free arm's two methods only, to keep the test short: the other runs stay as they were
     argv = [copy if a == str(out) else a for a in argv] + ["--arms", "free", "--no_null",
                                                            "--junk", "--dup"]
-    argv = [*map(str, argv[:argv.index("--tasks")]), *map(str, argv[argv.index("--tasks") + 1:])]
+    argv = [str(a) for a in argv if a != "--tasks"]
     assert main([*argv, "--outside", str(target)]) == 0  # the default tasks this time
     assert {p: p.stat().st_mtime_ns for p in trained} == trained
     scores = {p.stem: json.loads(p.read_text()) for p in (copy / "eval").glob("*.json")}

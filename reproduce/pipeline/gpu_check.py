@@ -53,10 +53,9 @@ from datamask.objectives import (
     TermScale,
     random_masks,
 )
+from datamask.report import Report
 from datamask.selectors import make_selector
 from datamask.examples.synthetic import synthetic_dataset
-
-from datamask.report import Report
 
 from .common import parse_method
 from .downstream import METHODS
@@ -152,8 +151,8 @@ def select_row(data, device: torch.device, label: str) -> np.ndarray:
 
 
 def select_rows(data, gpu: torch.device | None) -> list[dict]:
-    """One record per row: both devices write the budget; the GPU's joint objective on the
-    row's metric, scored on the CPU, is reported as a ratio to the CPU's (the devices draw
+    """One record per row: both devices write the budget; each selection's joint objective on
+    the row's metric, scored on the CPU, and their overlap are reported (the devices draw
     different streams, so the selections need not be equal)."""
     report = Report(data, SELECT_RATIO, lamb=0.5)
     records = []
