@@ -284,14 +284,14 @@ scale-facility: install
 # select's defaults on a GPU (reproduce/results/timing-gpu/defaults/): each metric against its
 # greedies, everything on cuda, greedy budget 20 s; Facility's learner to 20,000 rows
 GPU_DEFAULTS_DIR = $(EXP_DIR)/timing-gpu-defaults
-GPU_DEFAULTS := --device cuda $(SCALE_STOP) --budget_s 20
+GPU_DEFAULTS := --device cuda --budget_s 20
 .PHONY: timing-gpu-defaults
 timing-gpu-defaults: install
-	$(EXP).timing --sizes 1000 2000 20000 100000 --metrics DiSF $(GPU_DEFAULTS) --probes 64 \
-		--init greedy --stall_on checks --output $(GPU_DEFAULTS_DIR)/disf
-	$(EXP).timing --sizes 1000 2000 5000 20000 100000 --metrics Pair_simi $(GPU_DEFAULTS) \
-		--init greedy --output $(GPU_DEFAULTS_DIR)/pair_simi
-	$(EXP).timing --sizes 1000 2000 5000 20000 --metrics Facility $(GPU_DEFAULTS) \
+	$(EXP).timing --sizes 1000 2000 20000 100000 $(DISF_SCALE) $(GPU_DEFAULTS) \
+		--output $(GPU_DEFAULTS_DIR)/disf
+	$(EXP).timing --sizes 1000 2000 5000 20000 100000 --metrics Pair_simi $(SCALE_STOP) \
+		$(GPU_DEFAULTS) --init greedy --output $(GPU_DEFAULTS_DIR)/pair_simi
+	$(EXP).timing --sizes 1000 2000 5000 20000 --metrics Facility $(SCALE_STOP) $(GPU_DEFAULTS) \
 		--output $(GPU_DEFAULTS_DIR)/facility
 
 $(ABLATION_TARGETS): ablation-%: install

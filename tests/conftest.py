@@ -100,13 +100,13 @@ def write_rst(root, files: dict[str, str]) -> None:
 def units(tmp_path_factory):
     """Small real-text units of the four domains, read by the real readers from files in their
     packages' formats (Python's pydoc topics as reST and dictionary entries, BBC text as a novel)."""
+    from reproduce.pipeline.bbc import bbc_articles
+    from reproduce.pool import sources
+
     root = tmp_path_factory.mktemp("sources")
     write_rst(root / "docs", {name: topics[name] for name in TOPICS[:20]})
     write_foldoc(root / "reference", {name: "<python> " + topics[name][:1500] + " See {glossary}."
                                       for name in TOPICS[20:]})
-    from reproduce.pipeline.bbc import bbc_articles
-    from reproduce.pool import sources
-
     articles = bbc_articles()[1000:1050]
     lines = [line for a in articles for p in a["paragraphs"] for line in textwrap.wrap(p, 70) + [""]]
     write_janeaustenr(root / "books", {"novelone": lines[:len(lines) // 2],
@@ -126,7 +126,6 @@ def pool(tmp_path_factory, units):
                          units=units)
     table = pa.concat_tables([pq.read_table(p) for p in sorted((out / "fineweb").glob("*.parquet"))])
     return out, summary, table.to_pylist()
-
 
 
 @pytest.fixture(scope="session")

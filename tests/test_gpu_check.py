@@ -35,7 +35,7 @@ def test_every_comparison_passes_with_the_cpu_standing_in_for_the_gpu():
         assert parts[part]["status"] == "pass", parts[part]
     assert parts["learner cpu vs gpu selection"]["overlap"] == 1.0  # same device, same stream
     assert parts["learner step time"]["gpu_median_s"] > 0
-    for label in gpu_check.SELECT_ROWS:  # each row of the downstream experiment, run to its end
+    for label in gpu_check.SELECT_ROWS:  # each learner row of the downstream experiment
         record = parts[f"select {label}"]
         assert record["overlap"] == 1.0 and record["gpu_objective"] == record["cpu_objective"]
 

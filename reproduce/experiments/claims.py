@@ -326,6 +326,14 @@ def figure_only(root: str, folder: str, figure: str, note: str) -> Finding:
     return Finding("figure only", "not tested", [f"- {note}"])
 
 
+def arms_lines(root: str, run: str) -> list[str]:
+    """The run's arms.md below its title (each method in both arms), or nothing."""
+    arms_md = Path(root, run, "arms.md")
+    if not arms_md.exists():
+        return []
+    return arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
+
+
 def table2_gain(root: str, run: str, first: str) -> Finding:
     """Both arms of the calibrated proxy's run, then the first proxy's verdict by the same rule."""
     arms = {arm: table_json(root, run, folder, "table2.json")
@@ -339,9 +347,7 @@ def table2_gain(root: str, run: str, first: str) -> Finding:
                 for m, v in verdict["vs_random"].items() if m.startswith("datamask-")}
         here.append(f"{arm}: " + ", ".join(f"{m} {v}" for m, v in ours.items()))
         outcomes += [o["outcome"] for o in verdict["ordering"].values()]
-    arms_md = Path(root, run, "arms.md")
-    if arms_md.exists():
-        lines += arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
+    lines += arms_lines(root, run)
     point_c = table_json(root, first, "table2.json")
     if point_c:
         lines += [f"The first proxy (`{first}/`, a larger model at fewer tokens, before "
@@ -393,9 +399,7 @@ def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: s
         if table:  # each method's outcome is in arms.md's table below
             lines += [f"{arm.capitalize()} arm:", "", *(
                 f"- {line}" for line in table["verdict"]["lines"] if shown(line, arm)), ""]
-    arms_md = Path(root, run, "arms.md")
-    if arms_md.exists():
-        lines += arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
+    lines += arms_lines(root, run)
     before = table_json(root, earlier, "tables", "table2.json")
     if before:
         ours = ", ".join(f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
