@@ -3,13 +3,12 @@ puts this folder on the path)."""
 
 import os
 
-# One torch thread in the suite and in every process it starts: its tensors are small, so a second
-# thread only adds synchronisation, and tests that start two workers would put four threads on a
-# 2-core machine. Set before anything imports torch. numba (imported by apricot) resets the
-# process's OpenMP thread count to its own setting, one per core unless told otherwise.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+# One torch thread in the suite and in every process it starts, whatever the shell sets: its
+# tensors are small, so a second thread only adds synchronisation, and tests that start two
+# workers would put four threads on a 2-core machine. Set before anything imports torch. numba
+# (imported by apricot) resets the process's OpenMP thread count to its own setting, one per core
+# unless told otherwise.
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
 
 import gzip
 import struct

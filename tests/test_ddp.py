@@ -48,7 +48,7 @@ def run_train(root: Path, name: str, nproc: int, *extra: str) -> dict:
     command = launcher + ["-m", "reproduce", "train", "--tokens", str(root / "tokens"),
                           "--tokenizer", str(root / "tokenizer.json"),
                           "--output", str(root / name)] + STEPS + list(extra)
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
     done = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

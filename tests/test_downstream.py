@@ -196,8 +196,7 @@ def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prep
             *[a for s in TINY[:-2] for a in ("--set", s)]]
     command = [sys.executable, "-m", "reproduce.pipeline.downstream", *argv]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**os.environ,
-                                                               "OMP_NUM_THREADS": "1"})
+                               stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 300
         while not (out / "logs" / "random.seed0.log").is_file():  # training has started

@@ -17,7 +17,6 @@ from conftest import gaussian_data, write_shard
 DATAMASK = str(Path(sys.executable).with_name("datamask"))
 # 1.5 s (idle core) to 3 s a block: long enough to be killed mid-run
 SLOW_LEARNER = "datamask:n_epochs=6000,stop_every=0,n_rollout=8,device=cpu"
-ENVIRONMENT = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def session_processes(session: int) -> list[str]:
@@ -54,8 +53,7 @@ def test_kill_9_of_select_leaves_no_process_and_the_rerun_completes(tmp_path):
                 id=pa.array([f"doc-{i}" for i in range(len(data))]))
     output = tmp_path / "killed"
     process = subprocess.Popen(select_command(prepared, output), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env=ENVIRONMENT)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     logs = output / "logs" / "blocks" / "logs"
     try:
         deadline = time.monotonic() + 120
@@ -79,8 +77,7 @@ def test_kill_9_of_select_leaves_no_process_and_the_rerun_completes(tmp_path):
     for folder in (output, tmp_path / "whole"):
         with open(tmp_path / f"{folder.name}.log", "w") as log:
             runs[log.name] = subprocess.Popen(select_command(prepared, folder),
-                                              stdout=subprocess.DEVNULL, stderr=log,
-                                              env=ENVIRONMENT)
+                                              stdout=subprocess.DEVNULL, stderr=log)
     for log, done in runs.items():
         assert done.wait(timeout=300) == 0, Path(log).read_text()[-2000:]
     assert pq.read_table(output / "selection.parquet").equals(
