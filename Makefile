@@ -321,6 +321,14 @@ ablation-variants: $(VARIANT_TARGETS) ablation-stop
 
 ablations: $(ABLATION_TARGETS) ablation-direct ablation-variants
 
+# The clusters datamask select covers at its defaults (reproduce/results/clusters/): DiSF at
+# lamb 0 and 0.5, seeds 0-9, 20,000 synthetic rows x 384-d in 64 clusters (about 15 minutes on
+# 2 cores); CLUSTERS_FLAGS adds metrics or changes the rows (`--metrics DiSF Pair_simi Facility`)
+CLUSTERS_FLAGS ?=
+.PHONY: clusters
+clusters: install
+	$(EXP).clusters $(CLUSTERS_FLAGS) --output $(EXP_DIR)/clusters
+
 # from the committed results (EXP_DIR=reproduce/results) it also rewrites the front page's headline
 findings: install
 	$(EXP).findings --results $(EXP_DIR) $(if $(filter reproduce/results,$(EXP_DIR)),--readme README.md)

@@ -148,11 +148,12 @@ def command_parsers():
     """(name, parser) of every experiment's, benchmark's and pipeline stage's command line."""
     from reproduce import cli
     from reproduce.bench import baselines, chunks, defaults, objectives, soak
-    from reproduce.experiments import direct, findings, proxy, sweep, timing
+    from reproduce.experiments import clusters, direct, findings, proxy, sweep, timing
     from reproduce.pipeline import gpu_check
 
     modules = {"experiments.sweep": sweep, "experiments.timing": timing,
                "experiments.direct": direct, "experiments.proxy": proxy,
+               "experiments.clusters": clusters,
                "experiments.findings": findings,
                "bench.baselines": baselines, "bench.chunks": chunks,
                "bench.objectives": objectives, "bench.soak": soak, "bench.defaults": defaults,

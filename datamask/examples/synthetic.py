@@ -16,6 +16,13 @@ from ..errors import UserError
 def synthetic_dataset(n_rows: int = 3000, dim: int = 64, n_clusters: int = 24,
                       cluster_spread: float = 0.35, seed: int = 0) -> Dataset:
     """`n_rows` rows of `dim` floats in `n_clusters` clusters (flags of `datamask synth`)."""
+    return synthetic_clusters(n_rows, dim, n_clusters, cluster_spread, seed)[0]
+
+
+def synthetic_clusters(n_rows: int = 3000, dim: int = 64, n_clusters: int = 24,
+                       cluster_spread: float = 0.35, seed: int = 0) -> tuple[Dataset, np.ndarray]:
+    """`synthetic_dataset`'s rows and each row's cluster (0 .. n_clusters - 1), which tells how
+    many clusters a selection covers (a real corpus has no such labels)."""
     for flag, value in (("--rows", n_rows), ("--dim", dim), ("--clusters", n_clusters)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise UserError(f"{flag} must be a whole number of at least 1, got {value!r}")
@@ -35,4 +42,4 @@ def synthetic_dataset(n_rows: int = 3000, dim: int = 64, n_clusters: int = 24,
     quality = np.clip(level[cluster] + 0.4 * rng.standard_normal(n_rows), 0.0, 5.0)
 
     ids = rng.choice(np.arange(10 * n_rows, dtype=np.int64) + 1000, size=n_rows, replace=False)
-    return Dataset(ids=ids, quality=quality.astype(np.float32), features=features)
+    return Dataset(ids=ids, quality=quality.astype(np.float32), features=features), cluster

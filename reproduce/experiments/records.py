@@ -290,7 +290,32 @@ class DirectResult(ExperimentResult):
     best: dict[str, str]
 
 
-Result = TimingResult | SweepResult | DirectResult
+# ---------------------------------------------------------------- clusters
+
+@dataclass
+class ClusterRun(Record):
+    """One `datamask select` run at its defaults: the diversity metric's value of its selection
+    on all rows, its mean quality, and the synthetic clusters it covers."""
+    metric: str
+    lamb: float
+    seed: int
+    wall_s: float
+    steps: int
+    written_step: int | None
+    diversity: float
+    quality: float
+    clusters: int
+    largest_share: float
+
+
+@dataclass
+class ClustersResult(ExperimentResult):
+    """`random`: the same columns for uniformly random selections (one per seed), the yardstick."""
+    runs: list[ClusterRun]
+    random: list[ClusterRun]
+
+
+Result = TimingResult | SweepResult | DirectResult | ClustersResult
 
 
 def result_type(experiment: str) -> type:
@@ -298,6 +323,8 @@ def result_type(experiment: str) -> type:
         return TimingResult
     if experiment == "ablation-direct":
         return DirectResult
+    if experiment == "clusters":
+        return ClustersResult
     if experiment.startswith("ablation-"):
         return SweepResult
     raise UserError(f"unknown experiment {experiment!r}")
