@@ -15,8 +15,8 @@ Uniformly random selections, one per seed, are the yardstick.
 `clusters.json` schema (records.ClustersResult): experiment ("clusters"), machine, config (the
 flags), runs (one ClusterRun per metric, lamb and seed: wall_s, the steps run, the step whose
 selection was written, the metric's value `diversity`, mean `quality`, `clusters`,
-`largest_share`), random (the same columns, one per seed, metric and lamb left as the first run's
-)."""
+`largest_share`), random (the same columns for one uniformly random selection per seed, scored
+by each metric; lamb 0, no steps)."""
 
 from __future__ import annotations
 

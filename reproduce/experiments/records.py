@@ -310,7 +310,8 @@ class ClusterRun(Record):
 
 @dataclass
 class ClustersResult(ExperimentResult):
-    """`random`: the same columns for uniformly random selections (one per seed), the yardstick."""
+    """`random`: the same columns for uniformly random selections (one per seed and metric), the
+    yardstick."""
     runs: list[ClusterRun]
     random: list[ClusterRun]
 
