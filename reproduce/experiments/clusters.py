@@ -101,16 +101,16 @@ def markdown(result: ClustersResult) -> str:
              "a selected row; `largest`: the largest cluster's share of the selection.", "",
              "| metric | lamb | selections | diversity min / median / max | clusters min / median "
              "/ max | in one cluster | mean quality |", "|---|---:|---:|---|---|---:|---:|"]
-    groups = [("random", None, [r for r in result.random if r.metric == m]) for m in c["metrics"]]
-    groups = [(m, lamb, [r for r in result.runs if (r.metric, r.lamb) == (m, lamb)])
-              for m in c["metrics"] for lamb in c["lambs"]] + groups
-    for name, lamb, runs in groups:
+    selects = [(m, f"{lamb:g}", [r for r in result.runs if (r.metric, r.lamb) == (m, lamb)])
+               for m in c["metrics"] for lamb in c["lambs"]]
+    randoms = [(f"random ({m})", "", [r for r in result.random if r.metric == m])
+               for m in c["metrics"]]
+    for label, lamb, runs in selects + randoms:
         if not runs:
             continue
         div = np.array([r.diversity for r in runs])
         clusters = np.array([r.clusters for r in runs])
-        label = name if lamb is not None else f"random ({runs[0].metric})"
-        lines.append(f"| {label} | {'' if lamb is None else f'{lamb:g}'} | {len(runs)} | "
+        lines.append(f"| {label} | {lamb} | {len(runs)} | "
                      f"{div.min():.4g} / {np.median(div):.4g} / {div.max():.4g} | "
                      f"{clusters.min()} / {np.median(clusters):g} / {clusters.max()} | "
                      f"{int((clusters == 1).sum())} | "
