@@ -338,6 +338,21 @@ def bound_sentence(b: dict) -> str:
             f"byte{harm}.")
 
 
+def bound_cell(b: dict) -> str:
+    """bound_sentence in a table cell: the gain over random (positive is better) and, where
+    unresolved, the largest gain the interval allows and its junk dose."""
+    if b["most"] is None:
+        return "no interval"
+    gain = f"{b['gain']:+.4f} [{b['interval'][0]:+.4f}, {b['interval'][1]:+.4f}]"
+    if b["resolved_better"]:
+        return f"{gain} **better**"
+    if b["most"] <= 0:
+        return f"{gain} **worse**"
+    harm = (f", junk at dose {b['junk_dose']:.2f}" if b["junk_dose"] is not None
+            else ", above the largest junk dose's harm" if b["junk_beyond"] else "")
+    return f"below {b['most']:.4f}{harm}"
+
+
 def calibration_lines(table: dict, per_seed: dict, reference: str, primary: str,
                       lines: list[str]) -> dict:
     """RULE_CALIBRATION applied: the null's outcome and each series' smallest resolved dose,

@@ -214,13 +214,23 @@ def test_the_run_summary_and_the_forest_read_the_drawn_verdict_on_every_primary(
     assert lines[0].startswith("# Verdict on P and Q:") and "P1: P; P2: Q" in lines
     assert "| method | free arm P1 | stratified arm P1 | free arm P2 | stratified arm P2 | " \
            "the difference is |" in lines
-    rows = [line for line in lines if line.startswith("| ") and "method" not in line]
+    start = lines.index(next(line for line in lines if line.startswith("| method |")))
+    rows = lines[start + 2:lines.index("", start)]
     assert [r.split(" | ")[0][2:] for r in rows] == ["datamask-paper", "datamask-Pair_simi",
                                                    "greedy-start"]
     assert rows[1].count("**better**") == 4 and rows[1].endswith(
         "| P1 choice within domains; P2 choice within domains |")
-    assert "The paper's claim, datamask-paper, on P" in text.replace("\n  ", " ")
-    assert "[stratified arm] What the policy gradient adds, datamask-Pair_simi@strat" in \
-        text.replace("\n  ", " ")
+    # the calibration and the claim as tables, one row per primary (and arm): one screen
+    assert len(lines) <= 40
+    assert "| P1 | 0 of 10 / 0 of 10 | yes | junk 0.1 |" in text
+    assert "| primary | what | datamask-paper | datamask-Pair_simi |" in lines
+    claim = next(line for line in lines if line.startswith("| P2 | the paper's claim"))
+    paper, pair_simi = claim.strip("| ").split(" | ")[2:]
+    assert paper.startswith("below ") and ", junk at dose 0.0" in paper
+    assert pair_simi.endswith("**better**")
+    gradient = [line for line in lines if "what the policy gradient adds" in line]
+    assert [line.split(" | ")[1].rsplit(", ", 1)[1] for line in gradient] == [
+        "free arm", "stratified arm"] * 2
+    assert all(line.endswith("**better** |") for line in gradient)
     assert [row["method"] for row in forest_rows({"free": free, "stratified": stratified})] == [
         "datamask-paper", "datamask-Pair_simi", "greedy-start"]

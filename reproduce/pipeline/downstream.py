@@ -49,7 +49,7 @@ from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
 from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
 from eval.draws import draw_label
-from eval.verdict import PRIMARY
+from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
 
 from .common import parse_sets
 
@@ -389,9 +389,9 @@ def verdict_summary(output: Path) -> str:
     """The run's verdict on one screen, the last thing it prints (and verdict.md): the
     calibration, each method against random in each arm and on each primary with arms.md's
     reading (mix or choice within domains), the paper's ordering or its claim as a bound, what
-    the policy gradient adds, and where the full tables and figures are."""
-    from eval.tables import difference_cell
-
+    the policy gradient adds, and where the full tables and figures are. Where random was drawn
+    several times the calibration and the claim are tables, one row per primary, so that two
+    primaries still fit one screen; the sentences are in the tables' own verdicts."""
     tables = arm_tables(output)
     if not tables:
         return ""
@@ -403,22 +403,83 @@ def verdict_summary(output: Path) -> str:
     lines = [f"# Verdict on {' and '.join(primaries)}: method - random on the same {seeds} "
              "training seeds" + (", over every selection draw of each" if drawn else "")
              + ", mean ± 95% CI", ""]
-    said = {}  # each power or calibration line once, with the first arm that states it
-    for arm, table in tables.items():
-        for line in table["verdict"]["lines"]:
-            if line.startswith(("Power:", "Calibration:")):
-                said.setdefault(line, arm)
-    lines += [bullet(line if arm == "free" else f"[{arm} arm] {line}")
-              for line, arm in said.items()]
-    free, stratified = tables.get("free"), tables.get("stratified")
     short = {p: f"P{i + 1}" for i, p in enumerate(primaries)} if len(primaries) > 1 else \
         {primaries[0]: ""}
     if len(primaries) > 1:
-        lines += ["", "; ".join(f"{name}: {p}" for p, name in short.items())]
+        lines += ["; ".join(f"{name}: {p}" for p, name in short.items()), ""]
+    if drawn:
+        lines += [*drawn_calibration_table(tables, primaries, short), ""]
+    else:
+        said = {}  # each power or calibration line once, with the first arm that states it
+        for arm, table in tables.items():
+            for line in table["verdict"]["lines"]:
+                if line.startswith(("Power:", "Calibration:")):
+                    said.setdefault(line, arm)
+        lines += [bullet(line if arm == "free" else f"[{arm} arm] {line}")
+                  for line, arm in said.items()] + [""]
+    lines += methods_table(tables, primaries, short)
+    if drawn:
+        lines += ["", *claim_table(tables, primaries, short)]
+    ordering = [bullet(f"The paper's ordering (a datamask variant better than every other "
+                       f"selection), {arm} arm: " + ", ".join(
+                           f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
+                           for v, o in table["verdict"]["ordering"].items()) + ".")
+                for arm, table in tables.items() if table["verdict"]["ordering"]]
+    lines += [""] + ordering if ordering else []
+    where = {output / TABLES[arm] / "table2.md": f"the {arm} arm's full tables"
+             + (" with the calibration rows" if arm == "free" else "") for arm in tables}
+    where |= {output / "figures" / "forest.png": "each selection against random, per arm",
+              output / "figures" / "dose-response.png": "the junk and dup doses",
+              output / "arms.md": "each method in both arms",
+              output / "downstream.json": "every run's settings, tokens and seconds"}
+    lines += ["", "Every metric (bits per byte per domain, any multiple-choice task), SNR, planted "
+              "rows kept, costs and the rule:"]
+    lines += [f"- {path}: {what}" for path, what in where.items() if path.is_file()]
+    text = "\n".join(lines) + "\n"
+    with atomic_output(output / "verdict.md") as tmp:
+        Path(tmp).write_text(text)
+    return text
+
+
+def drawn_calibration_table(tables: dict[str, dict], primaries: list[str],
+                            short: dict[str, str]) -> list[str]:
+    """One row per primary: the null's false positives over random's pairs of draws in each
+    arm, eligibility and the smallest resolved doses (the free arm's, which calibrate both),
+    the SNR and the minimum detectable difference."""
+    arms = " / ".join(tables)
+    lines = [f"| primary | the null: pairs of random's draws resolved ({arms}) | eligible | "
+             "smallest resolved dose | SNR | minimum detectable difference (80% power) |",
+             "|---|---|---|---|---|---|"]
+    for primary in primaries:
+        mine = {arm: t["verdict"]["by_primary"].get(primary, {}).get("calibration")
+                for arm, t in tables.items()}
+        c = mine.get("free") or next(iter(mine.values()))
+        if c is None:
+            lines.append(f"| {short[primary] or primary} | not judged: no such column |  |  | "
+                         "|  |")
+            continue
+        pairs = " / ".join(f"{fp['resolved']} of {fp['pairs']}" for fp in (
+            m.get("own_false_positives", m["false_positives"]) for m in mine.values() if m))
+        doses = ", ".join(f"{series} {dose:g}" if dose is not None else f"{series} none"
+                          for series, dose in c["smallest_resolved"].items())
+        snr = f"{c['snr']:.2f}" if c["snr"] is not None else "-"
+        mde = f"{c['minimum_detectable']:.4f}" if c["minimum_detectable"] is not None else "-"
+        lines.append(f"| {short[primary] or primary} | {pairs} | "
+                     f"{'yes' if c['eligible'] else '**no**: decides nothing'} | {doses or '-'} "
+                     f"| {snr} | {mde} |")
+    return lines
+
+
+def methods_table(tables: dict[str, dict], primaries: list[str],
+                  short: dict[str, str]) -> list[str]:
+    """Each method against random in each arm and on each primary, with arms.md's reading."""
+    from eval.tables import difference_cell
+
+    free, stratified = tables.get("free"), tables.get("stratified")
     heads = [f"{arm} arm" + (f" {short[p]}" if short[p] else "") for p in primaries
              for arm in tables]
-    lines += ["", "| method | " + " | ".join(heads) + " | the difference is |",
-              "|---" * (len(heads) + 2) + "|"]
+    lines = ["| method | " + " | ".join(heads) + " | the difference is |",
+             "|---" * (len(heads) + 2) + "|"]
     for method in outcomes(free or stratified, primaries[0]):
         method = method.removesuffix(STRATIFIED)
         cells = []
@@ -434,28 +495,33 @@ def verdict_summary(output: Path) -> str:
             if reading:
                 readings.append(f"{short[primary]} {reading}".strip())
         lines.append(f"| {method} | {' | '.join(cells)} | {'; '.join(readings)} |")
-    ordering = [bullet(f"The paper's ordering (a datamask variant better than every other "
-                       f"selection), {arm} arm: " + ", ".join(
-                           f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
-                           for v, o in table["verdict"]["ordering"].items()) + ".")
-                for arm, table in tables.items() if table["verdict"]["ordering"]]
-    claims = [bullet(line if arm == "free" else f"[{arm} arm] {line}")
-              for arm, table in tables.items() for line in table["verdict"]["lines"]
-              if line.startswith(("The paper's claim", "What the policy gradient adds"))]
-    lines += [""] + ordering + claims if ordering or claims else []
-    where = {output / TABLES[arm] / "table2.md": f"the {arm} arm's full tables"
-             + (" with the calibration rows" if arm == "free" else "") for arm in tables}
-    where |= {output / "figures" / "forest.png": "each selection against random, per arm",
-              output / "figures" / "dose-response.png": "the junk and dup doses",
-              output / "arms.md": "each method in both arms",
-              output / "downstream.json": "every run's settings, tokens and seconds"}
-    lines += ["", "Every metric (bits per byte per domain, any multiple-choice task), SNR, planted "
-              "rows kept, costs and the rule:"]
-    lines += [f"- {path}: {what}" for path, what in where.items() if path.is_file()]
-    text = "\n".join(lines) + "\n"
-    with atomic_output(output / "verdict.md") as tmp:
-        Path(tmp).write_text(text)
-    return text
+    return lines
+
+
+def claim_table(tables: dict[str, dict], primaries: list[str], short: dict[str, str]) -> list[str]:
+    """The paper's claim as a bound (the free arm's gain over random, positive is better) and
+    what the policy gradient adds (method - greedy-start in each arm), per primary."""
+    from eval.tables import difference_cell
+
+    lines = ["| primary | what | " + " | ".join(BOUNDED) + " |", "|---" * (len(BOUNDED) + 2) + "|"]
+    for primary in primaries:
+        name = short[primary] or primary
+        free = tables.get("free", {}).get("verdict", {}).get("by_primary", {}).get(primary)
+        if free:
+            eligible = free["calibration"]["eligible"]
+            cells = [bound_cell(free["bounds"][m]) if m in free["bounds"] else
+                     "not eligible" if not eligible else "not run" for m in BOUNDED]
+            lines.append(f"| {name} | the paper's claim: gain over random, free arm | "
+                         + " | ".join(cells) + " |")
+        for arm, t in tables.items():
+            judged = t["verdict"]["by_primary"].get(primary)
+            gradient = judged["policy_gradient"] if judged else {}
+            if gradient:
+                cells = [difference_cell(gradient[m]["difference"], primary, False)
+                         if m in gradient else "not run" for m in BOUNDED]
+                lines.append(f"| {name} | what the policy gradient adds: method - "
+                             f"{GREEDY_START}, {arm} arm | " + " | ".join(cells) + " |")
+    return lines
 
 
 def bullet(line: str) -> str:
