@@ -455,8 +455,8 @@ def drawn_calibration_table(tables: dict[str, dict], primaries: list[str],
                 for arm, t in tables.items()}
         c = mine.get("free") or next(iter(mine.values()))
         if c is None:
-            lines.append(f"| {short[primary] or primary} | not judged: no such column |  |  | "
-                         "|  |")
+            lines.append(f"| {short[primary] or primary} | not judged: no such column | - | - | - "
+                         "| - |")
             continue
         pairs = " / ".join(f"{fp['resolved']} of {fp['pairs']}" for fp in (
             m.get("own_false_positives", m["false_positives"]) for m in mine.values() if m))
