@@ -506,7 +506,7 @@ def claim_table(tables: dict[str, dict], primaries: list[str], short: dict[str, 
     lines = ["| primary | what | " + " | ".join(BOUNDED) + " |", "|---" * (len(BOUNDED) + 2) + "|"]
     for primary in primaries:
         name = short[primary] or primary
-        free = tables.get("free", {}).get("verdict", {}).get("by_primary", {}).get(primary)
+        free = tables["free"]["verdict"]["by_primary"].get(primary) if "free" in tables else None
         if free:
             eligible = free["calibration"]["eligible"]
             cells = [bound_cell(free["bounds"][m]) if m in free["bounds"] else
