@@ -98,8 +98,9 @@ pool: install
 # configs/downstream-v512.yaml, 4 epochs of random's selection for every run; two primaries, the
 # EMA's macro bits per byte on the pool's held-out domains and on the text outside the pool
 # (`make outside`); tables per arm, arms.md, verdict and figures under $(DS_DIR). 50 selections
-# x 3 seeds, about 235 s a run two side by side (about 10 h); an interrupted run resumes where it
-# stopped. The second design (downstream/V512-d64): DS_FLAGS as its README gives them.
+# x 3 seeds, about 424 s a run two side by side (about 11 h on 2 cores); an interrupted run
+# resumes where it stopped. The second design (downstream/V512-d64): DS_FLAGS as its README
+# gives them.
 DS_DIR ?= runs/downstream
 DS_SEEDS ?= 0 1 2
 DS_JOBS ?= 2
