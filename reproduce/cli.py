@@ -1,6 +1,7 @@
 """`datamask-pipeline STAGE ...` (or `python -m reproduce STAGE`): one subcommand per pipeline
-stage, each reading the files the stage before wrote. `add_pipeline_commands` hangs the same
-stages under `datamask pipeline` (registered under the `datamask.commands` entry points)."""
+stage, each reading the files the stage before wrote; stages joined by a lone `+` (`train ... +
+evaluate ...`) run in turn in one process. `add_pipeline_commands` hangs the same stages under
+`datamask pipeline` (registered under the `datamask.commands` entry points)."""
 
 from __future__ import annotations
 
@@ -272,8 +273,33 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+STAGE_SEPARATOR = "+"  # `train ... + evaluate ...`: several stages in one process
+
+
+def chain_stages(stages: list[list[str]]) -> list[str]:
+    """One command line that runs each stage's arguments in turn in one process."""
+    return [arg for i, stage in enumerate(stages) for arg in [STAGE_SEPARATOR] * bool(i) + stage]
+
+
+def split_stages(argv: list[str]) -> list[list[str]]:
+    stages = [[]]
+    for arg in argv:
+        if arg == STAGE_SEPARATOR:
+            stages.append([])
+        else:
+            stages[-1].append(arg)
+    return stages
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The `datamask-pipeline` console script (prog None: its own name)."""
+    """The `datamask-pipeline` console script (prog None: its own name). Stages separated by a
+    lone `+` run one after the other in this process, and stop at the first that fails: the
+    downstream run trains and scores each checkpoint so, importing torch and transformers once."""
     from datamask.cli import run_command
 
-    return run_command(build_parser(prog), argv, "reproduce")
+    parser = build_parser(prog)
+    for stage in split_stages(sys.argv[1:] if argv is None else argv):
+        code = run_command(parser, stage, "reproduce")
+        if code:
+            return code
+    return 0

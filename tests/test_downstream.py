@@ -18,7 +18,7 @@ from test_orphans import session_processes
 
 from datamask.errors import UserError
 from reproduce.pipeline.downstream import (METHODS, STRATIFIED, epoch_steps, main, parse_draws,
-                                           parse_methods, plan_runs)
+                                           parse_methods, plan_runs, python)
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
         "num_attention_heads=2", "num_key_value_heads=2", "seq_len=32", "batch_size=4",
@@ -140,6 +140,20 @@ def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, 
         table["power"])
     (target / "outside.json").unlink()
     assert main([*argv, "--outside", str(target)]) != 0  # not a built target: refused
+
+
+def test_a_run_scored_in_its_training_process_scores_as_evaluate_alone(run, tmp_path):
+    """Each run trains and is scored in one process (`train ... + evaluate ...`); `evaluate`
+    alone on the same checkpoint writes the same bits per byte."""
+    out, _ = run
+    pool_dir = run[1][run[1].index("--pool") + 1]
+    python("reproduce", "evaluate", "--checkpoints", str(out / "train" / "random" / "seed0"),
+           "--heldout", f"{pool_dir}/heldout", "--heldout_docs", "2", "--output", str(tmp_path))
+    alone = json.loads((tmp_path / "random.seed0.json").read_text())
+    chained = json.loads((out / "eval" / "random.seed0.json").read_text())
+    scores = {k for k in chained if k.startswith("bpb")}
+    assert scores >= {"bpb", "bpb_ema", "bpb_last"}
+    assert {k: alone[k] for k in scores} == {k: chained[k] for k in scores}
 
 
 def arms_reading(out, method: str) -> str:

@@ -279,6 +279,19 @@ def test_cli_errors_name_the_flag(tmp_path, capsys, prepared):
     assert code == 2 and "max_stepz" in capsys.readouterr().err
 
 
+def test_stages_joined_by_plus_run_in_one_process_in_order_and_stop_at_the_first_failure(
+        tmp_path, capsys, prepared):
+    from datamask.selectors import selector_names
+
+    assert main(["methods", "+", "methods", "--demo"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:-1] == selector_names() and "random" in printed[-1].split()
+    code = main(["select", "--input", str(prepared[0]), "--output", str(tmp_path / "s"),
+                 "--method", "no-such-selector", "+", "methods"])
+    captured = capsys.readouterr()
+    assert code == 2 and "no-such-selector" in captured.err and captured.out == ""
+
+
 def write_fasttext_model(path, words, labels, input_vectors, output_vectors) -> None:
     """A supervised fastText model in fastText's own binary format (file version 12): softmax
     loss, no subwords or word n-grams, so a text's label probabilities are exactly softmax(output

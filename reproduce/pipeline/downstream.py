@@ -51,6 +51,7 @@ from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
 from eval.draws import draw_label
 from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
 
+from ..cli import chain_stages
 from .common import parse_sets
 
 # label -> selector spec: datamask with each diversity metric at select's defaults, the paper's
@@ -260,19 +261,22 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     def train_and_evaluate(label: str, seed: int) -> None:
         ckpt = output / "train" / label / f"seed{seed}"
         log = logs / f"{label}.seed{seed}.log"
+        stages = []
         if not (ckpt / "summary.json").is_file():
             overrides = [a for s in [f"seed={seed}", "threads=1", *sets] for a in ("--set", s)]
-            python("reproduce", "train", "--tokens", str(output / "tokens" / label),
-                   "--tokenizer", str(tokenizer), "--config", config, "--no_progress",
-                   "--output", str(ckpt), *overrides, log=log)
+            stages.append(["train", "--tokens", str(output / "tokens" / label), "--tokenizer",
+                           str(tokenizer), "--config", config, "--no_progress", "--output",
+                           str(ckpt), *overrides])
         scored = output / "eval" / f"{label}.seed{seed}.json"
         if not scored.is_file() or \
                 (outside is not None and "outside" not in json.loads(scored.read_text())):
             docs = ["--heldout_docs", str(heldout_docs)] if heldout_docs else []
             target = ["--outside", str(outside)] if outside is not None else []
-            python("reproduce", "evaluate", "--checkpoints", str(ckpt), "--tasks", *tasks,
-                   "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
-                   *target, *docs, "--output", str(output / "eval"), log=log)
+            stages.append(["evaluate", "--checkpoints", str(ckpt), "--tasks", *tasks,
+                           "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
+                           *target, *docs, "--output", str(output / "eval")])
+        if stages:  # one process: torch and transformers are imported once per run
+            python("reproduce", *chain_stages(stages), log=log)
         print(f"downstream: {label} seed {seed} trained and evaluated", flush=True)
 
     def train_all():
