@@ -329,7 +329,7 @@ def report_markdown(table: dict, costs: pd.DataFrame) -> str:
 def selection_noise_markdown(table: dict) -> str:
     """Where the reference was selected several times: per bits-per-byte metric, the spread
     between its draws, the null's false positives and the minimum detectable difference; then
-    each method against all its draws on the primary ('' with one draw)."""
+    each method against all its draws on every primary ('' with one draw)."""
     noise, reference = table.get("selection_noise"), table["reference"]
     if not noise:
         return ""
@@ -345,15 +345,19 @@ def selection_noise_markdown(table: dict) -> str:
           "by seeds alone": f"{n['null']['resolved_by_seeds']} of {n['null']['pairs']}",
           "minimum detectable": shown(n["minimum_detectable"], c)}
          for c, n in noise.items() if c.startswith("bpb")]))
-    primary = table["verdict"]["primary"]
-    if primary in noise:
-        higher = {c["name"]: c["higher_is_better"] for c in table["columns"]}[primary]
-        text += (f"\nEach method against {reference}'s draws on {primary} (the mean of its draws "
-                 f"minus theirs, mean ± 95% half-width with the draws' spread in it):\n\n")
+    verdict = table["verdict"]
+    primaries = [p for p in verdict.get("primaries", [verdict["primary"]]) if p in noise]
+    if primaries:
+        higher = {c["name"]: c["higher_is_better"] for c in table["columns"]}
+        text += (f"\nEach method against {reference}'s draws on {', '.join(primaries)} (the mean "
+                 f"of its draws minus theirs, mean ± 95% half-width with the draws' spread in "
+                 f"it):\n\n")
+        methods = noise[primaries[0]]["vs_reference"]
         text += markdown(pd.DataFrame(
             [{"method": m, "draws": d["draws"][0],
-              "difference": difference_cell(d, primary, higher)}
-             for m, d in noise[primary]["vs_reference"].items()]))
+              **{p: difference_cell(noise[p]["vs_reference"][m], p, higher[p])
+                 for p in primaries}}
+             for m, d in methods.items()]))
     return text
 
 

@@ -131,6 +131,23 @@ def drawn_table(reference: str = "random", doses: bool = True) -> dict:
     return table
 
 
+def test_the_methods_against_randoms_draws_are_tabled_on_every_primary():
+    """Two primaries: the table of each method against random's draws has a column per primary,
+    in the verdict's order, and each cell is that primary's difference."""
+    table = drawn_table(doses=False)
+    table["verdict"] = verdict(table, "random", primary=["Q", "P"])
+    text = selection_noise_markdown(table)
+    assert "draws on Q, P (the mean" in text
+    lines = text.splitlines()
+    assert "| method | draws | Q | P |" in lines
+    row = next(line for line in lines if line.startswith("| datamask-Pair_simi |")).split(" | ")
+    assert row[1] == "1"
+    q, p = (table["selection_noise"][m]["vs_reference"]["datamask-Pair_simi"]["mean"]
+            for m in ("Q", "P"))
+    assert float(row[2].split()[0]) == pytest.approx(q, abs=0.005) and q < -0.3
+    assert float(row[3].split()[0]) == pytest.approx(p, abs=0.005) and p > -0.3
+
+
 def test_the_drawn_verdict_bounds_the_claim_and_says_what_the_policy_gradient_adds():
     free = drawn_table()
     assert set(free["methods"]) >= {"random~4", "datamask-paper~2", "junk-0.5"}
