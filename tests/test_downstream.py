@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,8 +18,8 @@ import pytest
 from test_orphans import session_processes
 
 from datamask.errors import UserError
-from reproduce.pipeline.downstream import (METHODS, STRATIFIED, epoch_steps, main, parse_draws,
-                                           parse_methods, plan_runs, python)
+from reproduce.pipeline.downstream import (METHODS, STRATIFIED, epoch_steps, in_parallel, main,
+                                           parse_draws, parse_methods, plan_runs, python)
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
         "num_attention_heads=2", "num_key_value_heads=2", "seq_len=32", "batch_size=4",
@@ -161,6 +162,22 @@ def arms_reading(out, method: str) -> str:
     row = next(line for line in (out / "arms.md").read_text().splitlines()
                if line.startswith(f"| {method} |"))
     return row.rstrip(" |").rsplit("|", 1)[1].strip()
+
+
+def test_a_failing_stage_stops_the_runs_not_yet_started():
+    """in_parallel: the first failure is raised and the queued tasks never start (without the
+    cancel all 50 would run, 10 ms each, before the error came back)."""
+    started = []
+
+    def task(i):
+        started.append(i)
+        if i == 0:
+            raise UserError("the first run fails")
+        time.sleep(0.01)
+
+    with pytest.raises(UserError, match="the first run fails"):
+        in_parallel([partial(task, i) for i in range(50)], 1)
+    assert started[0] == 0 and len(started) < 50
 
 
 def test_epoch_steps_round_up_to_whole_windows():

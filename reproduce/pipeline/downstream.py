@@ -24,9 +24,10 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
             choice within domains
   figures   forest.png and dose-response.png (figures/downstream.py)
   verdict   verdict.md, printed last: the verdict on one screen and where the full tables are
-Training and evaluation jobs run `--jobs` at a time, each in its own process with one torch thread
-(on the 2-core box two one-thread jobs train ~4x faster each than one two-thread job beside other
-load; results do not depend on the thread count, see README "Determinism").
+The calibration selections, token sets and training runs go `--jobs` at a time, each in its own
+process; the methods' selections one at a time, on two torch threads each (a selection depends
+on the thread count). A run trains and is scored in one process with one torch thread (on the 2-core box two one-thread jobs train ~4x faster each than one two-thread
+job beside other load; results do not depend on the thread count, see README "Determinism").
 """
 
 from __future__ import annotations
@@ -180,6 +181,19 @@ def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
         raise UserError(f"{' '.join(cmd)} failed (exit {done.returncode}); see {log}")
 
 
+def in_parallel(tasks: list, jobs: int) -> None:
+    """Call each task, `jobs` at a time (each waits on its own child process). A failure
+    cancels the tasks not yet started and is raised when the running ones have ended."""
+    with ThreadPoolExecutor(max_workers=jobs) as workers:
+        futures = [workers.submit(task) for task in tasks]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            workers.shutdown(cancel_futures=True)
+            raise
+
+
 def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
         ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
         select_seed: int, sets: list[str], epochs: float | None = None,
@@ -211,49 +225,59 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
 
     timed("prepare", lambda: prepare_pool(pool, logs))
 
+    def select_one(label: str, plan: dict) -> None:
+        out = output / "select" / label
+        done = out / "summary.json"
+        log = logs / f"select.{label}.log"
+        if "control" in plan:
+            if not done.is_file():
+                python("reproduce", "control", "--pool", str(pool), "--prepared",
+                       str(prepared), "--select_ratio", str(ratio), "--output", str(out),
+                       "--seed", str(select_seed), log=log)
+        elif "series" in plan:
+            if not done.is_file():
+                python("reproduce", "calibrate", "--pool", str(pool), "--prepared",
+                       str(prepared), "--select_ratio", str(ratio), "--series",
+                       plan["series"], "--dose", str(plan["dose"]), "--seed",
+                       str(select_seed), "--base",
+                       str(output / "select" / "random" / "selection.parquet"),
+                       "--output", str(out), log=log)
+        else:
+            strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(pool / "fineweb")]
+                      if plan["stratify"] else [])
+            finished = json.loads(done.read_text()) if done.is_file() else {}
+            if finished.get("method") == plan["spec"] and \
+                    ("strata" in finished) == plan["stratify"]:
+                return  # finished before: the same spec on the same prepared rows
+            python("reproduce", "select", "--input", str(prepared), "--method",
+                   plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
+                   "--block_size", str(block_size), "--seed", str(select_seed), *strata,
+                   threads=2, log=log)
+
     def select():
-        # methods first: the calibration selections are built from random's
-        for label, plan in sorted(runs.items(), key=lambda item: "series" in item[1]):
-            out = output / "select" / label
-            done = out / "summary.json"
-            if "control" in plan:
-                if not done.is_file():
-                    python("reproduce", "control", "--pool", str(pool), "--prepared",
-                           str(prepared), "--select_ratio", str(ratio), "--output", str(out),
-                           "--seed", str(select_seed), log=logs / "select.log")
-            elif "series" in plan:
-                if not done.is_file():
-                    python("reproduce", "calibrate", "--pool", str(pool), "--prepared",
-                           str(prepared), "--select_ratio", str(ratio), "--series",
-                           plan["series"], "--dose", str(plan["dose"]), "--seed",
-                           str(select_seed), "--base",
-                           str(output / "select" / "random" / "selection.parquet"),
-                           "--output", str(out), log=logs / "select.log")
-            else:
-                strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(pool / "fineweb")]
-                          if plan["stratify"] else [])
-                finished = json.loads(done.read_text()) if done.is_file() else {}
-                if finished.get("method") == plan["spec"] and \
-                        ("strata" in finished) == plan["stratify"]:
-                    continue  # finished before: the same spec on the same prepared rows
-                python("reproduce", "select", "--input", str(prepared), "--method",
-                       plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
-                       "--block_size", str(block_size), "--seed", str(select_seed), *strata,
-                       threads=2, log=logs / "select.log")
+        # the methods one at a time, each on two torch threads (a selection depends on the
+        # thread count, so the count stays whatever --jobs is); then the calibration
+        # selections, built from random's, --jobs at a time
+        in_parallel([partial(select_one, label, plan) for label, plan in runs.items()
+                     if "series" not in plan], 1)
+        in_parallel([partial(select_one, label, plan) for label, plan in runs.items()
+                     if "series" in plan], jobs)
     timed("select", select)
 
     tokenizer = output / "tokenizer" / "tokenizer.json"
 
+    def tokenize_one(label: str) -> None:
+        if not (output / "tokens" / label / "summary.json").is_file():
+            python("reproduce", "tokenize", "--input", str(pool / "fineweb"), "--selection",
+                   str(output / "select" / label / "selection.parquet"), "--tokenizer",
+                   str(tokenizer), "--output", str(output / "tokens" / label),
+                   log=logs / f"tokenize.{label}.log")
+
     def tokenize():
         if not tokenizer.is_file():
             python("reproduce", "tokenizer", "--input", str(pool / "fineweb"), "--output",
-                   str(tokenizer), "--vocab_size", str(vocab_size), log=logs / "tokenize.log")
-        for label in runs:
-            if not (output / "tokens" / label / "summary.json").is_file():
-                python("reproduce", "tokenize", "--input", str(pool / "fineweb"), "--selection",
-                       str(output / "select" / label / "selection.parquet"), "--tokenizer",
-                       str(tokenizer), "--output", str(output / "tokens" / label),
-                       log=logs / "tokenize.log")
+                   str(tokenizer), "--vocab_size", str(vocab_size), log=logs / "tokenizer.log")
+        in_parallel([partial(tokenize_one, label) for label in runs], jobs)
     timed("tokenize", tokenize)
     if epochs is not None:
         sets = [*sets, *epoch_settings(output, config, sets, epochs)]
@@ -281,10 +305,8 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
 
     def train_all():
         # seeds outermost: a run stopped early still holds every method at the first seeds
-        pairs = [(label, seed) for seed in seeds for label in runs]
-        with ThreadPoolExecutor(max_workers=jobs) as workers:
-            for future in [workers.submit(train_and_evaluate, *r) for r in pairs]:
-                future.result()
+        in_parallel([partial(train_and_evaluate, label, seed)
+                     for seed in seeds for label in runs], jobs)
     timed("train+evaluate", train_all)
 
     def tables_and_figures():
@@ -613,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seed of every selection (block plan, seeded selectors, the control)")
     p.add_argument("--vocab_size", type=int, default=4096, help="(default: %(default)s)")
     p.add_argument("--jobs", type=int, default=2,
-                   help="training/evaluation processes at once (default: %(default)s)")
+                   help="calibration, tokenizing and training processes at once (default: "
+                        "%(default)s)")
     p.add_argument("--heldout_docs", type=int,
                    help="score only each domain's first N held-out documents")
     p.add_argument("--tasks", nargs="*", default=TASKS,
