@@ -323,7 +323,7 @@ ablation-variants: $(VARIANT_TARGETS) ablation-stop
 ablations: $(ABLATION_TARGETS) ablation-direct ablation-variants
 
 # The clusters datamask select covers at its defaults (reproduce/results/clusters/): DiSF at
-# lamb 0 and 0.5, seeds 0-9, 20,000 synthetic rows x 384-d in 64 clusters (about 15 minutes on
+# lamb 0 and 0.5, seeds 0-9, 20,000 synthetic rows x 384-d in 64 clusters (about 23 minutes on
 # 2 cores); CLUSTERS_FLAGS adds metrics or changes the rows (`--metrics DiSF Pair_simi Facility`)
 CLUSTERS_FLAGS ?=
 .PHONY: clusters

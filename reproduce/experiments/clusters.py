@@ -27,6 +27,7 @@ import numpy as np
 from datamask.examples.synthetic import synthetic_clusters
 from datamask.learner import LearnerConfig, MaskLearner
 from datamask.objectives import DIVERSITY
+from datamask.selectors import make_selector
 
 from .common import experiment_main, machine, metric_scorer
 from .records import ClusterRun, ClustersResult
@@ -69,11 +70,9 @@ def run(args) -> ClustersResult:
                           quality=float(data.quality[selected].mean()), clusters=clusters,
                           largest_share=largest)
 
-    k = round(args.ratio * args.n)
     random = []
     for seed in args.seeds:
-        selected = np.zeros(args.n, dtype=bool)
-        selected[np.random.default_rng(seed).choice(args.n, k, replace=False)] = True
+        selected = make_selector("random", seed=seed).select(data, args.ratio).selected
         random += [measured(metric, 0.0, seed, selected) for metric in args.metrics]
     runs = []
     for metric in args.metrics:
