@@ -76,7 +76,9 @@ def test_verdicts_follow_the_numbers(tmp_path):
 def test_a_claim_without_its_folder_names_the_target_that_writes_it(tmp_path):
     text = report(tmp_path)
     for claim in claims.load_claims():
-        assert f"Not measured: run `make {claim.target}`." in section(text, claim.question)
+        assert f"Not measured: run {claim.regenerate}." in section(text, claim.question)
+    one_selection = next(c for c in claims.load_claims() if c.commit)  # a target run since
+    assert f"| `make {one_selection.target}` at commit {one_selection.commit} |" in text
     assert text.count("| not measured | not measured |") == len(claims.load_claims())
 
 

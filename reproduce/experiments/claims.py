@@ -64,6 +64,12 @@ class Claim:
     caveat: str = ""
     figures: list[str] = field(default_factory=list)  # PNGs under the root, shown if there
     parameters: dict = field(default_factory=dict)  # the rule's own: targets, rows, sentences
+    commit: str = ""  # where the target has changed since: the commit whose target wrote it
+
+    @property
+    def regenerate(self) -> str:
+        """The command that writes the first folder again, at its commit where one is named."""
+        return f"`make {self.target}`" + (f" at commit {self.commit}" if self.commit else "")
 
     def finding(self, root: str) -> Finding | None:
         try:

@@ -51,16 +51,16 @@ def claims_table(rows: list[tuple[Claim, Finding | None]], prefix: str = "",
         "paper": claim.paper, here: finding.here if finding else NOT_MEASURED,
         "verdict": f"**{finding.verdict}**" if finding else NOT_MEASURED,
         "evidence": evidence_links(claim, prefix, first_only=True),
-        "regenerate": f"`make {claim.target}`"} for claim, finding in rows]))
+        "regenerate": claim.regenerate} for claim, finding in rows]))
 
 
 def section(claim: Claim, finding: Finding | None, root: str) -> list[str]:
     lines = [f"## {claim.question}", "",
              (f"Paper: {claim.paper}. " if claim.paper != "-" else "")
              + f"Rule: {claim.rule}. Evidence: {evidence_links(claim)}; regenerate with "
-             f"`make {claim.target}`.", ""]
+             f"{claim.regenerate}.", ""]
     if finding is None:
-        return lines + [f"Not measured: run `make {claim.target}`.", ""]
+        return lines + [f"Not measured: run {claim.regenerate}.", ""]
     lines += [*finding.lines, ""]
     if claim.caveat:
         lines += [f"Caveat: {claim.caveat}", ""]
