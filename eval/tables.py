@@ -345,8 +345,8 @@ def selection_noise_markdown(table: dict) -> str:
           "by seeds alone": f"{n['null']['resolved_by_seeds']} of {n['null']['pairs']}",
           "minimum detectable": shown(n["minimum_detectable"], c)}
          for c, n in noise.items() if c.startswith("bpb")]))
-    verdict = table["verdict"]
-    primaries = [p for p in verdict.get("primaries", [verdict["primary"]]) if p in noise]
+    # a table with selection noise is judged by the drawn verdict, which lists its primaries
+    primaries = [p for p in table["verdict"]["primaries"] if p in noise]
     if primaries:
         higher = {c["name"]: c["higher_is_better"] for c in table["columns"]}
         text += (f"\nEach method against {reference}'s draws on {', '.join(primaries)} (the mean "

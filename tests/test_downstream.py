@@ -146,8 +146,8 @@ def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, 
 def test_a_run_scored_in_its_training_process_scores_as_evaluate_alone(run, tmp_path):
     """Each run trains and is scored in one process (`train ... + evaluate ...`); `evaluate`
     alone on the same checkpoint writes the same bits per byte."""
-    out, _ = run
-    pool_dir = run[1][run[1].index("--pool") + 1]
+    out, argv = run
+    pool_dir = argv[argv.index("--pool") + 1]
     python("reproduce", "evaluate", "--checkpoints", str(out / "train" / "random" / "seed0"),
            "--heldout", f"{pool_dir}/heldout", "--heldout_docs", "2", "--output", str(tmp_path))
     alone = json.loads((tmp_path / "random.seed0.json").read_text())

@@ -26,8 +26,9 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
   verdict   verdict.md, printed last: the verdict on one screen and where the full tables are
 The calibration selections, token sets and training runs go `--jobs` at a time, each in its own
 process; the methods' selections one at a time, on two torch threads each (a selection depends
-on the thread count). A run trains and is scored in one process with one torch thread (on the 2-core box two one-thread jobs train ~4x faster each than one two-thread
-job beside other load; results do not depend on the thread count, see README "Determinism").
+on the thread count). A run trains and is scored in one process with one torch thread (on the
+2-core box two one-thread jobs train ~4x faster each than one two-thread job beside other load;
+training does not depend on the thread count, see docs/downstream.md "Determinism").
 """
 
 from __future__ import annotations
@@ -258,8 +259,9 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
         # the methods one at a time, each on two torch threads (a selection depends on the
         # thread count, so the count stays whatever --jobs is); then the calibration
         # selections, built from random's, --jobs at a time
-        in_parallel([partial(select_one, label, plan) for label, plan in runs.items()
-                     if "series" not in plan], 1)
+        for label, plan in runs.items():
+            if "series" not in plan:
+                select_one(label, plan)
         in_parallel([partial(select_one, label, plan) for label, plan in runs.items()
                      if "series" in plan], jobs)
     timed("select", select)
