@@ -80,7 +80,9 @@ def test_exact_budget_and_determinism():
 
 
 # Computed with the learner before its step became `policy_step` (commit 87de87d): a refactor
-# must keep the same seed's selection and objective exactly. From the paper's equal start
+# must keep the same seed's selection exactly, and its objective to within the rounding of the
+# CPU's float kernels (on an AVX-512 Xeon DiSF's final objective is 1.1e-5 relative from the
+# pinned one, its selection the same). From the paper's equal start
 # (Pair_simi's and DiSF's defaults start from a greedy).
 PINNED_RUNS = [
     ({"algorithm": "Pair_simi", "partial": 0.5, "init": "same"},
@@ -104,7 +106,7 @@ def test_same_seed_gives_the_pinned_selection(options, rows, final_objective):
     config = LearnerConfig(n_epochs=30, seed=3, device="cpu", **options)
     result = MaskLearner(config).fit(data, progress=False)
     assert np.flatnonzero(result.selected).tolist() == rows
-    assert result.history[-1]["objective_mean"] == pytest.approx(final_objective, rel=1e-6)
+    assert result.history[-1]["objective_mean"] == pytest.approx(final_objective, rel=1e-4)
 
 
 def test_simple_gradient_equals_autograd_of_the_papers_log_prob():
