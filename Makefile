@@ -28,6 +28,8 @@ $(STAMP): requirements.txt pyproject.toml
 # whether a difference with random is the domain mix or the choice within domains. Must fit 15
 # minutes on 2 CPU cores from a fresh clone (the time it took is printed and kept in wall_time.txt).
 DEMO_DIR ?= runs/demo
+# the demo's pool, beside its run folder (the downstream run refuses a folder that holds its pool)
+DEMO_POOL ?= $(DEMO_DIR)-pool
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
 DEMO_METHODS ?= datamask-Pair_simi random
 DEMO_SEEDS ?= 0 1 2
@@ -35,9 +37,9 @@ DEMO_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 2 --set average
 	--primary 'bpb macro (EMA)' --select_ratio 0.25 --heldout_docs 10 --junk 0.5 --dup --tasks
 demo: install
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_DIR)/pool POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
+	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_POOL) POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
 		> /dev/null && \
-	$(BIN)/python -m reproduce.pipeline.downstream --pool $(DEMO_DIR)/pool --output $(DEMO_DIR) \
+	$(BIN)/python -m reproduce.pipeline.downstream --pool $(DEMO_POOL) --output $(DEMO_DIR) \
 		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
 	echo "demo: $$(( $$(date +%s) - start )) s wall (verdict in $(DEMO_DIR)/verdict.md)" | \
 		tee $(DEMO_DIR)/wall_time.txt

@@ -55,10 +55,15 @@ QUALITY_LIMIT = 2.0 ** 50
 SAFE_EXPONENT = 40
 
 
-def budget(select_ratio: float, n_rows: int) -> int:
-    """Rows to select: round half up of select_ratio * N, so 0.1 of 25 rows is 3 (not banker's 2)."""
+def check_ratio(select_ratio: float) -> None:
+    """A fraction to select, checked alone: a command that selects late checks it up front."""
     if not 0.0 < select_ratio < 1.0:
         raise UserError(f"--select_ratio must lie strictly between 0 and 1, got {select_ratio}")
+
+
+def budget(select_ratio: float, n_rows: int) -> int:
+    """Rows to select: round half up of select_ratio * N, so 0.1 of 25 rows is 3 (not banker's 2)."""
+    check_ratio(select_ratio)
     k = int(np.floor(select_ratio * n_rows + 0.5))
     if k < 1:
         raise UserError(

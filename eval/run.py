@@ -56,6 +56,17 @@ def task_manager(data_dir: str | None, tasks: list[str]):
     return lm_tasks.TaskManager(include_path=str(TASKS_DIR), metadata=metadata)
 
 
+def known_tasks(data_dir: str | None, tasks: list[str]):
+    """task_manager's, once it knows every task: a UserError names the others (a run that
+    evaluates hours later checks its tasks up front with it)."""
+    manager = task_manager(data_dir, tasks)
+    unknown = [t for t in tasks if t not in manager.all_tasks]
+    if unknown:
+        raise UserError(f"--tasks: lm-eval knows no task {', '.join(unknown)} (local ones: "
+                        f"{', '.join(sorted(p.stem for p in TASKS_DIR.rglob('*.yaml')))})")
+    return manager
+
+
 def method_and_seed(checkpoint: Path) -> tuple[str, int]:
     """A checkpoint `.../<method>/seed<S>` is (method, S); any other folder is (its name, the
     training seed in its summary.json)."""
@@ -148,11 +159,7 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
         read_heldout(outside, heldout_docs, "--outside")
     if tasks:
         lm_eval = require("lm_eval", "evaluate")
-        manager = task_manager(data_dir, tasks)
-        unknown = [t for t in tasks if t not in manager.all_tasks]
-        if unknown:
-            raise UserError(f"--tasks: lm-eval knows no task {', '.join(unknown)} (local ones: "
-                            f"{', '.join(sorted(p.stem for p in TASKS_DIR.rglob('*.yaml')))})")
+        manager = known_tasks(data_dir, tasks)
         task_objects = manager.load(tasks)["tasks"]  # flat {name: Task}, groups expanded
     output.mkdir(parents=True, exist_ok=True)
     written = []

@@ -101,6 +101,26 @@ def record_metrics(record: dict, path: Path) -> dict[str, tuple[float, bool]]:
     return out
 
 
+def lower_is_better_columns(tasks: list[str], domains: list[str], averaged: list[str],
+                            sources: list[str] | None) -> list[str]:
+    """The columns a verdict can read (write_tables' `primary`) in evaluate's results on `tasks`
+    (each with a row in TASK_METRICS), the held-out `domains`, the averaging result keys
+    `averaged` (AVERAGED_BPB's values) and, with `sources`, the target outside the pool: named
+    by record_metrics itself on a record of that shape, so a run can refuse a --primary before
+    it trains."""
+    def scored(names):
+        return {"macro": 0.0, "domains": {name: {"bits_per_byte": 0.0} for name in names}}
+
+    metrics = task_metrics()
+    record = {"tasks": tasks, "results": {t: {metrics[t]["metric"]: 0.0} for t in tasks},
+              "bpb": scored(domains), **{key: scored(domains) for key in averaged}}
+    if sources is not None:  # evaluate scores the final checkpoint on it, and the EMA if kept
+        record["outside"] = {"bpb": scored(sources)}
+        if "bpb_ema" in averaged:
+            record["outside"]["bpb_ema"] = scored(sources)
+    return [c for c, (_, higher) in record_metrics(record, TASK_METRICS).items() if not higher]
+
+
 def load_results(result_files: list[Path]) -> tuple[dict, dict, dict]:
     """(columns {name: higher_is_better} in order, values {method: {seed: {column: value}}},
     records {method: {seed: record}}) from evaluate's files; every file must have the same

@@ -274,3 +274,68 @@ def test_the_proxy_probe_predicts_a_runs_seconds_from_a_short_run(pool, prepared
     assert found["predicted_s"] == pytest.approx(
         found["tokens_per_run"] / found["tokens_per_s"] + found["eval_s"], abs=0.05)
     assert found["eligible"] == (found["predicted_s"] <= proxy.MAX_RUN_S)
+
+
+def listing(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# (flag named in the error, the flags given): POOL and OUT stand for the pool and the run folder
+BAD_FLAGS = [
+    ("--jobs", ["--jobs", "0"]),
+    ("--epochs", ["--epochs", "0"]),
+    ("--epochs", ["--epochs", "-1"]),
+    ("--seeds", ["--seeds", "0", "0"]),
+    ("--seeds", ["--seeds", "-1"]),
+    ("--select_ratio", ["--select_ratio", "1.5"]),
+    ("--select_ratio", ["--select_ratio", "0"]),
+    ("--vocab_size", ["--vocab_size", "1"]),
+    ("--block_size", ["--block_size", "-1"]),
+    ("--select_seed", ["--select_seed", "-1"]),
+    ("--heldout_docs", ["--heldout_docs", "0"]),
+    ("--output", ["--output", "POOL"]),
+    ("--output", ["--output", "POOL/run"]),
+    ("--output", ["--output", "POOL/.."]),
+    ("--pool", ["--pool", "OUT/nowhere"]),
+    ("--outside", ["--outside", "POOL/heldout"]),  # no outside.json
+    ("--config", ["--config", "nowhere"]),
+    ("--set", ["--set", "bogus=1"]),
+    ("--tasks", ["--tasks", "bbc_cloze", "nowhere"]),
+    ("--primary", ["--primary", "bpb nowhere"]),
+    ("--primary", ["--primary", "bpb outside macro"]),  # no --outside
+    ("--primary", ["--primary", "bpb macro (EMA)"]),  # the config keeps no EMA
+    ("--methods", ["--methods", "bogus"]),
+    ("--methods", ["--methods", "random", "mine=nowhere"]),
+    ("--methods", ["--methods", "random", "mine=random:bogus=1"]),
+    ("--methods", ["--methods", "quality-topk"]),  # the null is built from random's selection
+    ("--draws", ["--draws", "random=0"]),
+    ("--junk", ["--junk", "1.5"]),
+    ("--dup", ["--dup", "0"]),
+]
+
+
+@pytest.mark.parametrize("flag, given", BAD_FLAGS, ids=[" ".join(g) for _, g in BAD_FLAGS])
+def test_a_bad_flag_is_refused_in_one_line_before_anything_is_written(pool, tmp_path, capsys,
+                                                                      flag, given):
+    folder, out = pool[0], tmp_path / "run"
+    given = [a.replace("POOL", str(folder)).replace("OUT", str(out)) for a in given]
+    before = listing(folder.parent)
+    argv = ["--pool", str(folder), "--output", str(out), "--methods", "random", *given]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and flag in err[0], err
+    assert not out.exists() and listing(folder.parent) == before
+
+
+def test_the_primaries_a_run_may_name_are_the_columns_its_tables_will_have():
+    """Named by the tables' own code: the averaged variants where the config keeps them, the
+    outside ones with a target outside the pool, a task's where it is lower-is-better."""
+    from eval.tables import lower_is_better_columns
+
+    assert lower_is_better_columns([], ["books", "news"], [], None) == [
+        "bpb macro", "bpb books", "bpb news", "bpb prose"]
+    assert lower_is_better_columns(["bbc_cloze", "bbc_heldout"], ["news"], ["bpb_ema"],
+                                   ["gcide"]) == [
+        "BBC bits/byte", "bpb macro", "bpb news", "bpb macro (EMA)", "bpb outside macro",
+        "bpb outside gcide", "bpb outside macro (EMA)"]

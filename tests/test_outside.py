@@ -112,3 +112,12 @@ def test_evaluate_refuses_an_outside_target_without_the_pool_heldout(tmp_path):
     with pytest.raises(UserError, match="--outside .*--heldout"):
         evaluate([], ["bbc_cloze"], tmp_path / "eval", outside=tmp_path)
     assert not (tmp_path / "eval").exists()
+
+
+def test_an_output_that_is_a_file_is_refused_in_one_line_and_kept(tmp_path, capsys):
+    target = tmp_path / "outside"
+    target.write_text("a file")
+    assert main(["outside", "--output", str(target), "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--output" in err[0], err
+    assert target.read_text() == "a file" and list(tmp_path.iterdir()) == [target]

@@ -185,6 +185,15 @@ def test_bad_pool_flags_name_the_flag_and_write_nothing(tmp_path, capsys, flag, 
     assert not (tmp_path / "p").exists()
 
 
+def test_an_output_that_is_a_file_is_refused_in_one_line_and_kept(tmp_path, capsys):
+    target = tmp_path / "pool"
+    target.write_text("a file")
+    assert main(["pool", "--output", str(target), "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--output" in err[0], err
+    assert target.read_text() == "a file" and list(tmp_path.iterdir()) == [target]
+
+
 def test_bad_control_and_report_inputs_name_the_flag(tmp_path, capsys, pool, prepared):
     out, _, _ = pool
     code = main(["control", "--pool", str(out), "--prepared", str(prepared), "--output",

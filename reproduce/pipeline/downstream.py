@@ -3,6 +3,9 @@ budget with several seeds, and the tables say which differences the run resolves
 
     python -m reproduce.pipeline.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
 
+Every flag is checked before the first stage; a bad one is refused with nothing written
+(docs/downstream.md, "Flags checked before any work").
+
 Chain (each step skips what a previous run finished, so an interrupted run resumes):
   prepare   the pool's shards -> id, quality, embedding (incremental, reproduce/pipeline/prepare.py)
   select    each method over the prepared rows (reproduce/pipeline/select.py), in each arm: free,
@@ -47,8 +50,10 @@ from functools import partial
 from pathlib import Path
 
 from datamask import processes
-from datamask.data import atomic_output, write_json_atomic
+from datamask.data import atomic_output, check_ratio, write_json_atomic
 from datamask.errors import UserError
+from datamask.options import SEED_MAX
+from datamask.paths import check_paths
 from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
 from eval.draws import draw_label
 from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
@@ -89,7 +94,11 @@ DOSES = (0.05, 0.1, 0.25, 0.5)  # proxy-plan.md, section 3
 
 
 def parse_methods(items: list[str]) -> dict[str, str]:
-    """`label` (a known one) or `label=spec`."""
+    """`label` (a known one) or `label=spec`; a spec's selector and options are checked now,
+    not by the select stage after prepare."""
+    from .common import parse_method
+    from .select import selector_params
+
     chosen = {}
     for item in items:
         label, eq, spec = item.partition("=")
@@ -98,6 +107,11 @@ def parse_methods(items: list[str]) -> dict[str, str]:
                 raise UserError(f"--methods {item}: not one of {', '.join([*METHODS, CONTROL])} "
                                 f"(or give label=selector:key=value,...)")
             spec = METHODS.get(label, CONTROL)
+        else:
+            try:
+                selector_params(*parse_method(spec))
+            except UserError as err:
+                raise UserError(f"--methods {item}: {err}") from None
         chosen[label] = spec
     return chosen
 
@@ -200,19 +214,12 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
         select_seed: int, sets: list[str], epochs: float | None = None,
         primary: str | list[str] = PRIMARY, outside: Path | None = None,
         tasks: list[str] | None = None) -> dict:
-    """`runs` as plan_runs gives them. With `epochs`, every run trains for the steps that read
-    that many passes over random's selection (the same token budget for all). `tasks`: the
-    multiple-choice tasks scored beside bits per byte (default TASKS; [] for none)."""
+    """`runs` as plan_runs gives them, the flags as check_flags passed them. With `epochs`, every
+    run trains for the steps that read that many passes over random's selection (the same token
+    budget for all). `tasks`: the multiple-choice tasks scored beside bits per byte (default
+    TASKS; [] for none)."""
     tasks = TASKS if tasks is None else tasks
     started = time.time()
-    if not (pool / "pool.json").is_file():
-        raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
-    if outside is not None and not (outside / "outside.json").is_file():
-        raise UserError(f"--outside {outside}: no outside.json (build it with `python -m "
-                        f"reproduce outside --output {outside}`)")
-    from .train import load_config  # torch, for the config's checks only: not at import
-
-    load_config(config, parse_sets(sets))  # a bad --config or --set fails now, not mid-run
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     prepared = pool / "prepared"
@@ -588,6 +595,60 @@ def runs_table(output: Path) -> list[dict]:
     return rows
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse a bad flag before any stage runs: a run takes hours, and a value its stages refuse
+    (or a --primary its tables lack) would stop it late, or write into the pool. The flags that
+    need nothing read first; then the folders, the config, the tasks and the primary."""
+    from eval.bpb import read_heldout
+    from eval.run import known_tasks
+    from eval.tables import lower_is_better_columns, task_metrics
+
+    from .tokenize import check_vocab_size
+    from .train import load_config
+
+    for flag, value, ok, allowed in (
+            ("--jobs", args.jobs, args.jobs >= 1, "at least 1"),
+            ("--epochs", args.epochs, args.epochs is None or 0 < args.epochs < math.inf,
+             "a number greater than 0"),
+            ("--block_size", args.block_size, args.block_size >= 0, "at least 0 (0: one block)"),
+            ("--select_seed", args.select_seed, 0 <= args.select_seed <= SEED_MAX,
+             "from 0 to 2^63 - 1"),
+            ("--seeds", " ".join(map(str, args.seeds)), len(set(args.seeds)) == len(args.seeds)
+             and all(0 <= seed <= SEED_MAX for seed in args.seeds),
+             "distinct, each from 0 to 2^63 - 1")):
+        if not ok:
+            raise UserError(f"{flag} {value}: must be {allowed}")
+    check_ratio(args.select_ratio)
+    check_vocab_size(args.vocab_size)
+    pool, outside = Path(args.pool), Path(args.outside) if args.outside else None
+    if not (pool / "pool.json").is_file():
+        raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
+    if outside is not None and not (outside / "outside.json").is_file():
+        raise UserError(f"--outside {outside}: no outside.json (build it with `python -m "
+                        f"reproduce outside --output {outside}`)")
+    check_paths({"--pool": pool, "--outside": outside}, folders={"--output": args.output})
+    _, train = load_config(args.config, parse_sets(args.set))
+    metrics = task_metrics()
+    unknown = [t for t in args.tasks if t not in metrics]
+    if unknown:
+        raise UserError(f"--tasks {' '.join(unknown)}: the tables have no column for it; choose "
+                        f"from {', '.join(metrics)}")
+    if args.tasks:
+        known_tasks(str(pool / "tasks"), args.tasks)
+    domains = list(read_heldout(pool / "heldout", args.heldout_docs))
+    sources = list(read_heldout(outside, args.heldout_docs, "--outside")) if outside else None
+    # the averaging checkpoints train keeps (average_last: last/ and averaged/; ema_decay: ema/)
+    # as the result keys evaluate scores them under
+    averaged = ["bpb_last_mean", "bpb_averaged"] * bool(train.average_last) + \
+        ["bpb_ema"] * bool(train.ema_decay)
+    allowed = lower_is_better_columns(args.tasks, domains, averaged, sources)
+    for name in args.primary:
+        if name not in allowed:
+            raise UserError(f"--primary {name}: not a bits-per-byte column of this run's tables; "
+                            f"choose from {', '.join(allowed)} (the averaged ones need the "
+                            f"config's average_last or ema_decay, 'bpb outside' ones --outside)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from datamask.cli import run_command
 
@@ -649,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
                         "a second bits-per-byte target, scored on every run (docs/downstream.md)")
 
     def command(args):
+        check_flags(args)
         methods = parse_methods(args.methods)
         runs = plan_runs(methods, args.arms, not args.no_null, args.junk, args.dup,
                          args.select_seed, parse_draws(args.draws, methods))

@@ -33,13 +33,19 @@ SIDE_FILE = "side.parquet"  # a selection's own rows, beside its selection.parqu
 filters = require("datatrove.pipeline.filters.base_filter", "tokenize")
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    """The smallest vocabulary train_tokenizer trains: the byte alphabet, EOS and some merges
+    (a run that trains one later checks it up front)."""
+    if vocab_size < 300:
+        raise UserError(f"--vocab_size must be at least 300 (256 bytes + merges), got {vocab_size}")
+
+
 def train_tokenizer(inputs: list[str], output: Path, vocab_size: int = 8192,
                     batch_rows: int = 1000) -> dict:
     """A byte-level BPE tokenizer (GPT-2 style) trained on the `text` of FineWeb shards, with
     <|endoftext|> as its only special token; written atomically as one tokenizer.json."""
     tk = require("tokenizers", "tokenizer training")
-    if vocab_size < 300:
-        raise UserError(f"--vocab_size must be at least 300 (256 bytes + merges), got {vocab_size}")
+    check_vocab_size(vocab_size)
     files = parquet_files(inputs)
 
     def texts():

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from datamask.data import write_json_atomic, write_table_atomic
 from datamask.errors import UserError
+from datamask.paths import check_folder_output
 
 from ..pipeline.bbc import FINEWEB_SCHEMA
 from ..pipeline.common import atomic_folder
@@ -75,6 +76,7 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
     rates = {**noise.DEFAULT_RATES, **(rates or {})}
     domains = list(domains or (units.keys() if units else sources.DOMAINS))
     check_config(seed, rates, heldout_chars, task_articles, shards, max_mb_per_domain, domains)
+    check_folder_output("--output", output)  # a file there is refused before any fetch
     config = {"seed": seed, "rates": rates, "heldout_chars": heldout_chars,
               "task_articles": task_articles, "shards": shards,
               "max_mb_per_domain": max_mb_per_domain, "domains": domains,

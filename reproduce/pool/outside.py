@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from datamask.data import write_json_atomic, write_table_atomic
 from datamask.errors import UserError
+from datamask.paths import check_folder_output
 
 from ..pipeline.common import atomic_folder
 from . import sources
@@ -134,6 +135,7 @@ def build_outside(output: Path, chars: int = CHARS, seed: int = 0,
     settings); returns outside.json's content."""
     if chars < 1_000:
         raise UserError(f"--chars must be at least 1000, got {chars}")
+    check_folder_output("--output", output)  # a file there is refused before any fetch
     manifest = output / "outside.json"
     config = {"chars": chars, "seed": seed}
     if manifest.is_file():
