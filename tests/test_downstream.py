@@ -18,8 +18,9 @@ import pytest
 from test_orphans import session_processes
 
 from datamask.errors import UserError
-from reproduce.pipeline.downstream import (METHODS, STRATIFIED, epoch_steps, in_parallel, main,
-                                           parse_draws, parse_methods, plan_runs, python)
+from reproduce.pipeline import downstream
+from reproduce.pipeline.downstream import (METHODS, STRATIFIED, Progress, epoch_steps, in_parallel,
+                                           main, parse_draws, parse_methods, plan_runs, python)
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
         "num_attention_heads=2", "num_key_value_heads=2", "seq_len=32", "batch_size=4",
@@ -339,3 +340,19 @@ def test_the_primaries_a_run_may_name_are_the_columns_its_tables_will_have():
                                    ["gcide"]) == [
         "BBC bits/byte", "bpb macro", "bpb news", "bpb macro (EMA)", "bpb outside macro",
         "bpb outside gcide", "bpb outside macro (EMA)"]
+
+
+def test_each_finished_item_says_the_count_done_and_the_time_left(monkeypatch, capsys):
+    """An item an earlier run finished counts as done but not in the rate; the last line has
+    no estimate."""
+    clock = iter([100.0, 100.0, 110.0, 130.0, 400.0])
+    monkeypatch.setattr(downstream.time, "time", lambda: next(clock))
+    progress = Progress("train+evaluate", 4)
+    progress.tick("random seed 0", worked=False)
+    for what in ("junk-0.5 seed 0", "random seed 1", "junk-0.5 seed 1"):
+        progress.tick(what)
+    assert capsys.readouterr().out.splitlines() == [
+        "downstream: train+evaluate 1/4: random seed 0 (0 s in)",
+        "downstream: train+evaluate 2/4: junk-0.5 seed 0 (10 s in; about 20 s left)",
+        "downstream: train+evaluate 3/4: random seed 1 (30 s in; about 15 s left)",
+        "downstream: train+evaluate 4/4: junk-0.5 seed 1 (300 s in)"]

@@ -44,6 +44,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -209,6 +210,31 @@ def in_parallel(tasks: list, jobs: int) -> None:
             raise
 
 
+class Progress:
+    """A stage's items counted as they finish, one line each (`downstream: STAGE k/N: WHAT (T s
+    in; about R left)`), so that a long stage never looks like a hang. The time left is the
+    stage's wall time per item it worked on, times the items left; an item finished by an
+    earlier run counts as done and not in the rate."""
+
+    def __init__(self, stage: str, total: int):
+        self.stage, self.total, self.done, self.worked = stage, total, 0, 0
+        self.started, self.lock = time.time(), threading.Lock()
+
+    def tick(self, what: str, worked: bool = True) -> None:
+        with self.lock:
+            self.done, self.worked = self.done + 1, self.worked + worked
+            spent = time.time() - self.started
+            left = spent / self.worked * (self.total - self.done) if self.worked else None
+            tail = f"; about {duration(left)} left" if left and self.done < self.total else ""
+            print(f"downstream: {self.stage} {self.done}/{self.total}: {what} "
+                  f"({spent:.0f} s in{tail})", flush=True)
+
+
+def duration(seconds: float) -> str:
+    """`45 s` below two minutes, else `7 min`."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
         ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
         select_seed: int, sets: list[str], epochs: float | None = None,
@@ -231,19 +257,23 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
         stamp[name] = round(time.time() - t0, 1)
         print(f"downstream: {name} done in {stamp[name]} s", flush=True)
 
+    print(f"downstream: {len(runs)} selections, {len(runs) * len(seeds)} training runs "
+          f"({len(seeds)} seeds each), {jobs} at a time", flush=True)
     timed("prepare", lambda: prepare_pool(pool, logs))
+    selecting = Progress("select", len(runs))
 
     def select_one(label: str, plan: dict) -> None:
         out = output / "select" / label
         done = out / "summary.json"
         log = logs / f"select.{label}.log"
+        worked = not done.is_file()
         if "control" in plan:
-            if not done.is_file():
+            if worked:
                 python("reproduce", "control", "--pool", str(pool), "--prepared",
                        str(prepared), "--select_ratio", str(ratio), "--output", str(out),
                        "--seed", str(select_seed), log=log)
         elif "series" in plan:
-            if not done.is_file():
+            if worked:
                 python("reproduce", "calibrate", "--pool", str(pool), "--prepared",
                        str(prepared), "--select_ratio", str(ratio), "--series",
                        plan["series"], "--dose", str(plan["dose"]), "--seed",
@@ -254,13 +284,15 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(pool / "fineweb")]
                       if plan["stratify"] else [])
             finished = json.loads(done.read_text()) if done.is_file() else {}
-            if finished.get("method") == plan["spec"] and \
-                    ("strata" in finished) == plan["stratify"]:
-                return  # finished before: the same spec on the same prepared rows
-            python("reproduce", "select", "--input", str(prepared), "--method",
-                   plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
-                   "--block_size", str(block_size), "--seed", str(select_seed), *strata,
-                   threads=2, log=log)
+            # finished before: the same spec on the same prepared rows
+            worked = finished.get("method") != plan["spec"] or \
+                ("strata" in finished) != plan["stratify"]
+            if worked:
+                python("reproduce", "select", "--input", str(prepared), "--method",
+                       plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
+                       "--block_size", str(block_size), "--seed", str(select_seed), *strata,
+                       threads=2, log=log)
+        selecting.tick(label, worked)
 
     def select():
         # the methods one at a time, each on two torch threads (a selection depends on the
@@ -275,12 +307,16 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
 
     tokenizer = output / "tokenizer" / "tokenizer.json"
 
+    tokenizing = Progress("tokenize", len(runs))
+
     def tokenize_one(label: str) -> None:
-        if not (output / "tokens" / label / "summary.json").is_file():
+        worked = not (output / "tokens" / label / "summary.json").is_file()
+        if worked:
             python("reproduce", "tokenize", "--input", str(pool / "fineweb"), "--selection",
                    str(output / "select" / label / "selection.parquet"), "--tokenizer",
                    str(tokenizer), "--output", str(output / "tokens" / label),
                    log=logs / f"tokenize.{label}.log")
+        tokenizing.tick(label, worked)
 
     def tokenize():
         if not tokenizer.is_file():
@@ -290,6 +326,8 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     timed("tokenize", tokenize)
     if epochs is not None:
         sets = [*sets, *epoch_settings(output, config, sets, epochs)]
+
+    training = Progress("train+evaluate", len(runs) * len(seeds))
 
     def train_and_evaluate(label: str, seed: int) -> None:
         ckpt = output / "train" / label / f"seed{seed}"
@@ -310,7 +348,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
                            *target, *docs, "--output", str(output / "eval")])
         if stages:  # one process: torch and transformers are imported once per run
             python("reproduce", *chain_stages(stages), log=log)
-        print(f"downstream: {label} seed {seed} trained and evaluated", flush=True)
+        training.tick(f"{label} seed {seed}", bool(stages))
 
     def train_all():
         # seeds outermost: a run stopped early still holds every method at the first seeds
