@@ -19,26 +19,29 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 # The main job: the downstream experiment at demo size (see `downstream` below): a small pool,
-# two methods (DATAMASK, random) in both arms (free; stratified: each domain's
-# share of the pool kept, `<method>@strat`), the null (a second random selection) and the largest
-# junk dose (half of random's documents replaced by junk of the same domain and length), 3
-# training seeds each, on the downstream experiment's proxy (V512-d64) for 2 epochs of random's
-# selection, scored by held-out bits per byte (the final checkpoint and the EMA; no BBC tasks, no
-# other averaging checkpoints: they decide nothing and cost a third of the time); per arm a table with 95% CIs that says what this size resolves, and arms.md:
-# whether a difference with random is the domain mix or the choice within domains. Must fit 15
-# minutes on 2 CPU cores from a fresh clone (the time it took is printed and kept in wall_time.txt).
+# DATAMASK (Pair_simi) and random in the free arm, with the run's own check beside them: the null
+# (a second random selection, which must come out unresolved) and junk-0.5 (half of random's
+# documents replaced by junk of the same domain and length, which must come out worse). 4
+# training seeds each on the downstream experiment's proxy (V512-d64) for 4 epochs of random's
+# selection, as `make downstream` trains it, scored by held-out bits per byte (the final
+# checkpoint and the EMA). The design is the cheapest that passed that check on pool seeds 0, 1
+# and 2 (reproduce/results/demo/); it ends within 10 minutes on 2 CPU cores, the install aside
+# (the time it took is printed and kept in wall_time.txt). DEMO_POOL_SEED builds another pool.
 DEMO_DIR ?= runs/demo
 # the demo's pool, beside its run folder (the downstream run refuses a folder that holds its pool)
 DEMO_POOL ?= $(DEMO_DIR)-pool
+DEMO_POOL_SEED ?= 0
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
 DEMO_METHODS ?= datamask-Pair_simi random
-DEMO_SEEDS ?= 0 1 2
-DEMO_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 2 --set average_last=0 \
-	--primary 'bpb macro (EMA)' --select_ratio 0.25 --heldout_docs 10 --junk 0.5 --dup --tasks
+DEMO_SEEDS ?= 0 1 2 3
+DEMO_FLAGS ?= --arms free --config downstream-v512 --vocab_size 512 --epochs 4 \
+	--set average_last=0 --primary 'bpb macro (EMA)' --select_ratio 0.25 --heldout_docs 10 \
+	--junk 0.5 --dup --tasks
 demo: install
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_POOL) POOL_FLAGS="$(DEMO_POOL_FLAGS)" \
-		> /dev/null && \
+	echo "demo: building the pool in $(DEMO_POOL) (its Debian sources are fetched on first use)"; \
+	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_POOL) POOL_SEED=$(DEMO_POOL_SEED) \
+		POOL_FLAGS="$(DEMO_POOL_FLAGS)" > /dev/null && \
 	$(BIN)/python -m reproduce.pipeline.downstream --pool $(DEMO_POOL) --output $(DEMO_DIR) \
 		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
 	echo "demo: $$(( $$(date +%s) - start )) s wall (verdict in $(DEMO_DIR)/verdict.md)" | \
@@ -48,8 +51,12 @@ demo: install
 demo-quick: install
 	$(BIN)/datamask demo --workdir runs/demo
 
+# The suite on TEST_WORKERS processes (pytest-xdist), each test file on one of them, so a file's
+# module fixtures are built once; pytest prints the share of tests done at the end of each line.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	@echo "test: the suite on $(TEST_WORKERS) processes (about 4 minutes on 2 cores)"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Block selection on a real one-node Slurm cluster (root: installs Debian's slurm-wlm and munge
 # once, starts munged/slurmctld/slurmd in a loopback-only namespace, compares with the local
