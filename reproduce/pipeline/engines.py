@@ -95,6 +95,12 @@ def check_executor(kind: str, workers: int, cluster: dict | None) -> None:
                             f"{gpus * workers} GPU(s), torch sees {have} here")
 
 
+def task_files(files: list, rank: int, world_size: int) -> list:
+    """The files task `rank` of `world_size` takes: rank, rank + world_size, ... (as datatrove's
+    readers shard a folder), so every file goes to exactly one task."""
+    return files[rank::world_size]
+
+
 def task_device(kind: str, gpus_per_task: int, workers: int, rank: int, device: str) -> str:
     """The torch device task `rank` computes on: `device` without GPUs per task; else its own
     GPU, which Ray and Slurm hand a task as its first visible one and a local run assigns by

@@ -45,7 +45,7 @@ from datamask.processes import children_die_with_parent
 from datamask.shared import check_device, require
 
 from .common import check_distinct_files, file_stats, parquet_files
-from .engines import check_executor, engine_session, run_then_merge, task_device
+from .engines import check_executor, engine_session, run_then_merge, task_device, task_files
 
 datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 
@@ -477,7 +477,7 @@ class PrepareShards(datatrove_base.PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         embedder = self.embedder.on(self.device_of(rank=rank))
-        for source in self.shards[rank::world_size]:
+        for source in task_files(self.shards, rank, world_size):
             with self.track_time("shard"):
                 rows, embedded = self.prepare_shard(Path(source), embedder)
             self.stat_update("rows", value=rows)
