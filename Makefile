@@ -51,11 +51,12 @@ demo-quick: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Block selection on a real one-node Slurm cluster (root: installs Debian's slurm-wlm and munge
-# once, starts munged/slurmctld/slurmd in a loopback-only namespace, compares with the local
-# executor, stops the cluster). `make test` runs the same check where Slurm is installed.
+# The data stages (select; then prepare -> select -> tokenize) on a real one-node Slurm cluster
+# (root: installs Debian's slurm-wlm and munge once, starts munged/slurmctld/slurmd in a
+# loopback-only namespace, compares each stage with the local executor, stops the cluster).
+# `make test` runs the same check where Slurm is installed.
 test-slurm: install
-	PYTHON=$(BIN)/python bash tests/slurm/select_on_slurm.sh --install
+	PYTHON=$(BIN)/python bash tests/slurm/stages_on_slurm.sh --install
 
 bench: install
 	$(BIN)/python -m reproduce.bench.objectives
