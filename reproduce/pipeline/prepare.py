@@ -438,7 +438,7 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
         run_config = {**config, "inputs": file_stats(files), "tasks": tasks}
         if not (logs / "config.json").exists() or \
                 json.loads((logs / "config.json").read_text()) != run_config:
-            shutil.rmtree(logs, ignore_errors=True)  # other tasks: their markers do not hold
+            shutil.rmtree(logs, ignore_errors=True)  # another run's tasks: its markers do not hold
         logs.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_config, logs / "config.json")
         # absolute paths: cluster workers do not start in this folder
@@ -524,7 +524,8 @@ class WriteManifest(datatrove_base.PipelineStep):
             rows = pq.read_metadata(source).num_rows
             if record.get("config") != self.config or pq.read_metadata(path).num_rows != rows:
                 raise UserError(f"{path}: not prepared from {source} with this run's model and "
-                                f"scorer; its task did not finish")
+                                f"scorer, though its task finished (was it removed or replaced "
+                                f"since?); delete {Path(self.output) / 'logs'} and rerun")
             embedded = record["embedded"] if record.get("run") == self.run_id else 0
             records[source.name] = {"config": self.config, "rows": rows, "embedded": embedded,
                                     "reused": rows - embedded}
