@@ -58,11 +58,12 @@ test: install
 	@echo "test: the suite on $(TEST_WORKERS) processes (about 4 minutes on 2 cores)"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# Block selection on a real one-node Slurm cluster (root: installs Debian's slurm-wlm and munge
-# once, starts munged/slurmctld/slurmd in a loopback-only namespace, compares with the local
-# executor, stops the cluster). `make test` runs the same check where Slurm is installed.
+# The data stages (select; then prepare -> select -> tokenize) on a real one-node Slurm cluster
+# (root: installs Debian's slurm-wlm and munge once, starts munged/slurmctld/slurmd in a
+# loopback-only namespace, compares each stage with the local executor, stops the cluster).
+# `make test` runs the same check where Slurm is installed.
 test-slurm: install
-	PYTHON=$(BIN)/python bash tests/slurm/select_on_slurm.sh --install
+	PYTHON=$(BIN)/python bash tests/slurm/stages_on_slurm.sh --install
 
 bench: install
 	$(BIN)/python -m reproduce.bench.objectives

@@ -444,8 +444,9 @@ def selection_table(ids: np.ndarray, selected: np.ndarray, score: np.ndarray,
 def write_dataset(path: str | os.PathLike, ids: np.ndarray, quality: np.ndarray,
                   features: np.ndarray, extra: dict | None = None,
                   id_column: str = ID_COLUMN, quality_column: str = QUALITY_COLUMN,
-                  feature_column: str = FEATURE_COLUMN) -> None:
-    """Write arrays in the input contract (features as a fixed-size list of float32)."""
+                  feature_column: str = FEATURE_COLUMN, metadata: dict | None = None) -> None:
+    """Write arrays in the input contract (features as a fixed-size list of float32), with
+    `metadata` as the file's schema metadata; atomically (write_table_atomic)."""
     n, dim = features.shape
     flat = pa.array(np.ascontiguousarray(features, dtype=np.float32).reshape(-1))
     columns = {
@@ -454,4 +455,4 @@ def write_dataset(path: str | os.PathLike, ids: np.ndarray, quality: np.ndarray,
         feature_column: pa.FixedSizeListArray.from_arrays(flat, dim),
     }
     columns.update(extra or {})
-    write_table_atomic(pa.table(columns), path)
+    write_table_atomic(pa.table(columns).replace_schema_metadata(metadata), path)

@@ -28,29 +28,29 @@ def cmd_data(args) -> None:
 
 
 def cmd_prepare(args) -> None:
-    from datamask.shared import check_device
-
-    from .pipeline.prepare import Embedder, check_inputs, make_scorer, prepare
+    from .pipeline.engines import check_executor, cluster_flags
+    from .pipeline.prepare import Embedder, check_embed_device, check_inputs, make_scorer, prepare
 
     # everything that needs no model first: loading one takes longer than most mistakes
+    cluster = cluster_flags(args)
+    check_executor(args.executor, args.workers, cluster)
     files = check_inputs(args.input, Path(args.output), args.quality)
-    check_device(args.device)
+    device = check_embed_device(args.device, args.executor, args.gpus_per_task)
     scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
-    embedder = Embedder(args.embedding_model, args.device, args.batch_size, args.prefix,
+    embedder = Embedder(args.embedding_model, device, args.batch_size, args.prefix,
                         args.max_seq_length)
-    _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress))
+    _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress,
+                   executor=args.executor, workers=args.workers, tasks=args.tasks,
+                   cluster=cluster))
 
 
 def cmd_select(args) -> None:
+    from .pipeline.engines import cluster_flags
     from .pipeline.select import run_select
 
-    cluster = {"partition": args.slurm_partition, "time": args.slurm_time,
-               "cpus_per_task": args.cpus_per_task, "mem_per_cpu_gb": args.mem_per_cpu_gb,
-               "gpus_per_task": args.gpus_per_task, "venv_path": args.venv_path,
-               "ray_address": args.ray_address}
     _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
-                      args.block_size, args.seed, args.executor, args.workers, cluster,
-                      args.stratify, args.strata_from))
+                      args.block_size, args.seed, args.executor, args.workers,
+                      cluster_flags(args), args.stratify, args.strata_from))
 
 
 def cmd_methods(args) -> None:
@@ -75,10 +75,12 @@ def cmd_tokenizer(args) -> None:
 
 
 def cmd_tokenize(args) -> None:
+    from .pipeline.engines import cluster_flags
     from .pipeline.tokenize import run_tokenize
 
     _print(run_tokenize(Path(args.input), Path(args.selection), Path(args.tokenizer),
-                        Path(args.output), args.tasks, args.workers, args.seed))
+                        Path(args.output), args.tasks, args.workers, args.seed,
+                        executor=args.executor, cluster=cluster_flags(args)))
 
 
 def cmd_train(args) -> None:
@@ -120,6 +122,8 @@ def cmd_tables(args) -> None:
 
 
 def add_stage_parsers(sub) -> None:
+    from .pipeline.engines import add_executor_flags
+
     p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
     p.add_argument("--output", required=True, help="folder for the FineWeb-format shards")
     p.add_argument("--tasks_output", required=True, help="folder for bbc_*.jsonl task files")
@@ -141,7 +145,9 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--max_seq_length", type=int, help="tokens per document (default: the model's)")
     p.add_argument("--batch_size", type=int, default=32,
                    help="encoder batch (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu or cuda; with --gpus_per_task each task's own GPU (default: "
+                        "%(default)s)")
     p.add_argument("--quality", default="auto", choices=["auto", "score", "heuristic", "fasttext"],
                    help="auto: FineWeb-Edu's `score` column when present, else heuristic "
                         "(datatrove's quality filters + stop-word share); fasttext: a classifier "
@@ -150,6 +156,7 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--quality_label", default="__label__hq",
                    help="the classifier's good-quality label (default: %(default)s)")
     p.add_argument("--no_progress", action="store_true")
+    add_executor_flags(p, "shard groups", tasks=True)
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("select", help="run one selector over prepared rows in independent blocks")
@@ -169,20 +176,7 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--strata_from", nargs="+", metavar="DIR",
                    help="FineWeb shards (files or folders) holding the --stratify column, looked "
                         "up by id; needed when the prepared shards lack it")
-    p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"],
-                   help="datatrove executor running the blocks (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="blocks run at once (local: processes) (default: %(default)s)")
-    c = p.add_argument_group("slurm / ray")
-    c.add_argument("--slurm_partition")
-    c.add_argument("--slurm_time", default="24:00:00")
-    c.add_argument("--cpus_per_task", type=int, default=4)
-    c.add_argument("--mem_per_cpu_gb", type=float, default=4)
-    c.add_argument("--gpus_per_task", type=int, default=0)
-    c.add_argument("--venv_path", help="virtualenv activate script the Slurm jobs source")
-    c.add_argument("--ray_address",
-                   help="Ray cluster to run on, host:port of its head (default: $RAY_ADDRESS, "
-                        "else a new Ray instance on this machine)")
+    add_executor_flags(p, "blocks")
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("methods", help="list registered selectors (--demo: the demo's methods)")
@@ -200,9 +194,8 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--selection", required=True, help="selection.parquet from the select stage")
     p.add_argument("--tokenizer", required=True, help="tokenizer.json")
     p.add_argument("--output", required=True, help="folder for the .ds token files")
-    p.add_argument("--tasks", type=int, default=1, help="datatrove tasks (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=1, help="(default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="document shuffling seed")
+    add_executor_flags(p, "tokenizer ranks", tasks=True)
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("train", help="train a Llama-style causal LM on tokenized shards")

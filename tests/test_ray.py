@@ -1,7 +1,10 @@
-"""`pipeline select --executor ray` on a real Ray cluster: a head started here (loopback only,
-2 CPUs), the stage run as a user runs it (the CLI, in its own process), a Ray worker killed
-while it computes a block, and the selection compared row for row with the local executor's."""
+"""The data stages with `--executor ray` on a real Ray cluster: a head started here (loopback only,
+2 CPUs), each stage run as a user runs it (the CLI, in its own process). select and prepare have
+a Ray worker killed while it computes a task, and their outputs are compared with the local
+executor's (the selection row for row; the prepared shards' ids and quality exactly, embeddings
+to 1e-5); tokenize's token files byte for byte."""
 
+import json
 import os
 import secrets
 import shutil
@@ -12,14 +15,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import gaussian_data, write_shard
 
+from datamask.data import read_dataset
 from datamask.errors import UserError
 from reproduce.pipeline.select import run_select
+from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
 METHOD, RATIO, BLOCK = "facility-greedy", 0.25, 3000  # ~1 s a block: long enough to be killed in
 TASK_FLAGS = ["--cpus_per_task", "1", "--mem_per_cpu_gb", "0.5"]
@@ -76,7 +82,7 @@ def ray_head():
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
+def block_shards(tmp_path_factory):
     """Two prepared shards, 6,000 rows: two blocks of 3,000."""
     folder = tmp_path_factory.mktemp("ray") / "prepared"
     folder.mkdir()
@@ -89,19 +95,22 @@ def prepared(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def local_selection(prepared, tmp_path_factory):
+def local_selection(block_shards, tmp_path_factory):
     out = tmp_path_factory.mktemp("local") / "select"
-    return pq.read_table(run_select([str(prepared)], out, METHOD, RATIO, BLOCK)["output"])
+    return pq.read_table(run_select([str(block_shards)], out, METHOD, RATIO, BLOCK)["output"])
+
+
+def on_ray(ray_head, *stage: str) -> subprocess.Popen:
+    """A stage's CLI on the cluster, one task at a time."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "reproduce", *stage, "--executor", "ray", "--ray_address",
+         ray_head["address"], "--workers", "1", *TASK_FLAGS], env=ray_head["env"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def select_on_ray(ray_head, prepared: Path, output: Path) -> subprocess.Popen:
-    """The select stage's CLI on the cluster, one block at a time."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "reproduce", "select", "--input", str(prepared), "--output",
-         str(output), "--method", METHOD, "--select_ratio", str(RATIO), "--block_size",
-         str(BLOCK), "--executor", "ray", "--ray_address", ray_head["address"], "--workers", "1",
-         *TASK_FLAGS], env=ray_head["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+    return on_ray(ray_head, "select", "--input", str(prepared), "--output", str(output),
+                  "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK))
 
 
 def in_session(session: int) -> list[psutil.Process]:
@@ -129,29 +138,35 @@ def worker_running(session: int, block: int) -> list[psutil.Process]:
     return []
 
 
+def wait_for_task(ray_head, run: subprocess.Popen, rank: int) -> list[psutil.Process]:
+    """The worker processes of task `rank`, once it has started."""
+    deadline = time.monotonic() + RUN_S
+    while not (victims := worker_running(ray_head["session"], rank)):
+        assert run.poll() is None, f"the stage ended before task {rank} ran:\n{run.stdout.read()}"
+        if time.monotonic() > deadline:
+            run.kill()
+            pytest.fail(f"task {rank} never started on the Ray cluster:\n{run.communicate()[0]}")
+        time.sleep(0.05)
+    return victims
+
+
 def finish(run: subprocess.Popen) -> str:
     try:
         output, _ = run.communicate(timeout=RUN_S)
     except subprocess.TimeoutExpired:
         run.kill()
-        pytest.fail(f"select on Ray ran over {RUN_S} s:\n{run.communicate()[0][-3000:]}")
+        pytest.fail(f"the stage on Ray ran over {RUN_S} s:\n{run.communicate()[0][-3000:]}")
     assert run.returncode == 0, output[-3000:]
     return output
 
 
 @pytest.fixture(scope="module")
-def killed_run(ray_head, prepared, tmp_path_factory):
+def killed_run(ray_head, block_shards, tmp_path_factory):
     """Block 0 finishes, the worker computing block 1 is killed (SIGKILL, like the OOM killer),
     datatrove resubmits that block and the stage completes."""
     out = tmp_path_factory.mktemp("ray-run") / "select"
-    run = select_on_ray(ray_head, prepared, out)
-    deadline = time.monotonic() + RUN_S
-    while not (victims := worker_running(ray_head["session"], 1)):
-        assert run.poll() is None, f"select ended before block 1 ran:\n{run.stdout.read()}"
-        if time.monotonic() > deadline:
-            run.kill()
-            pytest.fail(f"block 1 never started on the Ray cluster:\n{run.communicate()[0]}")
-        time.sleep(0.05)
+    run = select_on_ray(ray_head, block_shards, out)
+    victims = wait_for_task(ray_head, run, 1)
     first_done = (out / "blocks" / "00000.parquet").stat().st_mtime_ns
     block_1_done_before = (out / "logs" / "blocks" / "completions" / "00001").exists()
     for proc in victims:
@@ -173,32 +188,129 @@ def test_ray_selection_equals_the_local_one_after_a_worker_is_killed(killed_run,
     assert ray_selection.equals(local_selection)
 
 
-def test_rerun_on_ray_skips_finished_blocks(killed_run, ray_head, prepared):
+def test_rerun_on_ray_skips_finished_blocks(killed_run, ray_head, block_shards):
     out = killed_run["out"]
     before = {p.name: p.stat().st_mtime_ns for p in (out / "blocks").iterdir()}
     selection = pq.read_table(out / "selection.parquet")
-    log = finish(select_on_ray(ray_head, prepared, out))
+    log = finish(select_on_ray(ray_head, block_shards, out))
     assert "All 2 tasks appear to be completed already" in log
     assert {p.name: p.stat().st_mtime_ns for p in (out / "blocks").iterdir()} == before
     assert pq.read_table(out / "selection.parquet").equals(selection)
 
 
-def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, prepared, tmp_path,
-                                                                monkeypatch):
+def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, block_shards,
+                                                                tmp_path, monkeypatch):
     """Ray would queue it forever; the stage says which flags to lower instead."""
     for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
         monkeypatch.setenv(name, ray_head["env"][name])
     cluster = {"ray_address": ray_head["address"], "cpus_per_task": 3, "mem_per_cpu_gb": 0.5}
     with pytest.raises(UserError, match="--cpus_per_task 3 .*no node of the Ray cluster"):
-        run_select([str(prepared)], tmp_path / "select", METHOD, RATIO, BLOCK, executor="ray",
-                   cluster=cluster)
+        run_select([str(block_shards)], tmp_path / "select", METHOD, RATIO, BLOCK,
+                   executor="ray", cluster=cluster)
     assert not (tmp_path / "select").exists()
 
 
-def test_an_address_where_no_ray_head_listens_is_refused_at_once(prepared, tmp_path):
+def test_an_address_where_no_ray_head_listens_is_refused_at_once(block_shards, tmp_path):
     """ray.init would retry it for minutes."""
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(UserError, match=f"--ray_address {address}: no Ray head answers there"):
-        run_select([str(prepared)], tmp_path / "select", METHOD, RATIO, BLOCK, executor="ray",
-                   cluster={"ray_address": address})
+        run_select([str(block_shards)], tmp_path / "select", METHOD, RATIO, BLOCK,
+                   executor="ray", cluster={"ray_address": address})
     assert not (tmp_path / "select").exists()
+
+
+# ---------------------------------------------------------------- prepare and tokenize on Ray
+
+# conftest's `prepared` (the local executor's) is made with the same model and scorer
+PREPARE_FLAGS = ("--max_seq_length", "32", "--quality", "heuristic", "--no_progress",
+                 "--tasks", "2")
+
+
+def prepare_on_ray(ray_head, shards: Path, output: Path) -> subprocess.Popen:
+    return on_ray(ray_head, "prepare", "--input", str(shards), "--output", str(output),
+                  *PREPARE_FLAGS)
+
+
+def holding(session: int, folder: Path) -> list[str]:
+    """The cluster's processes that have a file under `folder` open or run in it."""
+    found = []
+    for proc in in_session(session):
+        try:
+            if str(folder) in proc.cwd() or any(str(folder) in f.path
+                                                for f in proc.open_files()):
+                found.append(f"{proc.pid} {' '.join(proc.cmdline())[:100]}")
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def prepare_killed(ray_head, pool, tmp_path_factory):
+    """Task 0 prepares the pool's first shard; the worker running task 1 (the second shard) is
+    killed (SIGKILL) in the middle of it, before its shard and marker; datatrove resubmits the
+    task and the stage completes."""
+    out = tmp_path_factory.mktemp("ray-prepare") / "prepared"
+    run = prepare_on_ray(ray_head, pool[0] / "fineweb", out)
+    victims = wait_for_task(ray_head, run, 1)
+    before = {"marker": (out / "logs" / "tasks" / "completions" / "00001").exists(),
+              "shards": sorted(p.name for p in out.glob("*.parquet"))}
+    for proc in victims:
+        proc.kill()
+    return {"out": out, "log": finish(run), **before}
+
+
+def test_prepare_on_ray_equals_the_local_executor_after_a_worker_is_killed(prepare_killed,
+                                                                           prepared, ray_head):
+    out = prepare_killed["out"]
+    local = sorted(prepared.glob("*.parquet"))
+    assert not prepare_killed["marker"] and prepare_killed["shards"] == [local[0].name]
+    assert "failed with" in prepare_killed["log"]  # datatrove saw the dead worker and resubmitted
+    assert sorted(p.name for p in out.glob("*.parquet")) == [p.name for p in local]
+    for path in local:
+        theirs, ours = pq.read_table(path), pq.read_table(out / path.name)
+        for column in ("id", "chunk_id", "quality_score", "text_length"):
+            assert ours.column(column).equals(theirs.column(column)), column
+        np.testing.assert_allclose(read_dataset([out / path.name]).features,
+                                   read_dataset([path]).features, rtol=0, atol=1e-5)
+    records = json.loads((out / "prepare.json").read_text())["files"]
+    assert {name: r["embedded"] for name, r in records.items()} == \
+        {p.name: pq.read_metadata(p).num_rows for p in local}
+    deadline = time.monotonic() + 10  # Ray tears the task's actor down as the stage ends
+    while (left := holding(ray_head["session"], out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == []
+
+
+def test_rerun_of_prepare_on_ray_skips_the_finished_tasks(prepare_killed, ray_head, pool):
+    out = prepare_killed["out"]
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
+    log = finish(prepare_on_ray(ray_head, pool[0] / "fineweb", out))
+    assert "All 2 tasks appear to be completed already" in log
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")} == before
+    records = json.loads((out / "prepare.json").read_text())["files"]
+    assert [r["embedded"] for r in records.values()] == [0, 0]  # nothing embedded this time
+
+
+def test_tokenize_on_ray_writes_the_local_executors_token_files(ray_head, pool,
+                                                                tmp_path_factory):
+    shards, work = pool[0] / "fineweb", tmp_path_factory.mktemp("ray-tokenize")
+    ids = pa.concat_tables([pq.read_table(p, columns=["id"])
+                            for p in sorted(shards.glob("*.parquet"))]).column("id")
+    selection = work / "selection.parquet"
+    pq.write_table(pa.table({"id": ids, "selected": [i % 3 != 0 for i in range(len(ids))]}),
+                   selection)
+    train_tokenizer([str(shards)], work / "tokenizer.json", vocab_size=300)
+    local = run_tokenize(shards, selection, work / "tokenizer.json", work / "local", tasks=2)
+    finish(on_ray(ray_head, "tokenize", "--input", str(shards), "--selection", str(selection),
+                  "--tokenizer", str(work / "tokenizer.json"), "--output", str(work / "ray"),
+                  "--tasks", "2"))
+
+    def token_files(folder: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(folder.glob("*.ds*"))}
+
+    assert len(token_files(work / "ray")) >= 3  # .ds, .ds.index, .ds.metadata
+    assert token_files(work / "ray") == token_files(work / "local")
+    summary = json.loads((work / "ray" / "summary.json").read_text())
+    assert summary["documents"] == local["documents"] == sum(i % 3 != 0 for i in range(len(ids)))
+    assert summary["tokens"] == local["tokens"] and summary["executor"] == "ray"
+    assert not (work / "ray" / "ranks").exists()  # the ranks' files go once merged

@@ -1,7 +1,8 @@
-"""Block selection on a real one-node Slurm cluster: tests/slurm/select_on_slurm.sh starts munged,
+"""The data stages on a real one-node Slurm cluster: tests/slurm/stages_on_slurm.sh starts munged,
 slurmctld and slurmd in namespaces of their own, submits `pipeline select --executor slurm` (the
-merge a job that depends on the blocks' array) and compares with the local executor. Runs where
-Slurm and munge are installed and the suite runs as root; `make test-slurm` installs them."""
+merge a job that depends on the blocks' array), then the chain prepare -> select -> tokenize the
+same way, and compares every output with the local executor's. Runs where Slurm and munge are
+installed and the suite runs as root; `make test-slurm` installs them."""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "slurm" / "select_on_slurm.sh"
+SCRIPT = Path(__file__).parent / "slurm" / "stages_on_slurm.sh"
 NEEDED = ("slurmctld", "slurmd", "sbatch", "squeue", "munged", "unshare", "ip")
 MISSING = [tool for tool in NEEDED if not shutil.which(tool)]
 
@@ -22,10 +23,13 @@ pytestmark = [
 ]
 
 
-def test_select_on_slurm_equals_the_local_executor():
+def test_the_data_stages_on_slurm_equal_the_local_executor():
     run = subprocess.run(["bash", str(SCRIPT)], env={**os.environ, "PYTHON": sys.executable},
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "Slurm's selection equals the local executor's, row for row" in run.stdout
-    assert "afterok:" in run.stdout  # the merge was queued behind the blocks
+    assert "Slurm's prepared shards equal the local executor's" in run.stdout
+    assert "the chain's selection on Slurm equals the local one, row for row" in run.stdout
+    assert "Slurm's token files equal the local executor's, byte for byte" in run.stdout
+    assert run.stdout.count("afterok:") >= 4  # each stage's merge was queued behind its tasks
     assert "cluster stopped" in run.stdout

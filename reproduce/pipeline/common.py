@@ -32,6 +32,23 @@ def parquet_files(inputs: list[str], flag: str = "--input") -> list[Path]:
     return files
 
 
+def check_distinct_files(files: list[Path], flag: str = "--input") -> None:
+    """No file twice, named again or through a link: two tasks would both claim it."""
+    seen: dict[Path, Path] = {}
+    for path in files:
+        real = path.resolve()
+        if real in seen:
+            how = "given twice" if path.absolute() == seen[real].absolute() else \
+                f"the same file as {seen[real]}"
+            raise UserError(f"{flag} {path}: {how}; give each file once")
+        seen[real] = path
+
+
+def file_stats(files: list[Path]) -> dict:
+    """What tells a file changed, for a stage's config.json: size and modification time."""
+    return {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
+
+
 def parse_value(text: str):
     """'3' -> 3, '0.5' -> 0.5, 'true' -> True, anything else stays a string."""
     try:

@@ -3,16 +3,27 @@
 One output shard per input shard, same file name, one row per input row in input order:
 `chunk_id` (int64, a stable hash of FineWeb's string `id`), `quality_score`, `feature_arr` (the
 sentence embedding, unit length), plus `id` (the original string) and `text_length` (characters).
-Rows whose id is already in the output shard, prepared with the same embedder and scorer (recorded
-in prepare.json), are reused rather than embedded again.
+Rows whose id is already in the output shard, prepared with the same embedder and scorer, are
+reused rather than embedded again: each shard records in its Parquet metadata the configuration
+it was made with (shards of earlier versions: prepare.json).
+
+The shards are dealt into executor tasks (datatrove's local, Ray or Slurm executor, as the select
+stage's blocks: reproduce/pipeline/engines.py): task r of N embeds and scores shards r, r+N, ...
+on its own device and writes each atomically; one merge task then writes prepare.json. Files,
+under --output: the shards, prepare.json (per shard: the configuration, rows, and how many rows
+this run embedded and reused) and logs/ (the run's configuration, datatrove's logs and completion
+markers: a rerun with the same inputs, model, scorer and --tasks skips the finished tasks).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import secrets
+import shutil
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +40,18 @@ from datamask.data import (
     write_json_atomic,
 )
 from datamask.errors import UserError, quoted
-from datamask.paths import check_paths, leave_as_found
-from datamask.shared import require
+from datamask.paths import check_paths, leave_as_found, remove_temporaries
+from datamask.processes import children_die_with_parent
+from datamask.shared import check_device, require
 
-from .common import parquet_files
+from .common import check_distinct_files, file_stats, parquet_files
+from .engines import check_executor, engine_session, run_then_merge, task_device, task_files
+
+datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 
 EDU_SCORE_COLUMN = "score"  # FineWeb-Edu's classifier score (0-5)
 MANIFEST = "prepare.json"
+SHARD_RECORD = b"datamask.prepare"  # a shard's metadata key: its configuration, run, rows embedded
 
 
 def chunk_id(doc_id: str) -> int:
@@ -72,16 +88,44 @@ class Embedder:
 
     def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 32,
                  prefix: str = "", max_seq_length: int | None = None):
-        st = require("sentence_transformers", "prepare (embeddings)")
         self.model_name = model or default_embedding_model()
+        self.device, self.batch_size, self.prefix = device, batch_size, prefix
+        self.max_seq_length = max_seq_length
+        self.model  # loaded now: a model that cannot load is refused before any work
+
+    @cached_property
+    def model(self):
+        st = require("sentence_transformers", "prepare (embeddings)")
         try:
-            self.model = st.SentenceTransformer(self.model_name, device=device)
+            model = st.SentenceTransformer(self.model_name, device=self.device)
         except OSError as err:
             raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
                             f"({quoted(err)}); give a local folder") from None
-        if max_seq_length:
-            self.model.max_seq_length = max_seq_length
-        self.batch_size, self.prefix = batch_size, prefix
+        if self.max_seq_length:
+            model.max_seq_length = self.max_seq_length
+        return model
+
+    def __getstate__(self) -> dict:
+        """Pickled (for a worker process or node) without the model: the worker loads its own,
+        on its own device, when it first embeds."""
+        state = self.__dict__.copy()
+        state.pop("model", None)
+        return state
+
+    def __deepcopy__(self, memo) -> "Embedder":
+        """A copy shares the loaded model, which embedding leaves unchanged: datatrove's local
+        executor copies its pipeline for every task."""
+        clone = object.__new__(Embedder)
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def on(self, device: str) -> "Embedder":
+        """This embedder on `device`: itself, or a copy that loads the model there."""
+        if device == self.device:
+            return self
+        moved = copy.copy(self)  # without the model (__getstate__)
+        moved.device = device
+        return moved
 
     @cached_property
     def identity(self) -> dict:
@@ -140,6 +184,10 @@ class HeuristicQuality(Scorer):
 
     name = "datatrove-heuristics"
 
+    def __reduce__(self):
+        """Rebuilt where it is unpickled (it holds modules, which do not pickle)."""
+        return HeuristicQuality, ()
+
     def __init__(self):
         require("spacy", "the datatrove-heuristics quality scorer (English word splitting)")
         filters = require("datatrove.pipeline.filters", "the datatrove-heuristics quality scorer")
@@ -171,11 +219,16 @@ class FastTextQuality(Scorer):
         fasttext = require("fasttext", "the fasttext quality scorer")
         if not Path(model_path).is_file():
             raise UserError(f"--quality_model {model_path}: no such file")
-        self.model, self.label = fasttext.load_model(model_path), label
+        self.model_path, self.label = model_path, label
+        self.model = fasttext.load_model(model_path)
         if label not in self.model.labels:
             raise UserError(f"--quality_label {label}: the classifier's labels are "
                             f"{self.model.labels}")
         self.name = f"fasttext:{Path(model_path).name}:{label}"
+
+    def __reduce__(self):
+        """Reloaded from its file where it is unpickled (a fastText model does not pickle)."""
+        return FastTextQuality, (self.model_path, self.label)
 
     def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
         texts = [t.replace("\n", " ") for t in table.column("text").to_pylist()]
@@ -208,6 +261,19 @@ def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
     if not model_path:
         raise UserError("--quality fasttext needs --quality_model PATH")
     return FastTextQuality(model_path, label)
+
+
+def check_embed_device(device: str, executor: str, gpus_per_task: int) -> str:
+    """The device the embedder loads on in this process. With --gpus_per_task every task embeds
+    on its own GPU (task_device) and this process only checks the model, on the CPU; otherwise
+    the tasks embed on --device, which a Ray or Slurm task has only as the CPU (they hand a task
+    no GPU it did not ask for)."""
+    if gpus_per_task:
+        return "cpu"
+    if executor != "local" and device != "cpu":
+        raise UserError(f"--device {device}: an --executor {executor} task sees no GPU without "
+                        f"--gpus_per_task; give --gpus_per_task 1 for one GPU per task")
+    return check_device(device)
 
 
 @dataclass
@@ -247,16 +313,36 @@ def _read_shard(path: Path) -> Shard:
     return Shard(path, table, ids, np.array([chunk_id(i) for i in ids], dtype=np.int64))
 
 
-def _check_unique(shards: list[Shard]) -> None:
+def _check_unique(shard: Shard, seen: dict[int, tuple[str, Path]]) -> None:
+    """No id of `shard` in an earlier shard (or twice in it); `seen` grows by its ids."""
+    for doc_id, cid in zip(shard.ids, shard.chunk_ids.tolist()):
+        if cid in seen:
+            other_id, other = seen[cid]
+            what = (f"duplicate id {doc_id!r}" if other_id == doc_id else
+                    f"id hash collision between {doc_id!r} and {other_id!r}")
+            raise UserError(f"{what} in column 'id' (in {other} and {shard.path})")
+        seen[cid] = (doc_id, shard.path)
+
+
+def check_shards(files: list[Path], scorer: Scorer) -> None:
+    """Every shard's text and ids present and not null, its values fit for `scorer`, every id in
+    one row of one shard only; read one shard at a time (the tasks read the text again)."""
     seen: dict[int, tuple[str, Path]] = {}
-    for shard in shards:
-        for doc_id, cid in zip(shard.ids, shard.chunk_ids.tolist()):
-            if cid in seen:
-                other_id, other = seen[cid]
-                what = (f"duplicate id {doc_id!r}" if other_id == doc_id else
-                        f"id hash collision between {doc_id!r} and {other_id!r}")
-                raise UserError(f"{what} in column 'id' (in {other} and {shard.path})")
-            seen[cid] = (doc_id, shard.path)
+    for path in files:
+        shard = _read_shard(path)
+        scorer.check(shard.table, path)
+        _check_unique(shard, seen)
+
+
+def _made_with(path: Path, earlier: dict) -> dict:
+    """How the output shard at `path` was made ({config, run, embedded}): its own record, else,
+    for a shard an earlier version wrote, its prepare.json record; {} where there is no shard."""
+    if not path.exists():
+        return {}
+    metadata = pq.read_schema(path).metadata or {}
+    if SHARD_RECORD in metadata:
+        return json.loads(metadata[SHARD_RECORD])
+    return earlier.get(path.name, {})
 
 
 def _reusable(out_path: Path) -> dict[int, tuple[float, np.ndarray]]:
@@ -297,6 +383,7 @@ def check_inputs(inputs: list[str], output: Path, quality: str | None = None) ->
     files = parquet_files(inputs)
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
                 folders={"--output": output})
+    check_distinct_files(files)
     names = [f.name for f in files]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -325,54 +412,132 @@ def check_inputs(inputs: list[str], output: Path, quality: str | None = None) ->
 
 
 def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
-            chunk: int = 256, progress: bool = True) -> dict:
-    """Embed and score every row of every input shard; returns counts (embedded vs reused).
+            chunk: int = 256, progress: bool = True, executor: str = "local", workers: int = 1,
+            tasks: int | None = None, cluster: dict | None = None) -> dict:
+    """Embed and score every row of every input shard, in `tasks` executor tasks (default:
+    `workers`, at most one per shard); returns counts (embedded vs reused), or for Slurm, which
+    returns at submission, the submission.
 
-    Everything is checked before the first row is embedded: the output against the inputs, every
-    shard's columns and values, earlier outputs. Each finished shard is renamed into place and
-    recorded in prepare.json with the configuration it was made with (rows are reused only from a
-    shard made the same way), so an interrupted run resumes where it stopped and prepare.json is
-    never left empty; a run that fails removes the files it created."""
+    Everything is checked before the first row is embedded: the executor, the output against the
+    inputs, every shard's columns and values, ids, earlier outputs. Each finished shard is renamed
+    into place with the configuration it was made with (rows are reused only from a shard made the
+    same way), so an interrupted run resumes where it stopped; the merge task writes prepare.json
+    once every task finished. A run that fails removes the files it created."""
+    check_executor(executor, workers, cluster)
     files = check_inputs(inputs, output)
-    shards = [_read_shard(f) for f in files]
-    for shard in shards:
-        scorer.check(shard.table, shard.path)
-    _check_unique(shards)
-
+    check_shards(files, scorer)
+    tasks = workers if tasks is None else tasks
+    if tasks < 1:
+        raise UserError(f"--tasks must be at least 1, got {tasks}")
+    tasks = min(tasks, len(files))
     config = {"embedder": embedder.identity, "quality": scorer.name}
-    manifest_path = output / MANIFEST
-    records = _manifest(manifest_path)
-    plans = []
-    for shard in shards:  # rows made another way (other model or scorer) are not reused
-        same = records.get(shard.path.name, {}).get("config") == config
-        reuse = _reusable(output / shard.path.name) if same else {}
-        todo = np.array([cid not in reuse for cid in shard.chunk_ids.tolist()], dtype=bool)
-        plans.append((shard, reuse, todo))
-
-    with leave_as_found([output], keep_on_interrupt=[output]):
-        output.mkdir(parents=True, exist_ok=True)
-        total_todo = int(sum(todo.sum() for _, _, todo in plans))
-        bar = tqdm(total=total_todo, desc="prepare (embed + score)", unit="doc",
-                   disable=not progress)
-        counts = {}
-        for shard, reuse, todo in plans:
-            n = len(shard.ids)
-            counts[shard.path.name] = {"rows": n, "embedded": int(todo.sum()),
-                                       "reused": int(n - todo.sum())}
-            if list(reuse) != shard.chunk_ids.tolist():  # else complete, in order: left alone
-                _write_shard(output / shard.path.name, shard, reuse, todo, embedder, scorer,
-                             chunk, bar)
-            records[shard.path.name] = {"config": config, **counts[shard.path.name]}
-            write_json_atomic({"files": records}, manifest_path)
-        bar.close()
+    earlier = _manifest(output / MANIFEST)
+    with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
+        children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
+        logs = output.absolute() / "logs"
+        run_config = {**config, "inputs": file_stats(files), "tasks": tasks}
+        if not (logs / "config.json").exists() or \
+                json.loads((logs / "config.json").read_text()) != run_config:
+            shutil.rmtree(logs, ignore_errors=True)  # another run's tasks: its markers do not hold
+        logs.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_config, logs / "config.json")
+        # absolute paths: cluster workers do not start in this folder
+        shards = [str(f.absolute()) for f in files]
+        run = secrets.token_hex(8)  # tells the shards this run wrote from those it left alone
+        gpus = (cluster or {}).get("gpus_per_task", 0)
+        work = PrepareShards(shards, str(output.absolute()), embedder, scorer, config, run,
+                             earlier, chunk, progress,
+                             partial(task_device, executor, gpus, workers, device=embedder.device))
+        merge = WriteManifest(shards, str(output.absolute()), config, run, earlier)
+        jobs = run_then_merge(executor, [work], tasks, [merge], logs, workers, cluster, "prepare")
+        if jobs:  # Slurm: submitted; the merge job writes prepare.json
+            return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
+    records = json.loads((output / MANIFEST).read_text())["files"]
+    counts = {f.name: {k: records[f.name][k] for k in ("rows", "embedded", "reused")}
+              for f in files}
     return {"output": str(output), "quality": scorer.name, "embedder": embedder.identity,
             "rows": sum(c["rows"] for c in counts.values()),
             "embedded": sum(c["embedded"] for c in counts.values()), "files": counts}
 
 
+class PrepareShards(datatrove_base.PipelineStep):
+    """One task = one group of input shards (task r of N takes shards r, r+N, ...): each embedded
+    and scored on the task's device, rows made the same way reused, written atomically."""
+
+    name = "embed and score shards"
+    type = "🧭 - PREPARE"
+
+    def __init__(self, shards: list[str], output: str, embedder: Embedder, scorer: Scorer,
+                 config: dict, run_id: str, earlier: dict, chunk: int, progress: bool,
+                 device_of):
+        super().__init__()
+        self.shards, self.output, self.embedder, self.scorer = shards, output, embedder, scorer
+        self.config, self.run_id, self.earlier = config, run_id, earlier
+        self.chunk, self.progress, self.device_of = chunk, progress, device_of
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        embedder = self.embedder.on(self.device_of(rank=rank))
+        for source in task_files(self.shards, rank, world_size):
+            with self.track_time("shard"):
+                rows, embedded = self.prepare_shard(Path(source), embedder)
+            self.stat_update("rows", value=rows)
+            self.stat_update("embedded", value=embedded)
+        yield from data or ()
+
+    def prepare_shard(self, source: Path, embedder: Embedder) -> tuple[int, int]:
+        """Embed and score the rows not reusable from the output shard, rewrite it unless it is
+        complete and in order; (rows, rows embedded)."""
+        shard = _read_shard(source)
+        out_path = Path(self.output) / source.name
+        made_with = _made_with(out_path, self.earlier).get("config")
+        reuse = _reusable(out_path) if made_with == self.config else {}
+        todo = np.array([cid not in reuse for cid in shard.chunk_ids.tolist()], dtype=bool)
+        if list(reuse) != shard.chunk_ids.tolist():  # else complete, in order: left alone
+            remove_temporaries(out_path)  # what a killed writer of this shard left
+            record = {"config": self.config, "run": self.run_id, "embedded": int(todo.sum())}
+            bar = tqdm(total=int(todo.sum()), desc=f"prepare {source.name} (embed + score)",
+                       unit="doc", disable=not self.progress)
+            _write_shard(out_path, shard, reuse, todo, embedder, self.scorer, self.chunk, bar,
+                         record)
+            bar.close()
+        return len(shard.ids), int(todo.sum())
+
+
+class WriteManifest(datatrove_base.PipelineStep):
+    """One task: prepare.json from the shards' own records, once every input's shard is there,
+    made with this run's configuration and holding every row of its input."""
+
+    name = "write prepare.json"
+    type = "🧭 - PREPARE"
+
+    def __init__(self, shards: list[str], output: str, config: dict, run_id: str,
+                 earlier: dict):
+        super().__init__()
+        self.shards, self.output, self.config = shards, output, config
+        self.run_id, self.earlier = run_id, earlier
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        records = dict(self.earlier)  # shards of other inputs keep their records
+        for source in map(Path, self.shards):
+            path = Path(self.output) / source.name
+            record = _made_with(path, self.earlier)
+            rows = pq.read_metadata(source).num_rows
+            if record.get("config") != self.config or pq.read_metadata(path).num_rows != rows:
+                raise UserError(f"{path}: not prepared from {source} with this run's model and "
+                                f"scorer, though its task finished (was it removed or replaced "
+                                f"since?); delete {Path(self.output) / 'logs'} and rerun")
+            embedded = record["embedded"] if record.get("run") == self.run_id else 0
+            records[source.name] = {"config": self.config, "rows": rows, "embedded": embedded,
+                                    "reused": rows - embedded}
+            self.stat_update("embedded", value=embedded)
+        write_json_atomic({"files": records}, Path(self.output) / MANIFEST)
+        yield from data or ()
+
+
 def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedder: Embedder,
-                 scorer: Scorer, chunk: int, bar) -> None:
-    """Embed and score the rows in `todo`, take the others from `reuse`, write the shard."""
+                 scorer: Scorer, chunk: int, bar, record: dict) -> None:
+    """Embed and score the rows in `todo`, take the others from `reuse`, write the shard (by
+    rename: never half-written under its name) with `record` in its metadata."""
     n = len(shard.ids)
     quality = np.empty(n, np.float32)
     features = None
@@ -393,4 +558,5 @@ def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedd
         quality[row], features[row] = q, vector
     lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
     write_dataset(path, shard.chunk_ids, quality, features,
-                  extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths})
+                  extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths},
+                  metadata={SHARD_RECORD: json.dumps(record)})

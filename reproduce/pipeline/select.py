@@ -23,12 +23,8 @@ The column comes from the prepared shards when they hold it, else from the FineW
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
-import subprocess
 import time
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +51,8 @@ from datamask.processes import children_die_with_parent
 from datamask.shared import require
 from datamask.stratify import largest_remainder, select_stratified, strata_of
 
-from .common import parquet_files, parse_method
+from .common import check_distinct_files, file_stats, parquet_files, parse_method
+from .engines import check_executor, engine_session, run_then_merge
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
 
@@ -213,18 +210,6 @@ class MergeBlocks(datatrove_base.PipelineStep):
         yield from data or ()
 
 
-def last_error(executor, rank: int) -> str:
-    """The last error line of a task's datatrove log (the output folder, logs included, is
-    removed when the stage fails), or why there is none."""
-    try:
-        with executor.logging_dir.open(f"logs/task_{rank:05d}.log", "r") as log:
-            lines = [line.strip() for line in log if line.strip()]
-    except FileNotFoundError:
-        return "(no log: the task's process died before writing it)"
-    errors = [line for line in lines if "ERROR" in line] or lines or ["(empty log)"]
-    return errors[-1]
-
-
 def plan_strata(plan: pa.Table) -> np.ndarray:
     """The plan's stratum column as the values `datamask.stratify` groups (int64 or str)."""
     values = plan.column("stratum").to_numpy()
@@ -290,89 +275,6 @@ def read_strata(files: list[Path], column: str, strata_from: list[str] | None) -
     return values[first[at]]
 
 
-def check_answers(address: str | None) -> None:
-    """A head's host:port must accept a connection: ray.init retries an address where nothing
-    listens for minutes before it gives up."""
-    host, _, port = (address or "").rpartition(":")
-    if not host or not port.isdigit():  # none (a local instance), "auto", ray://...
-        return
-    try:
-        socket.create_connection((host, int(port)), timeout=10).close()
-    except OSError as err:
-        raise UserError(f"--ray_address {address}: no Ray head answers there ({quoted(err)}); "
-                        f"start one with `ray start --head` or fix the address") from None
-
-
-@contextmanager
-def ray_cluster(cluster: dict):
-    """Connected to the Ray cluster at --ray_address (else $RAY_ADDRESS, else a new one on this
-    machine) inside the `with`, disconnected after; refuses task resources no node can hold,
-    which Ray would otherwise wait for forever."""
-    ray = require("ray", "--executor ray")
-    address = cluster.get("ray_address") or os.environ.get("RAY_ADDRESS") or None
-    check_answers(address)
-    try:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise UserError(f"--ray_address {address or '(RAY_ADDRESS or a local cluster)'}: cannot "
-                        f"connect to Ray ({quoted(err)})") from None
-    try:
-        need = {"CPU": cluster.get("cpus_per_task", 1), "GPU": cluster.get("gpus_per_task", 0),
-                "memory": cluster.get("mem_per_cpu_gb", 2) * cluster.get("cpus_per_task", 1)
-                * 2**30}
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-        if not any(all(node.get(k, 0) >= v for k, v in need.items() if v) for node in nodes):
-            largest = max(nodes, key=lambda n: n.get("CPU", 0), default={})
-            raise UserError(
-                f"--cpus_per_task {need['CPU']} --mem_per_cpu_gb {cluster.get('mem_per_cpu_gb')} "
-                f"--gpus_per_task {need['GPU']}: no node of the Ray cluster holds one task "
-                f"(largest node: {largest.get('CPU', 0):g} CPUs, "
-                f"{largest.get('memory', 0) / 2**30:.1f} GiB, {largest.get('GPU', 0):g} GPUs)")
-        yield
-    finally:
-        ray.shutdown()
-
-
-def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, workers: int,
-                  depends=None, skip_completed: bool = True, cluster: dict | None = None):
-    """LocalPipelineExecutor, SlurmPipelineExecutor or RayPipelineExecutor over `pipeline`."""
-    cluster = cluster or {}
-    if kind == "local":
-        from datatrove.executor import LocalPipelineExecutor
-
-        return LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
-                                     logging_dir=str(logging_dir), depends=depends,
-                                     skip_completed=skip_completed)
-    if kind == "slurm":
-        from datatrove.executor import SlurmPipelineExecutor
-
-        if not cluster.get("partition"):
-            raise UserError("--executor slurm needs --slurm_partition")
-        return SlurmPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
-                                     logging_dir=str(logging_dir), depends=depends,
-                                     skip_completed=skip_completed,
-                                     partition=cluster["partition"], time=cluster["time"],
-                                     cpus_per_task=cluster["cpus_per_task"],
-                                     gpus_per_task=cluster["gpus_per_task"],
-                                     venv_path=cluster.get("venv_path"),
-                                     job_name="datamask-select",
-                                     slurm_logs_folder=str(logging_dir / "slurm"),
-                                     # in MiB: datatrove writes "{gb}G", which Slurm refuses for
-                                     # a fraction (and for a float's "4.0G")
-                                     sbatch_args={"mem-per-cpu":
-                                                  f"{round(cluster['mem_per_cpu_gb'] * 1024)}M"})
-    if kind == "ray":
-        from datatrove.executor import RayPipelineExecutor
-
-        return RayPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
-                                   logging_dir=str(logging_dir), depends=depends,
-                                   skip_completed=skip_completed,
-                                   cpus_per_task=cluster.get("cpus_per_task", 1),
-                                   mem_per_cpu_gb=cluster.get("mem_per_cpu_gb", 2),
-                                   gpus_per_task=cluster.get("gpus_per_task", 0))
-    raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
-
-
 def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: float,
                block_size: int = 0, seed: int = 0, executor: str = "local", workers: int = 1,
                cluster: dict | None = None, stratify: str | None = None,
@@ -384,24 +286,18 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     files = parquet_files(inputs)
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs],
                  "--strata_from": strata_from}, folders={"--output": output})
+    check_distinct_files(files)
     n_rows = check_prepared(files)
     n_blocks = block_count(n_rows, block_size)
     budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
     if strata_from and not stratify:
         raise UserError("--strata_from names where the --stratify column is; give --stratify")
     strata = read_strata(files, stratify, strata_from) if stratify else None
-    if executor == "slurm" and not shutil.which("sbatch"):
-        raise UserError("--executor slurm: no `sbatch` on PATH; run it on a Slurm login node")
-    session = ray_cluster(cluster or {}) if executor == "ray" else nullcontext()
-    with session, leave_as_found([output], keep_on_interrupt=[output]):
+    check_executor(executor, workers, cluster)
+    with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster, stratify, strata,
                            strata_from)
-
-
-def _stats(files: list[Path]) -> dict:
-    """What tells a file changed, for config.json: size and modification time."""
-    return {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
 
 
 def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, params: dict,
@@ -412,10 +308,10 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
     output.mkdir(parents=True, exist_ok=True)
     config = {"method": name, "params": params, "select_ratio": select_ratio,
-              "block_size": block_size, "seed": seed, "inputs": _stats(files)}
+              "block_size": block_size, "seed": seed, "inputs": file_stats(files)}
     if stratify:
         config["stratify"] = stratify
-        config["strata_from"] = (_stats(parquet_files(strata_from, "--strata_from"))
+        config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
     config_path = output / "config.json"
     if not config_path.exists() or json.loads(config_path.read_text()) != config:
@@ -434,28 +330,11 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                "select_ratio": select_ratio, "executor": executor, "started_at": time.time()}
     if stratify:
         summary["stratify"] = stratify
-    blocks = make_executor(executor, [SelectBlocks(prepared, str(plan), str(output), name, params,
-                                                   select_ratio, stratify)],
-                           n_blocks, output / "logs" / "blocks", min(workers, n_blocks),
-                           cluster=cluster)
-    merge_step = [MergeBlocks(prepared, str(plan), str(output), summary)]
-    if executor == "slurm":  # the merge waits in Slurm's queue for the blocks' job array
-        merge = make_executor(executor, merge_step, 1, output / "logs" / "merge", 1,
-                              depends=blocks, skip_completed=False, cluster=cluster)
-        try:
-            merge.run()
-        except subprocess.CalledProcessError as err:
-            raise UserError(f"--executor slurm: sbatch refused the job (exit {err.returncode}; "
-                            f"its message is above)") from None
-        return {"submitted": True, "blocks": n_blocks, "blocks_job": blocks.job_id,
-                "merge_job": merge.job_id, "output": str(output)}
-    # here, not through datatrove's depends=, which polls every 2 minutes, forever, for a
-    # block that failed
-    blocks.run()
-    failed = blocks.get_incomplete_ranks(range(n_blocks))
-    if failed:
-        raise UserError(f"--executor {executor}: blocks {failed[:10]} did not finish; block "
-                        f"{failed[0]}'s log ends: {last_error(blocks, failed[0])}")
-    make_executor(executor, merge_step, 1, output / "logs" / "merge", 1, skip_completed=False,
-                  cluster=cluster).run()
+    blocks = [SelectBlocks(prepared, str(plan), str(output), name, params, select_ratio, stratify)]
+    merge = [MergeBlocks(prepared, str(plan), str(output), summary)]
+    jobs = run_then_merge(executor, blocks, n_blocks, merge, output / "logs", workers, cluster,
+                          "select", unit="block")
+    if jobs:  # Slurm: submitted; the merge job writes the selection
+        return {"submitted": True, "blocks": n_blocks, "blocks_job": jobs["tasks_job"],
+                "merge_job": jobs["merge_job"], "output": str(output)}
     return json.loads((output / "summary.json").read_text())

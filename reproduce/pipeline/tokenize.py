@@ -1,11 +1,18 @@
-"""Stage 3, tokenize: datatrove ParquetReader -> KeepSelected -> DocumentTokenizer.
+"""Stage 3, tokenize: datatrove ParquetReader -> KeepSelected -> DocumentTokenizer, in ranks, then
+DocumentTokenizerMerger, as datatrove tokenizes a corpus.
 
 Only the documents a selection marks `selected` reach the tokenizer. The tokenizer is a local
 tokenizer.json: trained here with the `tokenizers` library on the pool's text (one tokenizer for
-every method, so their token budgets compare), or any file given by path. Output: datatrove's .ds
-token files (with .index document ends), read back by the train stage through
-DatatroveFolderDataset; summary.json counts documents and tokens, and the run fails unless every
-selected id was tokenized exactly once.
+every method, so their token budgets compare), or any file given by path. Each tokenizer rank is an
+executor task (datatrove's local, Ray or Slurm executor: reproduce/pipeline/engines.py) that reads
+its own input files (rank r of N: files r, r+N, ...) and writes its documents, shuffled, under
+--output/ranks/; one merge task then shuffles all ranks' documents into one sequence of .ds token
+files (with .index document ends), checks that every selected id was tokenized exactly once, moves
+them into --output, writes summary.json (documents and tokens) and removes ranks/. The train stage
+reads the .ds files through DatatroveFolderDataset. The files depend on the selection, shards,
+tokenizer, --seed and --tasks, never on the executor or --workers. config.json records what the
+run read; a rerun with the same skips the finished ranks (logs/ holds datatrove's logs and
+completion markers), anything else starts afresh.
 
 A selection may list rows that are not in the shards: a calibration selection
 (reproduce/pool/calibration.py) adds rows of its own, kept in a side shard (FineWeb's columns)
@@ -14,6 +21,9 @@ beside its selection.parquet. The side shard is read after the shards, through t
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -22,15 +32,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamask.data import atomic_output, write_json_atomic
+from datamask.data import atomic_output, temporary_beside, write_json_atomic
 from datamask.errors import UserError
+from datamask.paths import check_paths, leave_as_found, remove_temporaries
+from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
-from .common import atomic_folder, parquet_files
+from .common import check_distinct_files, file_stats, parquet_files
+from .engines import check_executor, engine_session, run_then_merge
 
 EOS = "<|endoftext|>"
 SIDE_FILE = "side.parquet"  # a selection's own rows, beside its selection.parquet
+RANKS = "ranks"  # the tokenizer ranks' files, under --output until the merge
+MERGED = "tokens"  # the merged files: 000_tokens.ds, .ds.index, .ds.metadata, ...
 filters = require("datatrove.pipeline.filters.base_filter", "tokenize")
+datatrove_base = require("datatrove.pipeline.base", "tokenize")
 
 
 def check_vocab_size(vocab_size: int) -> None:
@@ -125,48 +141,121 @@ def check_selected_once(selection: Path, files: list[Path], side: Path | None) -
     return len(chosen)
 
 
+def token_size(tokenizer: Path) -> int:
+    """Bytes per token in datatrove's files: 4 past a 65,536-entry vocabulary, else 2 (its rule)."""
+    tk = require("tokenizers", "tokenize")
+    vocab = tk.Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    return 4 if vocab > np.iinfo(np.uint16).max + 1 else 2
+
+
+class MergeRanks(datatrove_base.PipelineStep):
+    """One task: the ranks' documents shuffled into one sequence of token files (datatrove's
+    DocumentTokenizerMerger) in a temporary folder, checked to hold every selected document once,
+    moved into --output; then summary.json, and ranks/ removed. A merge that finished (its
+    summary.json is there) is not done again."""
+
+    name = "merge tokenizer ranks"
+    type = "🔢 - TOKENIZER"
+
+    def __init__(self, output: str, seed: int, n_selected: int, summary: dict):
+        super().__init__()
+        self.output, self.seed, self.n_selected, self.summary = output, seed, n_selected, summary
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        from datatrove.pipeline.tokens import DocumentTokenizerMerger
+
+        out = Path(self.output)
+        if not (out / "summary.json").exists():
+            remove_temporaries(out / MERGED)  # what a killed merge left
+            tmp = temporary_beside(out / MERGED)
+            try:
+                tmp.mkdir()
+                DocumentTokenizerMerger(str(out / RANKS), str(tmp), save_filename=MERGED,
+                                        seed=self.seed, progress=False).run()
+                docs = sum(p.stat().st_size // 8 for p in tmp.glob("*.ds.index"))
+                tokens = sum(p.stat().st_size for p in tmp.glob("*.ds")) \
+                    // self.summary["token_size"]
+                if docs != self.n_selected:
+                    raise UserError(f"{self.summary['input']}: tokenized {docs} documents but "
+                                    f"{self.summary['selection']} selects {self.n_selected}; the "
+                                    f"shards and the selection disagree on ids")
+                for path in sorted(tmp.iterdir()):
+                    os.replace(path, out / path.name)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            write_json_atomic({**self.summary, "documents": docs, "tokens": tokens,
+                               "stage_wall_s": round(time.time() - self.summary["started_at"], 3)},
+                              out / "summary.json")
+            self.stat_update("documents", value=docs)
+        shutil.rmtree(out / RANKS, ignore_errors=True)
+        yield from data or ()
+
+
+def clear_stale(output: Path, config: dict) -> None:
+    """Everything an earlier run of another configuration wrote (its ranks, merged files, logs
+    and markers) removed, this one's config.json written; an unchanged one keeps all."""
+    config_path = output / "config.json"
+    if config_path.exists() and json.loads(config_path.read_text()) == config:
+        return
+    for stale in [output / RANKS, output / "logs", output / "summary.json",
+                  *output.glob("*.ds"), *output.glob("*.ds.*")]:
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    write_json_atomic(config, config_path)
+
+
 def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: Path,
-                 tasks: int = 1, workers: int = 1, seed: int = 0,
-                 side: Path | None = None) -> dict:
+                 tasks: int | None = 1, workers: int = 1, seed: int = 0,
+                 side: Path | None = None, executor: str = "local",
+                 cluster: dict | None = None) -> dict:
     """Tokenize the selected documents of the FineWeb shards in `input_folder` (and of the side
-    shard: `side`, else the one beside the selection) into `output`."""
-    from datatrove.executor import LocalPipelineExecutor
+    shard: `side`, else the one beside the selection) into `output`, in `tasks` tokenizer ranks
+    (None: `workers`; at most one per shard) and one merge; returns summary.json's content (for
+    Slurm, which returns at submission, the submission)."""
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.tokens import DocumentTokenizer
 
-    started = time.time()
+    check_executor(executor, workers, cluster)
     files = parquet_files([str(input_folder)])
     side = Path(side) if side else side_shard(selection)
     if side is not None and not side.is_file():
         raise UserError(f"side shard {side}: no such file")
+    check_paths({"--input": [input_folder, *files], "--selection": selection,
+                 "--tokenizer": tokenizer, "side shard": side}, folders={"--output": output})
+    check_distinct_files(files + ([side] if side else []))
     n_selected = check_selected_once(Path(selection), files, side)
     if not tokenizer.is_file():
         raise UserError(f"--tokenizer {tokenizer}: no such file (train one with "
                         f"`python -m reproduce tokenizer`)")
-    tasks = max(1, min(tasks, len(files)))
-    with atomic_folder(output) as tmp:
-        pipeline = [
-            ParquetReader(str(input_folder), glob_pattern="*.parquet", text_key="text",
-                          id_key="id"),
-            *([ParquetReader(str(side.parent), glob_pattern=side.name, text_key="text",
-                             id_key="id")] if side else []),
-            KeepSelected(str(selection)),
-            DocumentTokenizer(output_folder=str(tmp), tokenizer_name_or_path=str(tokenizer),
-                              eos_token=EOS, seed=seed, shuffle_documents=True),
+    tasks = workers if tasks is None else tasks
+    if tasks < 1:
+        raise UserError(f"--tasks must be at least 1, got {tasks}")
+    tasks = min(tasks, len(files))
+    summary = {"selection": str(Path(selection).absolute()),
+               "side": str(side.absolute()) if side else None, "tokenizer": str(tokenizer),
+               "input": str(input_folder), "token_size": token_size(tokenizer),
+               "executor": executor, "tasks": tasks, "started_at": time.time(),
+               "output": str(output)}
+    config = {"inputs": file_stats(files + ([side] if side else [])),
+              "selection": file_stats([Path(selection)]), "tokenizer": file_stats([tokenizer]),
+              "seed": seed, "tasks": tasks}
+    with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
+        children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
+        output.mkdir(parents=True, exist_ok=True)
+        clear_stale(output, config)
+        out = output.absolute()  # cluster workers do not start in this folder
+        ranks = [
+            ParquetReader(str(input_folder.absolute()), glob_pattern="*.parquet",
+                          text_key="text", id_key="id"),
+            *([ParquetReader(str(side.parent.absolute()), glob_pattern=side.name,
+                             text_key="text", id_key="id")] if side else []),
+            KeepSelected(str(Path(selection).absolute())),
+            DocumentTokenizer(output_folder=str(out / RANKS),
+                              tokenizer_name_or_path=str(tokenizer.absolute()), eos_token=EOS,
+                              seed=seed, shuffle_documents=True),
         ]
-        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=min(workers, tasks),
-                              logging_dir=str(tmp / "logs"), skip_completed=False).run()
-        docs = sum((p.stat().st_size // 8) for p in tmp.glob("*.ds.index"))
-        tk = require("tokenizers", "tokenize")
-        vocab = tk.Tokenizer.from_file(str(tokenizer)).get_vocab_size()
-        token_size = 4 if vocab > np.iinfo(np.uint16).max + 1 else 2  # datatrove's own rule
-        tokens = sum(p.stat().st_size // token_size for p in tmp.glob("*.ds"))
-        if docs != n_selected:
-            raise UserError(f"{input_folder}: tokenized {docs} documents but {selection} selects "
-                            f"{n_selected}; the shards and the selection disagree on ids")
-        summary = {"documents": docs, "tokens": tokens, "token_size": token_size,
-                   "selection": str(Path(selection).absolute()),
-                   "side": str(side.absolute()) if side else None, "tokenizer": str(tokenizer),
-                   "stage_wall_s": round(time.time() - started, 3), "output": str(output)}
-        write_json_atomic(summary, tmp / "summary.json")
-    return summary
+        merge = [MergeRanks(str(out), seed, n_selected, summary)]
+        jobs = run_then_merge(executor, ranks, tasks, merge, out / "logs", workers, cluster,
+                              "tokenize", unit="rank")
+        if jobs:  # Slurm: submitted; the merge job writes the token files and summary.json
+            return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
+    return json.loads((output / "summary.json").read_text())

@@ -1,0 +1,230 @@
+"""Where the data stages' tasks run: datatrove's LocalPipelineExecutor, RayPipelineExecutor or
+SlurmPipelineExecutor, behind one set of flags.
+
+prepare, select and tokenize each cut their work into independent executor tasks (file groups or
+blocks) that write datatrove completion markers, then run one merge task; this module holds what
+they share: the flags, the checks made before any work, the executors, and running the tasks then
+their merge (on Slurm: a job array and a job after it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+from datamask.errors import UserError, quoted
+from datamask.shared import require
+
+EXECUTORS = ("local", "slurm", "ray")
+
+
+def add_executor_flags(parser, unit: str, tasks: bool = False) -> None:
+    """--executor, --workers (and --tasks) and the Slurm / Ray group; `unit` names what a task
+    computes, for the help."""
+    parser.add_argument("--executor", default="local", choices=EXECUTORS,
+                        help=f"datatrove executor running the {unit} (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help=f"{unit} run at once (local: processes) (default: %(default)s)")
+    if tasks:
+        parser.add_argument("--tasks", type=int,
+                            help="executor tasks; task r of N takes the input files r, r+N, ... "
+                                 "(default: --workers, at most one per file)")
+    group = parser.add_argument_group("slurm / ray")
+    group.add_argument("--slurm_partition")
+    group.add_argument("--slurm_time", default="24:00:00")
+    group.add_argument("--cpus_per_task", type=int, default=4)
+    group.add_argument("--mem_per_cpu_gb", type=float, default=4)
+    group.add_argument("--gpus_per_task", type=int, default=0,
+                       help="GPUs each task asks for (local: each running task takes its own)")
+    group.add_argument("--venv_path", help="virtualenv activate script the Slurm jobs source")
+    group.add_argument("--ray_address",
+                       help="Ray cluster to run on, host:port of its head (default: $RAY_ADDRESS, "
+                            "else a new Ray instance on this machine)")
+
+
+def cluster_flags(args) -> dict:
+    """The Slurm / Ray flags as the `cluster` dict the stages take."""
+    return {"partition": args.slurm_partition, "time": args.slurm_time,
+            "cpus_per_task": args.cpus_per_task, "mem_per_cpu_gb": args.mem_per_cpu_gb,
+            "gpus_per_task": args.gpus_per_task, "venv_path": args.venv_path,
+            "ray_address": args.ray_address}
+
+
+def check_answers(address: str | None) -> None:
+    """A head's host:port must accept a connection: ray.init retries an address where nothing
+    listens for minutes before it gives up."""
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit():  # none (a local instance), "auto", ray://...
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as err:
+        raise UserError(f"--ray_address {address}: no Ray head answers there ({quoted(err)}); "
+                        f"start one with `ray start --head` or fix the address") from None
+
+
+def check_executor(kind: str, workers: int, cluster: dict | None) -> None:
+    """What can be refused before any work: an unknown executor, no worker, Slurm without sbatch
+    or a partition, a Ray address where no head answers, GPUs a local run does not have."""
+    cluster = cluster or {}
+    if kind not in EXECUTORS:
+        raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    gpus = cluster.get("gpus_per_task") or 0
+    if gpus < 0:
+        raise UserError(f"--gpus_per_task must be 0 or more, got {gpus}")
+    if kind == "slurm":
+        if not shutil.which("sbatch"):
+            raise UserError("--executor slurm: no `sbatch` on PATH; run it on a Slurm login node")
+        if not cluster.get("partition"):
+            raise UserError("--executor slurm needs --slurm_partition")
+    if kind == "ray":
+        require("ray", "--executor ray")
+        check_answers(cluster.get("ray_address") or os.environ.get("RAY_ADDRESS"))
+    if kind == "local" and gpus:
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < gpus * workers:
+            raise UserError(f"--gpus_per_task {gpus}: {workers} local worker(s) need "
+                            f"{gpus * workers} GPU(s), torch sees {have} here")
+
+
+def task_files(files: list, rank: int, world_size: int) -> list:
+    """The files task `rank` of `world_size` takes: rank, rank + world_size, ... (as datatrove's
+    readers shard a folder), so every file goes to exactly one task."""
+    return files[rank::world_size]
+
+
+def task_device(kind: str, gpus_per_task: int, workers: int, rank: int, device: str) -> str:
+    """The torch device task `rank` computes on: `device` without GPUs per task; else its own
+    GPU, which Ray and Slurm hand a task as its first visible one and a local run assigns by
+    worker slot (task r on GPU (r mod workers) x gpus_per_task: running tasks never share one
+    while --tasks is --workers)."""
+    if not gpus_per_task:
+        return device
+    if kind == "local":
+        return f"cuda:{(rank % workers) * gpus_per_task}"
+    return "cuda"
+
+
+@contextmanager
+def ray_cluster(cluster: dict):
+    """Connected to the Ray cluster at --ray_address (else $RAY_ADDRESS, else a new one on this
+    machine) inside the `with`, disconnected after; refuses task resources no node can hold,
+    which Ray would otherwise wait for forever."""
+    ray = require("ray", "--executor ray")
+    address = cluster.get("ray_address") or os.environ.get("RAY_ADDRESS") or None
+    check_answers(address)
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise UserError(f"--ray_address {address or '(RAY_ADDRESS or a local cluster)'}: cannot "
+                        f"connect to Ray ({quoted(err)})") from None
+    try:
+        need = {"CPU": cluster.get("cpus_per_task", 1), "GPU": cluster.get("gpus_per_task", 0),
+                "memory": cluster.get("mem_per_cpu_gb", 2) * cluster.get("cpus_per_task", 1)
+                * 2**30}
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        if not any(all(node.get(k, 0) >= v for k, v in need.items() if v) for node in nodes):
+            largest = max(nodes, key=lambda n: n.get("CPU", 0), default={})
+            raise UserError(
+                f"--cpus_per_task {need['CPU']} --mem_per_cpu_gb {cluster.get('mem_per_cpu_gb')} "
+                f"--gpus_per_task {need['GPU']}: no node of the Ray cluster holds one task "
+                f"(largest node: {largest.get('CPU', 0):g} CPUs, "
+                f"{largest.get('memory', 0) / 2**30:.1f} GiB, {largest.get('GPU', 0):g} GPUs)")
+        yield
+    finally:
+        ray.shutdown()
+
+
+def engine_session(kind: str, cluster: dict | None):
+    """The `with` a stage runs its executors in: connected to Ray for --executor ray."""
+    return ray_cluster(cluster or {}) if kind == "ray" else nullcontext()
+
+
+def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, workers: int,
+                  depends=None, skip_completed: bool = True, cluster: dict | None = None,
+                  job_name: str = "datamask"):
+    """LocalPipelineExecutor, SlurmPipelineExecutor or RayPipelineExecutor over `pipeline`."""
+    cluster = cluster or {}
+    if kind == "local":
+        from datatrove.executor import LocalPipelineExecutor
+
+        return LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
+                                     logging_dir=str(logging_dir), depends=depends,
+                                     skip_completed=skip_completed)
+    if kind == "slurm":
+        from datatrove.executor import SlurmPipelineExecutor
+
+        return SlurmPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
+                                     logging_dir=str(logging_dir), depends=depends,
+                                     skip_completed=skip_completed,
+                                     partition=cluster["partition"], time=cluster["time"],
+                                     cpus_per_task=cluster["cpus_per_task"],
+                                     gpus_per_task=cluster["gpus_per_task"],
+                                     venv_path=cluster.get("venv_path"),
+                                     job_name=job_name,
+                                     slurm_logs_folder=str(logging_dir / "slurm"),
+                                     # in MiB: datatrove writes "{gb}G", which Slurm refuses for
+                                     # a fraction (and for a float's "4.0G")
+                                     sbatch_args={"mem-per-cpu":
+                                                  f"{round(cluster['mem_per_cpu_gb'] * 1024)}M"})
+    if kind == "ray":
+        from datatrove.executor import RayPipelineExecutor
+
+        return RayPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
+                                   logging_dir=str(logging_dir), depends=depends,
+                                   skip_completed=skip_completed,
+                                   cpus_per_task=cluster.get("cpus_per_task", 1),
+                                   mem_per_cpu_gb=cluster.get("mem_per_cpu_gb", 2),
+                                   gpus_per_task=cluster.get("gpus_per_task", 0))
+    raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
+
+
+def last_error(executor, rank: int) -> str:
+    """The last error line of a task's datatrove log (the output folder, logs included, is
+    removed when the stage fails), or why there is none."""
+    try:
+        with executor.logging_dir.open(f"logs/task_{rank:05d}.log", "r") as log:
+            lines = [line.strip() for line in log if line.strip()]
+    except FileNotFoundError:
+        return "(no log: the task's process died before writing it)"
+    errors = [line for line in lines if "ERROR" in line] or lines or ["(empty log)"]
+    return errors[-1]
+
+
+def run_then_merge(kind: str, steps: list, tasks: int, merge: list, logs: Path, workers: int,
+                   cluster: dict | None, stage: str, unit: str = "task") -> dict | None:
+    """`tasks` tasks of `steps` (logs under logs/<unit>s, markers included: a rerun skips the
+    finished ones), then one task of `merge` (logs/merge). On Slurm both are submitted, the
+    merge as a job that starts once every task succeeded (afterok), and the job ids returned;
+    elsewhere None once the merge has run. A task that still fails after datatrove's retries
+    stops the stage with its log's last error line."""
+    work = make_executor(kind, steps, tasks, logs / f"{unit}s", min(workers, tasks),
+                         cluster=cluster, job_name=f"datamask-{stage}")
+    if kind == "slurm":  # the merge waits in Slurm's queue for the tasks' job array
+        merging = make_executor(kind, merge, 1, logs / "merge", 1, depends=work,
+                                skip_completed=False, cluster=cluster,
+                                job_name=f"datamask-{stage}-merge")
+        try:
+            merging.run()
+        except subprocess.CalledProcessError as err:
+            raise UserError(f"--executor slurm: sbatch refused the job (exit {err.returncode}; "
+                            f"its message is above)") from None
+        return {"tasks_job": work.job_id, "merge_job": merging.job_id}
+    # here, not through datatrove's depends=, which polls every 2 minutes, forever, for a task
+    # that failed
+    work.run()
+    failed = work.get_incomplete_ranks(range(tasks))
+    if failed:
+        raise UserError(f"--executor {kind}: {unit}s {failed[:10]} did not finish; {unit} "
+                        f"{failed[0]}'s log ends: {last_error(work, failed[0])}")
+    make_executor(kind, merge, 1, logs / "merge", 1, skip_completed=False, cluster=cluster,
+                  job_name=f"datamask-{stage}-merge").run()
+    return None

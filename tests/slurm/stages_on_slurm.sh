@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# The data stages on a real one-node Slurm cluster (slurmctld + slurmd + munged on this machine),
+# each compared with the local executor: select's blocks (row for row), then the whole chain on
+# BBC FineWeb shards, prepare -> select -> tokenize, each stage a job array and a merge job after
+# it (prepared ids and quality exactly, embeddings to 1e-5; the selection row for row; the token
+# files byte for byte). Run as root from the repository root:
+#   bash tests/slurm/stages_on_slurm.sh [--install]
+# --install first installs Debian's slurm-wlm and munge with apt-get. The cluster lives in a
+# network namespace of its own (loopback only: nothing outside can reach it, nor it anything) and
+# a PID namespace whose end takes every daemon and job with it; its files are under $SLURM_WORK
+# (default: a temporary folder, removed at the end). Exit status 0 only when every output matches.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+ACTIVATE=$(dirname "$PY")/activate  # what the Slurm jobs source: the same environment
+WAIT_S=${SLURM_WAIT_S:-300}
+
+if [[ ${1:-} == --install ]]; then
+    shift
+    if ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            slurm-wlm munge iproute2
+    fi
+fi
+for tool in slurmctld slurmd sbatch squeue munged unshare ip; do
+    command -v "$tool" > /dev/null || { echo "stages_on_slurm: no $tool (run with --install)" >&2; exit 2; }
+done
+[[ $(id -u) == 0 ]] || { echo "stages_on_slurm: run as root (daemons, namespaces)" >&2; exit 2; }
+
+# Into the namespaces: lo only, and this script as PID 1 there (its end kills everything left).
+if [[ -z ${STAGES_ON_SLURM_INSIDE:-} ]]; then
+    STAGES_ON_SLURM_INSIDE=1 exec unshare --net --pid --fork --mount-proc --kill-child \
+        bash "$0" "$@"
+fi
+ip link set lo up
+# Slurm binds with getaddrinfo(AI_ADDRCONFIG), which finds no address family while 127.0.0.1 is
+# the only address: give lo one more (still this namespace's loopback device, no way out).
+ip addr add 10.254.0.1/32 dev lo
+
+WORK=${SLURM_WORK:-$(mktemp -d /tmp/slurm-XXXXXX)}
+mkdir -p "$WORK"/{ctld,spool,log}
+NODE=$(hostname -s)
+MEMORY_MB=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+DAEMONS=()
+
+stop_cluster() {
+    local status=$?
+    squeue -h -o %i 2> /dev/null | xargs -r scancel 2> /dev/null || true
+    for pid in "${DAEMONS[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
+    for pid in "${DAEMONS[@]}"; do wait "$pid" 2> /dev/null || true; done
+    if (( status != 0 )); then
+        echo "--- slurmctld.log (tail)"; tail -n 20 "$WORK/log/slurmctld.log" 2> /dev/null || true
+        echo "--- slurmd.log (tail)"; tail -n 20 "$WORK/log/slurmd.log" 2> /dev/null || true
+    fi
+    [[ -n ${SLURM_WORK:-} ]] || rm -rf "$WORK"
+    echo "stages_on_slurm: cluster stopped"
+}
+trap stop_cluster EXIT
+
+# munge with a key and socket of its own (the system's /etc/munge is left alone)
+dd if=/dev/urandom of="$WORK/munge.key" bs=1024 count=1 status=none
+chmod 600 "$WORK/munge.key"
+munged --foreground --force --key-file="$WORK/munge.key" --socket="$WORK/munge.sock" \
+    --pid-file="$WORK/munged.pid" --log-file="$WORK/log/munged.log" \
+    --seed-file="$WORK/munge.seed" > "$WORK/log/munged.out" 2>&1 &
+DAEMONS+=($!)
+
+export SLURM_CONF=$WORK/slurm.conf
+cat > "$SLURM_CONF" <<EOF
+ClusterName=datamask
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$WORK/munge.sock
+StateSaveLocation=$WORK/ctld
+SlurmdSpoolDir=$WORK/spool
+SlurmctldPidFile=$WORK/slurmctld.pid
+SlurmdPidFile=$WORK/slurmd.pid
+SlurmctldLogFile=$WORK/log/slurmctld.log
+SlurmdLogFile=$WORK/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU_Memory
+SlurmdParameters=config_overrides
+ReturnToService=2
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=2 RealMemory=$MEMORY_MB State=UNKNOWN
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+EOF
+echo "stages_on_slurm: $NODE, 2 CPUs, ${MEMORY_MB} MB, loopback only; files in $WORK"
+
+for _ in $(seq 50); do [[ -S $WORK/munge.sock ]] && break; sleep 0.2; done
+slurmctld -D -i -f "$SLURM_CONF" > "$WORK/log/slurmctld.out" 2>&1 &
+DAEMONS+=($!)
+slurmd -D -f "$SLURM_CONF" > "$WORK/log/slurmd.out" 2>&1 &
+DAEMONS+=($!)
+deadline=$((SECONDS + 60))
+until sinfo -h -o %t 2> /dev/null | grep -qE '^(idle|mix|alloc)'; do
+    (( SECONDS < deadline )) || { echo "stages_on_slurm: the node never came up"; sinfo || true; exit 1; }
+    sleep 1
+done
+sinfo
+
+SLURM_FLAGS=(--executor slurm --slurm_partition debug --slurm_time 00:10:00 --cpus_per_task 1
+             --venv_path "$ACTIVATE")
+
+# Wait until Slurm's queue is empty (every task and merge job done); fail when a job failed (its
+# dependants can then never run) or after $WAIT_S seconds.
+wait_for_jobs() {
+    squeue -o "%.5i %.22j %.8T %.20E"  # a merge waits on its tasks' array (afterok)
+    local deadline=$((SECONDS + WAIT_S))
+    while [[ -n $(squeue -h -o %i) ]]; do
+        if squeue -h -o %r | grep -q DependencyNeverSatisfied; then
+            echo "stages_on_slurm: a task job failed; the merge can never run"; squeue; exit 1
+        fi
+        (( SECONDS < deadline )) || { echo "stages_on_slurm: jobs still queued after ${WAIT_S} s"; squeue; exit 1; }
+        sleep 2
+    done
+    echo "stages_on_slurm: queue empty after $SECONDS s"
+}
+
+# A small prepared set (two shards, 2,400 rows: four blocks), the local executor's selection,
+# then the same through Slurm: the blocks as a job array, the merge as a job after them.
+DATA=$WORK/data
+METHOD=facility-greedy
+"$PY" - "$DATA/prepared" <<'EOF'
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+sys.path.insert(0, "tests")
+from conftest import gaussian_data, write_shard
+
+folder = Path(sys.argv[1])
+folder.mkdir(parents=True)
+for shard in range(2):
+    data = gaussian_data(1200, 16, seed=shard)
+    data.ids[:] += shard * 1200
+    write_shard(folder / f"{shard:05d}.parquet", data, id=pa.array([f"doc-{i}" for i in data.ids]))
+EOF
+FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600)
+"$PY" -m reproduce select "${FLAGS[@]}" --output "$DATA/local" > "$WORK/log/local.log" 2>&1
+"$PY" -m reproduce select "${FLAGS[@]}" --output "$DATA/slurm" "${SLURM_FLAGS[@]}" \
+    --mem_per_cpu_gb 0.5 --workers 2 2> "$WORK/log/submit.log" | tee "$WORK/submitted.json"
+wait_for_jobs
+for log in "$DATA"/slurm/logs/*/slurm/*.out; do echo "--- ${log#"$DATA"/}"; tail -n 3 "$log"; done
+
+"$PY" - "$DATA" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+data = Path(sys.argv[1])
+summary = data / "slurm" / "summary.json"
+if not summary.exists():
+    sys.exit("stages_on_slurm: the merge job wrote no summary.json (see the Slurm logs above)")
+local = pq.read_table(data / "local" / "selection.parquet")
+slurm = pq.read_table(data / "slurm" / "selection.parquet")
+done = sorted(p.name for p in (data / "slurm" / "logs" / "blocks" / "completions").iterdir())
+print(json.dumps({k: v for k, v in json.loads(summary.read_text()).items()
+                  if k in ("executor", "rows", "selected", "blocks", "stage_wall_s")}))
+print(f"completed block tasks: {done}")
+if not slurm.equals(local):
+    sys.exit(f"stages_on_slurm: Slurm's selection differs from the local executor's "
+             f"({slurm.num_rows} vs {local.num_rows} rows)")
+print(f"stages_on_slurm: Slurm's selection equals the local executor's, row for row "
+      f"({slurm.num_rows} rows, {sum(slurm.column('selected').to_pylist())} selected)")
+EOF
+
+# The whole chain on BBC FineWeb shards, locally and through Slurm, stage after stage: prepare
+# (two tasks, a shard each, then prepare.json's merge), select (two blocks), tokenize (two
+# ranks, then datatrove's merge). Every Slurm stage returns at submission; the next one starts
+# once the queue is empty.
+CHAIN=$WORK/chain
+"$PY" - "$CHAIN" <<'EOF'
+import sys
+from pathlib import Path
+
+from reproduce.pipeline.bbc import write_bbc_fineweb
+from reproduce.pipeline.tokenize import train_tokenizer
+
+chain = Path(sys.argv[1])
+write_bbc_fineweb(chain / "fineweb", chain / "tasks", n_shards=2, limit=60, seed=1)
+train_tokenizer([str(chain / "fineweb")], chain / "tokenizer.json", vocab_size=300)
+EOF
+PREPARE=(prepare --input "$CHAIN/fineweb" --max_seq_length 32 --quality heuristic --no_progress
+         --tasks 2)
+SELECT=(select --method quality-topk --select_ratio 0.5 --block_size 25)
+TOKENIZE=(tokenize --input "$CHAIN/fineweb" --tokenizer "$CHAIN/tokenizer.json" --tasks 2)
+for run in local slurm; do
+    flags=()
+    [[ $run == local ]] || flags=("${SLURM_FLAGS[@]}" --mem_per_cpu_gb 2 --workers 2)
+    "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/$run/prepared" "${flags[@]}" \
+        > "$WORK/log/prepare.$run.json" 2> "$WORK/log/prepare.$run.log"
+    [[ $run == local ]] || { cat "$WORK/log/prepare.$run.json"; wait_for_jobs; }
+    "$PY" -m reproduce "${SELECT[@]}" --input "$CHAIN/$run/prepared" \
+        --output "$CHAIN/$run/select" "${flags[@]}" > /dev/null 2> "$WORK/log/select.$run.log"
+    [[ $run == local ]] || wait_for_jobs
+    "$PY" -m reproduce "${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet" \
+        --output "$CHAIN/$run/tokens" "${flags[@]}" > /dev/null 2> "$WORK/log/tokenize.$run.log"
+    [[ $run == local ]] || wait_for_jobs
+done
+for log in "$CHAIN"/slurm/*/logs/*/slurm/*.out; do echo "--- ${log#"$CHAIN"/}"; tail -n 2 "$log"; done
+
+"$PY" - "$CHAIN" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from datamask.data import read_dataset
+
+chain = Path(sys.argv[1])
+local, slurm = chain / "local", chain / "slurm"
+for stage, done in (("prepared", "prepare.json"), ("select", "summary.json"),
+                    ("tokens", "summary.json")):
+    if not (slurm / stage / done).exists():
+        sys.exit(f"stages_on_slurm: no {stage}/{done}: a merge job did not run (see its log)")
+shards = sorted(p.name for p in (local / "prepared").glob("*.parquet"))
+if sorted(p.name for p in (slurm / "prepared").glob("*.parquet")) != shards:
+    sys.exit("stages_on_slurm: Slurm's prepare wrote other shards than the local executor")
+for name in shards:
+    ours, theirs = pq.read_table(slurm / "prepared" / name), pq.read_table(local / "prepared" / name)
+    for column in ("id", "chunk_id", "quality_score"):
+        if not ours.column(column).equals(theirs.column(column)):
+            sys.exit(f"stages_on_slurm: prepared {name}: column {column} differs from local")
+    gap = np.abs(read_dataset([slurm / "prepared" / name]).features
+                 - read_dataset([local / "prepared" / name]).features).max()
+    if gap > 1e-5:
+        sys.exit(f"stages_on_slurm: prepared {name}: embeddings {gap:.2e} from local's")
+records = json.loads((slurm / "prepared" / "prepare.json").read_text())["files"]
+print(f"stages_on_slurm: Slurm's prepared shards equal the local executor's "
+      f"({ {name: r['rows'] for name, r in records.items()} } rows)")
+if not pq.read_table(slurm / "select" / "selection.parquet").equals(
+        pq.read_table(local / "select" / "selection.parquet")):
+    sys.exit("stages_on_slurm: the chain's selection on Slurm differs from the local one")
+print("stages_on_slurm: the chain's selection on Slurm equals the local one, row for row")
+tokens = {p.name: p.read_bytes() for p in sorted((local / "tokens").glob("*.ds*"))}
+if not tokens or {p.name: p.read_bytes()
+                  for p in sorted((slurm / "tokens").glob("*.ds*"))} != tokens:
+    sys.exit("stages_on_slurm: Slurm's token files differ from the local executor's")
+summary = json.loads((slurm / "tokens" / "summary.json").read_text())
+print(f"stages_on_slurm: Slurm's token files equal the local executor's, byte for byte "
+      f"({summary['documents']} documents, {summary['tokens']} tokens in {sorted(tokens)})")
+EOF
