@@ -122,4 +122,5 @@ class FacilityGreedy(Selector):
             picks, history = kernel_greedy(ground.unit, ground.unit, k, **optimiser)
         else:
             picks, history = greedi(ground, k, memory_bytes=memory_bytes, **optimiser)
-        return (*picks_output(len(data), picks), history)
+        return (*picks_output(len(data), picks), history,
+                (FacilityLocation(memory_bytes), ground))

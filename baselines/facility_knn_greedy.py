@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from datamask.data import Dataset
 from datamask.greedy import greedy
-from datamask.objectives import SparseCoverageGains, knn_kernel
+from datamask.objectives import SparseFacilityLocation, knn_kernel
 from datamask.objectives.sparse_facility import INDEXES
 from datamask.options import option
 from datamask.selectors import Selector
@@ -62,7 +62,8 @@ class FacilityKnnGreedy(Selector):
         start = time.perf_counter()
         kernel = knn_kernel(ground.unit, p.neighbours, p.index, p.nlist, p.nprobe, p.seed)
         kernel_s = time.perf_counter() - start
-        term = SparseCoverageGains(kernel)
+        objective = SparseFacilityLocation(kernel)
+        term = objective.incremental(ground)
         picks, history = greedy(
             term, k, score=term.coverage_with, single_thread=True,
             **stochastic_arguments(p, ground.device),
@@ -72,4 +73,4 @@ class FacilityKnnGreedy(Selector):
                               "elapsed_s": s.elapsed_s})
         history[0]["kernel_s"] = kernel_s
         history[0]["kernel_entries"] = len(kernel.similarity)
-        return (*picks_output(len(data), picks), history)
+        return (*picks_output(len(data), picks), history, (objective, ground))

@@ -77,4 +77,4 @@ class JointGreedy(Selector):
             record=lambda s: {"step": s.step, "row": s.row, "joint": s.value.item(),
                               "gains_evaluated": s.gains_evaluated,
                               "elapsed_s": s.elapsed_s})
-        return (*picks_output(len(data), picks), history)
+        return (*picks_output(len(data), picks), history, (report.joint(p.algorithm), ground))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from datamask.data import Dataset
 from datamask.greedy import greedy
-from datamask.objectives import PairGains
+from datamask.objectives import PairGains, PairSimilarity
 from datamask.options import option
 from datamask.selectors import Selector
 
@@ -47,4 +47,4 @@ class PairGreedy(Selector):
             record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value(),
                               "elapsed_s": s.elapsed_s},
             single_thread=True)  # one matrix-vector product per step
-        return (*picks_output(len(data), picks), history)
+        return (*picks_output(len(data), picks), history, (PairSimilarity(), ground))

@@ -51,9 +51,9 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
                          "in proportion to the input, to the row, and select each part within its "
                          "stratum (docs/select.md#stratified-selection)")
     io.add_argument("--report", action="store_true",
-                    help="after selecting, print mean quality, every diversity metric and the "
-                         "joint objective of the selection on the whole input as JSON (costs "
-                         "O(N * k * d) for Facility)")
+                    help="after selecting, print mean quality, every diversity metric, the "
+                         "joint objective and its bound on the optimum, of the selection on the "
+                         "whole input, as JSON (costs O(N * N * d) for Facility)")
 
 
 def add_learner_arguments(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
@@ -142,7 +142,9 @@ def _run_and_write(selector, data, args, lamb: float, seed: int, strata=None,
     else:
         selection = selector.select(data, args.select_ratio)
     if args.report:
-        selection.metrics = _report(data, args, lamb, seed)(selection.selected)
+        report = _report(data, args, lamb, seed)
+        selection.metrics = {**report(selection.selected),
+                             **report.certificates(selection.selected)}
     selection.write(args.output, args.id_column)
     summary = {"method": selection.method, "rows": len(data),
                "selected": int(selection.selected.sum()), "output": str(args.output),

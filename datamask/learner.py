@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
 from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, JointGains, Quality,
-                         SetFunction, TermScale, diversity, diversity_gains, exact_optimizer,
-                         probing_saves_work, random_probes)
+                         SetFunction, TermScale, certificate_fields, certify, diversity,
+                         diversity_gains, exact_optimizer, probing_saves_work, random_probes)
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -205,6 +205,7 @@ class LearnResult:
     stop_reason: str = "steps"  # steps (all n_epochs ran), stopping_rule or patience
     objective_start: float | None = None  # the joint objective of the start's read-off
     objective_written: float | None = None  # the joint objective of `selected`
+    certificate: dict = field(default_factory=dict)  # `certificate_fields` of start and written
 
     @property
     def written_step(self) -> int:
@@ -215,7 +216,7 @@ class LearnResult:
         """What the run did, as `datamask select` prints it (docs/select.md#what-a-run-did)."""
         return {"steps_run": self.steps_taken, "stop_reason": self.stop_reason,
                 "written_step": self.written_step, "objective_start": self.objective_start,
-                "objective_written": self.objective_written}
+                "objective_written": self.objective_written, **self.certificate}
 
 
 def learning_rate(schedule: str, step: int, n_steps: int, max_lr: float, min_lr: float) -> float:
@@ -577,11 +578,18 @@ def closing_line(cfg: LearnerConfig, result: LearnResult) -> str:
     def value(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.4f}"
 
-    written = result.written_step
+    def share(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    written, bound = result.written_step, result.certificate.get("objective_bound")
     return (f"datamask {cfg.algorithm}: {result.steps_taken} of {cfg.n_epochs} steps "
             f"({STOP_WORDS[result.stop_reason]}); wrote step {written}"
             f"{' (the start)' if written == 0 else ''}: objective "
-            f"{value(result.objective_written)}, start {value(result.objective_start)}")
+            f"{value(result.objective_written)}, start {value(result.objective_start)}; "
+            + ("no bound" if bound is None else
+               f"bound {value(bound)}, share above random: written "
+               f"{share(result.certificate['share_above_random_written'])}, start "
+               f"{share(result.certificate['share_above_random_start'])}"))
 
 
 @dataclass
@@ -596,6 +604,7 @@ class Progress:
     adam: dict | None = None  # AdaptiveAscent's moments (--update adam)
     best: dict | None = None  # the stopping rule's best check: step, objective, logits, rows
     start_objective: float | None = None  # the start's read-off on the joint objective
+    start_rows: torch.Tensor | None = None  # its rows (candidates), for its certificate
 
 
 class MaskLearner:
@@ -649,7 +658,8 @@ class MaskLearner:
                 "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
                 "logits": run.logits.cpu(), "generator": gen.get_state(),
                 "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
-                "variants": variants, "best": best, "start_objective": run.start_objective})
+                "variants": variants, "best": best, "start_objective": run.start_objective,
+                "start_rows": run.start_rows})
 
         def value_of(rows: np.ndarray) -> float:
             """The joint objective of candidate `rows` over all candidates, as a check scores."""
@@ -680,10 +690,12 @@ class MaskLearner:
             # the best to beat; not a check, so `stalled` counts from the first
             run.start_objective = keep_if_best()
             run.elapsed_s += time.perf_counter() - start
+            run.start_rows = run.best["rows"]
         elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
             rows = read_off_rows(run.logits, ground.quality, shape.k_total, forked(gen),
                                  cfg.readoff)
             run.start_objective = value_of(rows)
+            run.start_rows = torch.as_tensor(rows)
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
             if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
@@ -737,10 +749,14 @@ class MaskLearner:
         stop_reason = ("steps" if steps_taken == cfg.n_epochs
                        else "stopping_rule" if cfg.stop_every else "patience")
         written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
+        # how near the optimum start and written selection are: untimed, on the same objective
+        certificates = certify(objective, ground, {"start": run.start_rows,
+                                                   "written": torch.as_tensor(rows)})
         result = LearnResult(
             selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
             best_step=None if run.best is None else run.best["step"], stop_reason=stop_reason,
-            objective_start=run.start_objective, objective_written=written)
+            objective_start=run.start_objective, objective_written=written,
+            certificate=certificate_fields(certificates, ["start", "written"]))
         if progress:
             print(closing_line(cfg, result), file=sys.stderr)
         return result
@@ -755,7 +771,7 @@ class MaskLearner:
             return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
                             state["step"], state["elapsed_s"], state["history"],
                             variants.get("adam"), state.get("best"),
-                            state.get("start_objective"))
+                            state.get("start_objective"), state.get("start_rows"))
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .data import Dataset, budget
-from .objectives import DIVERSITY, GroundSet, Joint, Quality, TermScale, diversity
+from .objectives import DIVERSITY, GroundSet, Joint, Quality, TermScale, certificate, diversity
 
 
 class Report:
@@ -35,10 +35,31 @@ class Report:
             self._joints[name] = Joint(self.metrics[name], self.lamb, scale)
         return self._joints[name]
 
-    def __call__(self, selected: np.ndarray) -> dict:
+    def rows(self, selected: np.ndarray) -> torch.Tensor:
+        """The selected rows of a (N,) bool selection, which must hold the budget."""
         idx = torch.as_tensor(np.flatnonzero(selected), device=self.ground.device)
         if len(idx) != self.k:
             raise ValueError(f"a selection must hold {self.k} rows, this one holds {len(idx)}")
+        return idx
+
+    def certificates(self, selected: np.ndarray) -> dict:
+        """How near the optimum of each joint the selection is (`datamask.objectives.certificate`):
+        `joint_<metric>_bound`, an upper bound on the best value of any selection of the budget;
+        `joint_<metric>_random`, a random selection's mean, the floor of
+        `joint_<metric>_share_above_random`; null where the metric has no bound, and
+        `joint_<metric>_no_bound_reason` says why. Apart from `__call__`: for Facility it costs a
+        pass over the N x N similarities, which a curve's every point need not pay."""
+        idx, values = self.rows(selected), {}
+        for name in self.metrics:
+            found = certificate(self.joint(name), self.ground, idx)
+            values.update({f"joint_{name}_bound": found.bound,
+                           f"joint_{name}_random": found.random,
+                           f"joint_{name}_share_above_random": found.share_above_random(),
+                           f"joint_{name}_no_bound_reason": found.no_bound_reason})
+        return values
+
+    def __call__(self, selected: np.ndarray) -> dict:
+        idx = self.rows(selected)
         quality = Quality()(self.ground, idx)
         values = {"quality": quality.item()}
         for name, metric in self.metrics.items():

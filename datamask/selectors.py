@@ -15,10 +15,12 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import ClassVar
 
 import numpy as np
+import torch
 
 from .data import Dataset, budget, selection_table, write_table_atomic
 from .errors import UserError
 from .learner import LearnerConfig, MaskLearner
+from .objectives import optimised_fields
 from .options import build
 
 ENTRY_POINT_GROUP = "datamask.selectors"
@@ -35,7 +37,8 @@ class Selection:
     history: list[dict] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)  # the CLI's --report, on the whole input
     run: dict = field(default_factory=dict)  # what the run did (the learner's steps, its stop,
-    # the step written and its objective: LearnResult.summary); empty for the baselines
+    # the step written, its objective and certificate: LearnResult.summary); for a greedy
+    # baseline its objective and certificate (`optimised_fields`); empty for the others
 
     def write(self, path, id_column: str) -> None:
         write_table_atomic(selection_table(self.ids, self.selected, self.score, id_column), path)
@@ -58,17 +61,23 @@ class Selector:
         self.options = build(self.Options, params, f"selector {self.name}")
         self.params = dataclasses.asdict(self.options)  # what Selection.params records
 
-    def _select(self, data: Dataset, k: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:
-        """Return (selected bool mask, per-row score, history) for a budget of k rows."""
+    def _select(self, data: Dataset, k: int) -> tuple:
+        """Return (selected bool mask, per-row score, history) for a budget of k rows; a selector
+        that maximises a set function adds a fourth item, (that function, its ground set), on
+        which the selection is certified outside the selector's time (`optimised_fields`)."""
         raise NotImplementedError
 
     def _selection(self, data: Dataset, select_ratio: float, k: int) -> Selection:
         """Run the method and time it; a selector that times or records itself overrides this."""
         start = time.perf_counter()
-        selected, score, history = self._select(data, k)
+        selected, score, history, *optimised = self._select(data, k)
         wall = time.perf_counter() - start
+        run = {}
+        if optimised:
+            objective, ground = optimised[0]
+            run = optimised_fields(objective, ground, torch.as_tensor(np.flatnonzero(selected)))
         return Selection(self.name, data.ids, selected, np.asarray(score, np.float32),
-                         {"select_ratio": select_ratio, **self.params}, wall, history)
+                         {"select_ratio": select_ratio, **self.params}, wall, history, run=run)
 
     def select(self, data: Dataset, select_ratio: float) -> Selection:
         k = budget(select_ratio, len(data))

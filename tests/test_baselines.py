@@ -3,6 +3,8 @@ library where one exists), meets the budget exactly, and refuses bad options by 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -197,6 +199,32 @@ def test_greedy_objective_beats_random(clustered, name, options, metric):
     assert value[metric] > max(r[metric] for r in randoms)
 
 
+@pytest.mark.parametrize("name, options, objective", [
+    ("joint-greedy", {"algorithm": "Facility"}, "joint(Facility, lamb=0.5)"),
+    ("joint-greedy", {"algorithm": "Pair_simi"}, "joint(Pair_simi, lamb=0.5)"),
+    ("facility-greedy", {}, "Facility"),
+    ("facility-knn-greedy", {}, "Facility-kNN"),
+    ("pair-greedy", {}, "Pair_simi"),
+])
+def test_greedies_certify_their_selection_on_their_own_objective(clustered, name, options,
+                                                                  objective):
+    """A greedy's closing JSON names the objective it maximised, its selection's value, a bound
+    on the best value and the selection's share of the room above a random selection."""
+    run = make_selector(name, device="cpu", **options).select(clustered[0], 0.05).run
+    assert run["objective"] == objective and run["no_bound_reason"] is None
+    assert run["objective_random"] < run["objective_written"] <= run["objective_bound"]
+    assert 0.9 < run["share_above_random_written"] <= 1
+
+
+def test_a_greedy_without_a_bound_says_so_and_the_one_shot_baselines_say_nothing(clustered):
+    data = clustered[0]
+    run = make_selector("joint-greedy", algorithm="DiSF", device="cpu").select(data, 0.05).run
+    assert run["objective"] == "joint(DiSF, lamb=0.5)" and run["objective_written"] is not None
+    assert run["objective_bound"] is None and run["share_above_random_written"] is None
+    assert run["no_bound_reason"].startswith("no bound: DiSF")
+    assert make_selector("random").select(data, 0.05).run == {}
+
+
 @pytest.mark.parametrize("algorithm", list(DIVERSITY))
 def test_joint_greedy_with_lamb_one_is_quality_topk(clustered, algorithm):
     data = clustered[0]
@@ -273,7 +301,15 @@ def test_cli_baseline_end_to_end(tmp_path, capsys):
     out = tmp_path / "out.parquet"
     assert main(["baseline", "joint-greedy", "--input", str(tmp_path / "in.parquet"),
                  "--output", str(out), "--select_ratio", "0.1", "--algorithm", "Facility",
-                 "--optimizer", "naive", "--lamb", "0.3", "--device", "cpu"]) == 0
+                 "--optimizer", "naive", "--lamb", "0.3", "--device", "cpu", "--report"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    # the closing JSON certifies the greedy's selection on its own objective, the report's joint
+    assert summary["objective"] == "joint(Facility, lamb=0.3)"
+    assert summary["objective_written"] == pytest.approx(summary["metrics"]["joint_Facility"],
+                                                         rel=1e-5)
+    assert summary["objective_bound"] == summary["metrics"]["joint_Facility_bound"]
+    assert 0.9 < summary["share_above_random_written"] <= 1
+    assert summary["no_bound_reason"] is None
     table = pq.read_table(out)
     assert table.column_names == ["chunk_id", "selected", "score"]
     assert table.column("chunk_id").to_numpy().tolist() == data.ids.tolist()

@@ -41,6 +41,19 @@ def test_select_end_to_end(tmp_path, shard, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["selected"] == 40 and set(summary["metrics"]) >= {"quality", "joint_DiSF"}
     assert not list(tmp_path.glob(".*.tmp"))
+    # DiSF has no bound; the report certifies each joint that has one
+    assert summary["objective_bound"] is None and summary["share_above_random_written"] is None
+    assert summary["no_bound_reason"].startswith("no bound: DiSF")
+    metrics = summary["metrics"]
+    assert metrics["joint_DiSF_bound"] is None
+    assert metrics["joint_DiSF_no_bound_reason"].startswith("no bound: DiSF")
+    for name in ("Facility", "Pair_simi"):
+        assert metrics[f"joint_{name}_no_bound_reason"] is None
+        assert metrics[f"joint_{name}_random"] <= metrics[f"joint_{name}_bound"]
+        assert metrics[f"joint_{name}_bound"] >= metrics[f"joint_{name}"] - 1e-5
+        share = (metrics[f"joint_{name}"] - metrics[f"joint_{name}_random"]) / (
+            metrics[f"joint_{name}_bound"] - metrics[f"joint_{name}_random"])
+        assert metrics[f"joint_{name}_share_above_random"] == pytest.approx(share, abs=1e-5)
 
 
 def test_train_mask_module_takes_the_original_flags(tmp_path, shard):

@@ -250,7 +250,9 @@ def test_train_mask_runs_the_original_fixed_steps(tmp_path):
         assert any("readoff_objective" in r for r in records) is checked
 
 
-RUN_FIELDS = ("steps_run", "stop_reason", "written_step", "objective_start", "objective_written")
+RUN_FIELDS = ("steps_run", "stop_reason", "written_step", "objective_start", "objective_written",
+              "objective_bound", "objective_random", "share_above_random_start",
+              "share_above_random_written")
 
 
 @pytest.mark.parametrize("flags, reason", [
@@ -260,9 +262,10 @@ RUN_FIELDS = ("steps_run", "stop_reason", "written_step", "objective_start", "ob
     (["--init", "same"], "steps"),  # a start the rule does not score
 ])
 def test_select_says_what_the_run_did(tmp_path, capsys, flags, reason):
-    """The closing JSON and line give the steps run, why the run stopped, the step written and
-    the run's joint objective of the start and of the written selection, the rule's own values
-    where it scored them."""
+    """The closing JSON and line give the steps run, why the run stopped, the step written, the
+    run's joint objective of the start and of the written selection, the rule's own values where
+    it scored them, and how near the optimum both are (a bound on it, and each one's share of
+    the room between a random selection and that bound)."""
     shard = write_shard(tmp_path / "in.parquet", synthetic_dataset(300, dim=8, n_clusters=4))
     log = tmp_path / "log.jsonl"
     assert main(["select", "--input", str(shard), "--output", str(tmp_path / "out.parquet"),
@@ -284,8 +287,16 @@ def test_select_says_what_the_run_did(tmp_path, capsys, flags, reason):
         assert summary["objective_written"] >= summary["objective_start"]
         assert summary["objective_written"] == max(
             [summary["objective_start"]] + [r["readoff_objective"] for r in checks])
+    assert summary["no_bound_reason"] is None
+    assert summary["objective_random"] < summary["objective_written"] <= summary["objective_bound"]
+    shares = [summary["share_above_random_start"], summary["share_above_random_written"]]
+    assert all(0 < share <= 1 for share in shares)
+    if summary["objective_written"] >= summary["objective_start"]:  # one bound, both shares
+        assert shares[1] >= shares[0]
     assert f"{summary['steps_run']} of 40 steps" in err.splitlines()[-1]
     assert f"wrote step {summary['written_step']}" in err.splitlines()[-1]
+    assert (f"bound {summary['objective_bound']:.4f}, share above random: written "
+            f"{shares[1]:.3f}, start {shares[0]:.3f}") in err.splitlines()[-1]
 
 
 def test_the_summary_scores_an_unscored_start_as_the_rule_would():

@@ -503,7 +503,7 @@ def test_greedy_init_starts_from_the_greedys_picks_on_the_runs_objective(algorit
     assert int(picked.sum()) == k and torch.all(logits[~picked] == 0)
     assert torch.allclose(logits[picked], torch.tensor(np.log(400 / k), dtype=logits.dtype))
     baseline = JointGreedy(algorithm=algorithm, lamb=0.0, optimizer=optimizer, seed=5)
-    selected, _, _ = baseline._select(data, k)
+    selected, *_ = baseline._select(data, k)
     assert np.array_equal(picked.numpy(), selected)
 
 
@@ -544,7 +544,7 @@ def test_a_lazy_start_is_the_exact_greedy_and_resumes_only_under_its_own_optimis
         data, progress=False)
     assert whole.best_step == stochastic.best_step == 0
     assert not np.array_equal(whole.selected, stochastic.selected)
-    picks, _, _ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
+    picks, *_ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
     np.testing.assert_array_equal(whole.selected, picks)
 
 
@@ -597,7 +597,7 @@ def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others
     assert {k: run.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
         "steps_run": 10, "written_step": 0, "stop_reason": "stopping_rule"}
     from baselines.joint_greedy import JointGreedy
-    picks, _, _ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
+    picks, *_ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
     np.testing.assert_array_equal(run.selected, picks)
     pair = MaskLearner(LearnerConfig(algorithm="Pair_simi", **dict(config, lamb=0.5))).fit(
         data, progress=False)

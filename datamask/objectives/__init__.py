@@ -2,6 +2,8 @@
 report evaluate selections through these set functions (one file per function)."""
 
 from .base import GroundSet, SetFunction, as_batch
+from .certificates import (Certificate, certificate, certificate_fields, certify,
+                          optimised_fields)
 from .disf import (CollapseGains, DiSF, ScatterState, collapse_score, probing_saves_work,
                    random_probes)
 from .facility import CoverageGains, FacilityLocation, clipped_cosine, kernel_rows, similarity_rows
@@ -32,8 +34,7 @@ def diversity_gains(name: str, ground: GroundSet, memory_bytes: float):
         return PairGains(ground)
     if name == "DiSF":
         return CollapseGains(ground.features)
-    rows = similarity_rows(ground.unit, ground.unit, memory_bytes)
-    return CoverageGains(rows, len(ground), len(ground), ground.device)
+    return FacilityLocation(memory_bytes).incremental(ground)
 
 
 def exact_optimizer(gains) -> str:
@@ -44,10 +45,11 @@ def exact_optimizer(gains) -> str:
 
 
 __all__ = [
-    "DIVERSITY", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation", "GroundSet",
-    "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality", "QualityGains",
-    "ScatterState", "SetFunction", "SparseCoverageGains", "SparseFacilityLocation", "TermScale",
-    "as_batch", "clipped_cosine", "collapse_score", "diversity", "diversity_gains",
-    "exact_optimizer", "kernel_rows", "knn_kernel", "pair_cosine_sum", "probing_saves_work",
-    "random_masks", "random_probes", "similarity_rows",
+    "DIVERSITY", "Certificate", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation",
+    "GroundSet", "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality",
+    "QualityGains", "ScatterState", "SetFunction", "SparseCoverageGains",
+    "SparseFacilityLocation", "TermScale", "as_batch", "certificate", "certificate_fields",
+    "certify", "clipped_cosine", "collapse_score", "diversity", "diversity_gains",
+    "exact_optimizer", "kernel_rows", "knn_kernel", "optimised_fields", "pair_cosine_sum",
+    "probing_saves_work", "random_masks", "random_probes", "similarity_rows",
 ]

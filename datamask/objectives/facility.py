@@ -9,6 +9,7 @@ masks share rows and that kernel fits the memory budget, so memory stays bounded
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -40,6 +41,33 @@ class FacilityLocation(SetFunction):
 
     def covered_count(self, ground: GroundSet) -> int:
         return len(ground) if self.cover is None else len(self.cover)
+
+    def incremental(self, ground: GroundSet) -> "CoverageGains":
+        """The function in incremental form on this ground set (`CoverageGains`): the kernel of
+        candidates against covered rows held when its float32 fits the memory budget, else its
+        rows computed on demand."""
+        covered = self.covered_unit(ground)
+        return CoverageGains(similarity_rows(ground.unit, covered, self.memory_bytes),
+                             len(ground), len(covered), ground.device)
+
+    def coverage_lists(self, ground: GroundSet, k: int, keep: int) -> "CoverageLists":
+        """`CoverageLists` from one pass over the covered rows against all rows, in chunks: each
+        covered row's similarities sorted, its `keep` largest kept, and its expected best of k
+        random rows (`best_of_random_weights`) summed."""
+        covered, n = self.covered_unit(ground), len(ground)
+        weights = best_of_random_weights(n, k, ground.device)
+        keep = min(keep, n)
+        count = min(n, max(len(weights), keep + 1))
+        step = max(1, GAIN_CHUNK_BYTES // (24 * n))  # similarities, top values and indices
+        values, candidates, total = [], [], 0.0
+        for part in covered.split(step):
+            top = clipped_cosine(part, ground.unit).topk(count, dim=1)
+            total += top.values[:, :len(weights)].double().matmul(weights).sum().item()
+            values.append(top.values[:, :keep + 1])
+            candidates.append(top.indices[:, :keep])
+        values = torch.cat(values)
+        rest = values[:, keep] if count > keep else torch.zeros_like(values[:, 0])
+        return CoverageLists(values[:, :keep], torch.cat(candidates), rest, total / len(covered))
 
     def similarities(self, ground: GroundSet, idx: torch.Tensor, copies: int):
         """(chunk, sims) per chunk of the masks `idx` (G, k): the cosines (c, k, n_cover) of each
@@ -130,6 +158,44 @@ class CoverageGains:
     def add(self, row: int, gain: torch.Tensor) -> None:
         self.covered += gain.item()
         torch.maximum(self.cur, self.rows(self.everyone[row:row + 1])[0], out=self.cur)
+
+    def add_all(self, rows: torch.Tensor) -> None:
+        """Put a whole selection into S at once (one to certify), its similarity rows taken
+        a chunk at a time rather than one `add` per row."""
+        step = max(1, GAIN_CHUNK_BYTES // (4 * self.n_cover))
+        for part in rows.split(step):
+            torch.maximum(self.cur, self.rows(part).amax(dim=0), out=self.cur)
+        self.covered = self.cur.double().sum().item()
+
+
+@dataclass
+class CoverageLists:
+    """What bounds the coverage of any selection of k rows, from one pass over a facility
+    location's similarities: each covered row's largest similarities, descending, and the
+    candidates they are to; `rest`, at least every other similarity of the row (its next
+    largest; 0 past a kNN kernel's entries); `random_value`, the exact mean of f over all
+    k-subsets."""
+
+    similarity: torch.Tensor  # (V, keep) float32
+    candidate: torch.Tensor  # (V, keep) int64
+    rest: torch.Tensor  # (V,) float32
+    random_value: float
+
+
+RANDOM_TAIL = 1e-12  # the probability mass `best_of_random_weights` may leave out
+
+
+def best_of_random_weights(n: int, k: int, device: torch.device | str) -> torch.Tensor:
+    """P(the best of k uniformly random rows of n is the j-th best), j = 1, 2, ...:
+    w_j = C(n - j, k - 1) / C(n, k), so w_1 = k / n and w_{j+1} / w_j = (n - j - k + 1) / (n - j),
+    in float64; cut where the rest sum to under RANDOM_TAIL (they fall about as (1 - k/n)^j, so a
+    few n/k of them hold all but that)."""
+    j = torch.arange(1, n - k + 1, dtype=torch.float64, device=device)
+    ratios = torch.cat([torch.full((1,), k / n, dtype=torch.float64, device=device),
+                        (n - j - k + 1) / (n - j)])
+    weights = ratios.cumprod(0)
+    rest = weights.flip(0).cumsum(0).flip(0)  # sum_{i >= j} w_i, summed from the small end
+    return weights[:max(1, int((rest >= RANDOM_TAIL).sum()))]
 
 
 def kernel_rows(kernel: torch.Tensor) -> Rows:

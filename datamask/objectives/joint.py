@@ -84,6 +84,11 @@ class Joint(SetFunction):
         div = self.diversity.batch(ground, idx) if self.lamb < 1 else zeros
         return qual, div
 
+    def weights(self) -> tuple[float, float]:
+        """The factors of the raw quality and diversity terms in `combine` (its means only
+        shift it): what a selection's certificate weighs the terms' gains by."""
+        return self.lamb / self.scale.quality_std, (1 - self.lamb) / self.scale.diversity_std
+
     def combine(self, qual: torch.Tensor, div: torch.Tensor) -> torch.Tensor:
         s = self.scale
         return (self.lamb * (qual - s.quality_mean) / s.quality_std

@@ -37,6 +37,16 @@ class PairSimilarity(SetFunction):
             out[chunk] = pair_cosine_sum(sums, counts)
         return out / -(k * (k - 1) / 2)
 
+    def random_value(self, ground: GroundSet, k: int) -> float:
+        """The exact mean of f over all k-subsets (k >= 2): minus the mean cosine over all
+        pairs of distinct rows, from the sum of all unit rows; 0 below two rows, as `batch`."""
+        n = len(ground)
+        if k < 2 or n < 2:
+            return 0.0
+        nonzero = (ground.inverse_norms > 0).sum(dtype=torch.float64)  # the sum of ||u||^2
+        pairs = pair_cosine_sum(ground.unit.sum(dim=0, dtype=torch.float64), nonzero)
+        return -pairs.item() / (n * (n - 1) / 2)
+
     def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """Values (G,) and each selected row's exact removal gain (G, k), f(S) - f(S - {i}):

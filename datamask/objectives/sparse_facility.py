@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .base import GroundSet, SetFunction, mask_chunks
-from .facility import CoverageGains
+from .facility import CoverageGains, CoverageLists, best_of_random_weights
 
 INDEXES = ("flat", "ivf")
 SEARCH_ROWS = 65536  # rows searched by faiss at once: bounds its (rows x neighbours) results
@@ -125,10 +125,41 @@ class SparseFacilityLocation(SetFunction):
         self.kernel = kernel
         self.memory_bytes = memory_bytes
 
-    def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+    def check(self, ground: GroundSet) -> None:
+        if len(ground) != self.kernel.n:
+            raise ValueError(f"the kNN kernel has {self.kernel.n} rows, the ground set "
+                             f"{len(ground)}")
+
+    def incremental(self, ground: GroundSet) -> "SparseCoverageGains":
+        """The function in incremental form (`SparseCoverageGains`)."""
+        self.check(ground)
+        return SparseCoverageGains(self.kernel)
+
+    def coverage_lists(self, ground: GroundSet, k: int, keep: int | None = None
+                       ) -> CoverageLists:
+        """`CoverageLists` of every kernel entry (`keep` is moot: a covered row has at most
+        `neighbours`, its other similarities are 0), sorted by covered row and similarity into
+        an (n, neighbours) layout padded with zeros."""
+        self.check(ground)
         kernel = self.kernel
-        if len(ground) != kernel.n:
-            raise ValueError(f"the kNN kernel has {kernel.n} rows, the ground set {len(ground)}")
+        by_value = torch.argsort(kernel.similarity, descending=True, stable=True)
+        order = by_value[torch.argsort(kernel.covered[by_value], stable=True)]
+        covered = kernel.covered[order]
+        counts = torch.bincount(covered, minlength=kernel.n)
+        rank = (torch.arange(len(order), device=covered.device)
+                - (torch.cumsum(counts, 0) - counts)[covered])
+        similarity = kernel.similarity.new_zeros(kernel.n, kernel.neighbours)
+        candidate = torch.zeros_like(similarity, dtype=torch.int64)
+        similarity[covered, rank] = kernel.similarity[order]
+        candidate[covered, rank] = kernel.owner[order]
+        weights = best_of_random_weights(kernel.n, k, covered.device)[:kernel.neighbours]
+        random_value = similarity[:, :len(weights)].double().matmul(weights).mean().item()
+        return CoverageLists(similarity, candidate, torch.zeros_like(similarity[:, 0]),
+                             random_value)
+
+    def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
+        self.check(ground)
+        kernel = self.kernel
         n_masks, k = idx.shape
         out = torch.empty(n_masks, device=idx.device)
         for chunk in mask_chunks(n_masks, 4 * kernel.n + 16 * k * kernel.neighbours,
@@ -167,3 +198,10 @@ class SparseCoverageGains(CoverageGains):
         positions, _ = self.kernel.entries(self.everyone[row:row + 1])
         rows = self.kernel.covered[positions]
         self.cur[rows] = torch.maximum(self.cur[rows], self.kernel.similarity[positions])
+
+    def add_all(self, rows: torch.Tensor) -> None:
+        """Put a whole selection into S at once: one scatter of all its kernel entries."""
+        positions, _ = self.kernel.entries(rows)
+        self.cur.scatter_reduce_(0, self.kernel.covered[positions],
+                                 self.kernel.similarity[positions], "amax")
+        self.covered = self.cur.double().sum().item()
