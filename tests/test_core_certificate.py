@@ -141,6 +141,20 @@ def test_disf_has_no_bound_but_its_joint_at_lamb_one_has():
     assert certificate(quality_only, ground, SUBSETS[0]).bound == pytest.approx(best, abs=1e-6)
 
 
+def test_dense_facility_past_its_pair_limit_says_why_it_has_no_bound(monkeypatch):
+    """Its passes over covered x all rows would outlast the run: no bound, the value kept."""
+    from datamask.objectives import certificates
+
+    ground = tiny_ground(0, negative=False)
+    joint = Joint(FacilityLocation(), 0.5, TermScale(0.0, 1.0, 0.0, 1.0))
+    certified = certificate(joint, ground, SUBSETS[0])
+    monkeypatch.setattr(certificates, "DENSE_PAIRS_LIMIT", len(ground) ** 2 - 1)
+    found = certificate(joint, ground, SUBSETS[0])
+    assert found.bound is None and found.share_above_random() is None
+    assert found.no_bound_reason.startswith("not computed: Facility's bound reads 12 covered rows")
+    assert found.value == pytest.approx(certified.value)
+
+
 def test_certify_takes_the_tightest_bound_and_scores_equal_selections_once(monkeypatch):
     ground = tiny_ground(1, negative=False)
     joint = Joint(FacilityLocation(), 0.5, TermScale(0.0, 1.0, 0.0, 1.0))

@@ -21,7 +21,8 @@ term scale's means sit in c and cancel from every difference. The bound by diver
   that are not all zero, concave in the sum of unit rows; J is at most c + beta k plus the
   maximum of its concave relaxation over fractional selections, bounded by Frank-Wolfe's dual
   (`relaxed_pair_bound`).
-- DiSF: no bound (`NO_BOUND`).
+- DiSF: no bound (`NO_BOUND`); dense Facility past DENSE_PAIRS_LIMIT covered x all rows: not
+  computed (its passes would outlast the selection).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ RELAXATION_STEPS = 100  # Frank-Wolfe steps on Pair_simi's relaxation; every ste
 COVERAGE_LIST = 32  # similarities kept per covered row for Facility's Lagrangian bound
 LAGRANGIAN_STEPS = 300  # its subgradient steps, at most; every step's bound holds
 LAGRANGIAN_PATIENCE = 10  # steps without a better bound before the step size is halved
+# Facility's dense bound reads every covered row against every row, twice: past this many pairs
+# (20,000 rows covering themselves: 20-30 s on the 2-core box, about a lazy greedy's time) it
+# would outlast the selection it certifies, so it is not computed
+DENSE_PAIRS_LIMIT = 20_000 ** 2
 NO_BOUND = {"DiSF": "no bound: DiSF is minus a sum of squared correlations, and no bound on its "
                     "best value is known but 0, which says nothing of how near a selection is"}
 
@@ -92,6 +97,12 @@ def certificate(objective: SetFunction, ground: GroundSet, rows: torch.Tensor) -
         value = joint.combine(mean_quality, 0.0)
         bound = exchange_bound(value, per_row, rows)
         random = joint.combine(random_quality, 0.0)
+    elif isinstance(metric, FacilityLocation) and \
+            metric.covered_count(ground) * len(ground) > DENSE_PAIRS_LIMIT:
+        return Certificate(float(joint(ground, rows)), no_bound_reason=(
+            f"not computed: Facility's bound reads {metric.covered_count(ground):,} covered rows "
+            f"against {len(ground):,} rows, past the {DENSE_PAIRS_LIMIT:,} pairs that take "
+            "about a greedy's time (facility-knn-greedy's kNN kernel is certified at any size)"))
     elif isinstance(metric, (FacilityLocation, SparseFacilityLocation)):
         term = metric.incremental(ground)
         term.add_all(rows)
