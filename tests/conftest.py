@@ -136,12 +136,18 @@ def pool(tmp_path_factory, units):
     return out, summary, table.to_pylist()
 
 
-@pytest.fixture(scope="session")
-def prepared(pool):
-    """The pool's shards through the real prepare stage (all-MiniLM-L6-v2, heuristic quality)."""
+def prepare_locally(fineweb: Path, output: Path) -> Path:
+    """`fineweb`'s shards through the real prepare stage in one process (all-MiniLM-L6-v2 cut to
+    32 tokens, heuristic quality) into `output`."""
     from reproduce.pipeline.prepare import Embedder, HeuristicQuality, prepare
 
+    prepare([str(fineweb)], output, Embedder(max_seq_length=32), HeuristicQuality(),
+            progress=False)
+    return output
+
+
+@pytest.fixture(scope="session")
+def prepared(pool):
+    """The pool's shards prepared beside them, where the downstream run looks for them."""
     out, _, _ = pool
-    prepare([str(out / "fineweb")], out / "prepared", Embedder(max_seq_length=32),
-            HeuristicQuality(), progress=False)
-    return out / "prepared"
+    return prepare_locally(out / "fineweb", out / "prepared")

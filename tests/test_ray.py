@@ -21,7 +21,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import gaussian_data, write_shard
+from conftest import gaussian_data, prepare_locally, write_shard
 
 from datamask.data import read_dataset
 from datamask.errors import UserError
@@ -229,7 +229,6 @@ def test_an_address_where_no_ray_head_listens_is_refused_at_once(block_shards, t
 
 # ---------------------------------------------------------------- prepare and tokenize on Ray
 
-# conftest's `prepared` (the local executor's) is made with the same model and scorer
 PREPARE_FLAGS = ("--max_seq_length", "32", "--quality", "heuristic", "--no_progress",
                  "--tasks", "2")
 
@@ -253,6 +252,15 @@ def holding(session: int, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def local_prepared(pool, tmp_path_factory):
+    """The local executor's prepare of the same shards with PREPARE_FLAGS' model and scorer, in a
+    folder of its own: conftest's `prepared` sits in the pool, where a downstream test's prepare
+    (another max_seq_length) re-embeds it when both run in one process."""
+    return prepare_locally(pool[0] / "fineweb",
+                           tmp_path_factory.mktemp("local-prepare") / "prepared")
+
+
+@pytest.fixture(scope="module")
 def prepare_killed(ray_head, pool, tmp_path_factory):
     """Task 0 prepares the pool's first shard; the worker running task 1 (the second shard) is
     killed (SIGKILL) in the middle of it, before its shard and marker; datatrove resubmits the
@@ -268,9 +276,10 @@ def prepare_killed(ray_head, pool, tmp_path_factory):
 
 
 def test_prepare_on_ray_equals_the_local_executor_after_a_worker_is_killed(prepare_killed,
-                                                                           prepared, ray_head):
+                                                                           local_prepared,
+                                                                           ray_head):
     out = prepare_killed["out"]
-    local = sorted(prepared.glob("*.parquet"))
+    local = sorted(local_prepared.glob("*.parquet"))
     assert not prepare_killed["marker"] and prepare_killed["shards"] == [local[0].name]
     assert "failed with" in prepare_killed["log"]  # datatrove saw the dead worker and resubmitted
     assert sorted(p.name for p in out.glob("*.parquet")) == [p.name for p in local]
