@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", type=Path,
                         help="a built pool folder (its fineweb/ shards); default: build one")
-    parser.add_argument("--max_mb_per_domain", type=float, default=0.25,
+    parser.add_argument("--max_mb_per_domain", type=float, default=0.15,
                         help="the size of the pool built when --pool is not given")
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the tables show medians")
@@ -311,8 +311,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     prepare_rate = len(texts) / prepare_med[node]
     tokenize_rate = n_selected / tokenize_med[node]  # selected documents a second
     print(f"\nProjection (not a measurement): {args.documents:.0e} documents, "
-          f"{args.select_ratio:g} of them selected, on N CPU nodes like this one ({node} "
-          f"workers a node: {prepare_rate:.1f} documents/s prepared, {tokenize_rate:.1f} "
+          f"{args.select_ratio:g} of them selected, on N CPU nodes like this one (local executor, "
+          f"{node} worker(s) a node: {prepare_rate:.1f} documents/s prepared, {tokenize_rate:.1f} "
           f"selected documents/s tokenized), linear in N; GPU nodes: unmeasured\n")
     print("| nodes | prepare h | tokenize h | prepare + tokenize h |")
     print("|---|---|---|---|")
