@@ -155,6 +155,11 @@ def selected_ids(selection_folder: Path) -> set[str]:
     return set(table.filter(table.column("selected")).column("id").to_pylist())
 
 
+def text_mb(table: pa.Table) -> float:
+    """MB of UTF-8 text in the table's `text` column."""
+    return pc.sum(pc.binary_length(table.column("text").cast(pa.binary()))).as_py() / 1e6
+
+
 def overlap(a: set, b: set) -> float:
     return len(a & b) / max(len(a), 1)
 
@@ -190,6 +195,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: argparse.Namespace, work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
+    if any(work.iterdir()):  # prepare and tokenize would reuse what an earlier run left there
+        raise UserError(f"--work {work}: not empty; give an empty or new folder")
     pool = args.pool or work / "pool"
     if not args.pool:
         build_pool(pool, max_mb_per_domain=args.max_mb_per_domain, heldout_chars=10_000,
@@ -198,7 +205,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     table = pa.concat_tables([pq.read_table(p, columns=["id", "text"])
                               for p in parquet_files([str(shards)])])
     texts = table.column("text").to_pylist()
-    text_mb = sum(pc.binary_length(pc.cast(table.column("text"), pa.binary())).to_pylist()) / 1e6
+    pool_mb = text_mb(table)
     model = default_embedding_model()
     embedders = {"torch fp32": Embedder(model, max_seq_length=args.max_seq_length)}
     fp32 = embedders["torch fp32"]
@@ -212,7 +219,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     scorer = HeuristicQuality()
     tokens = model_tokens(fp32, texts)
     params = encoder_parameters(fp32)
-    print(f"Pool: {len(texts):,} documents, {text_mb:.2f} MB of text, "
+    print(f"Pool: {len(texts):,} documents, {pool_mb:.2f} MB of text, "
           f"{len(parquet_files([str(shards)]))} shards; all-MiniLM-L6-v2 at max_seq_length "
           f"{fp32.model.max_seq_length}: {tokens:,} tokens ({tokens / len(texts):.0f} a document); "
           f"torch {torch.get_num_threads()} threads; medians of {args.repeats} rounds\n",
@@ -255,7 +262,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     selection = work / f"select-torch fp32-{args.seeds[0]}" / "selection.parquet"
     reference = chosen["torch fp32", args.seeds[0]]
     keep = pc.is_in(table.column("id"), value_set=pa.array(list(reference)))
-    selected_mb = sum(len(t.encode()) for t in table.filter(keep).column("text").to_pylist()) / 1e6
+    selected_mb = text_mb(table.filter(keep))
     tokenize_s = {w: [] for w in args.workers}
     for round_ in range(args.repeats):
         for workers in args.workers:
@@ -268,7 +275,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     print("|---|---|---|---|---|---|")
     for workers, s in prepare_med.items():
         print(f"| prepare | {workers} | {s:.1f} | {len(texts) / s:.1f} | {tokens / s:,.0f} | "
-              f"{text_mb / s:.3f} |")
+              f"{pool_mb / s:.3f} |")
     n_selected = len(reference)
     for workers, s in tokenize_med.items():
         print(f"| tokenize ({n_selected:,} selected) | {workers} | {s:.1f} | "
