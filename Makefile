@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults clean
+	bench-defaults bench-prepare clean
 
 install: $(STAMP)
 
@@ -76,6 +76,12 @@ bench-chunks: install
 
 bench-baselines: install
 	$(BIN)/python -m reproduce.bench.baselines
+
+# prepare's and tokenize's throughput on a pool built offline; the ONNX embedding backends' rows
+# need `pip install onnx onnxruntime` (not requirements); BENCH_PREPARE_FLAGS: e.g. --max_mb_per_domain
+BENCH_PREPARE_FLAGS ?=
+bench-prepare: install
+	$(BIN)/python -m reproduce.bench.prepare $(BENCH_PREPARE_FLAGS)
 
 # select's defaults against the best greedy per family, size, metric and lamb
 # (reproduce/results/defaults/plan.md); DEFAULTS_FLAGS picks families (--families ...), overrides
