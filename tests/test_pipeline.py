@@ -194,6 +194,33 @@ def test_tokenize_writes_only_the_selected_documents(work, tokenizer, checkpoint
         assert summary["documents"] == len(chosen) and summary["tokens"] == on_disk == expected
 
 
+def test_one_task_writes_the_one_process_tokenizers_tokens(work, tokenizer, checkpoints,
+                                                           tmp_path):
+    """With one task the merge reads its one rank's file in order: token for token what
+    datatrove's DocumentTokenizer writes alone with the same seed, so runs tokenized before the
+    stage had ranks and a merge train on the same windows."""
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+
+    from reproduce.pipeline.tokenize import EOS, KeepSelected
+
+    root, _ = work
+    alone = tmp_path / "alone"
+    LocalPipelineExecutor(pipeline=[
+        ParquetReader(str(root / "fineweb"), glob_pattern="*.parquet", text_key="text",
+                      id_key="id"),
+        KeepSelected(str(root / "select" / "random" / "selection.parquet")),
+        DocumentTokenizer(output_folder=str(alone), tokenizer_name_or_path=str(tokenizer),
+                          eos_token=EOS, seed=0, shuffle_documents=True)],
+        tasks=1, logging_dir=str(tmp_path / "logs")).run()
+
+    def tokens(folder):
+        return b"".join(p.read_bytes() for p in sorted(folder.glob("*.ds")))
+
+    assert tokens(root / "tokens" / "random") == tokens(alone) != b""
+
+
 def test_train_saves_a_checkpoint_that_loads(work, checkpoints):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
