@@ -9,6 +9,7 @@ their merge (on Slurm: a job array and a job after it).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -16,6 +17,7 @@ import subprocess
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from datamask.data import write_json_atomic
 from datamask.errors import UserError, quoted
 from datamask.shared import require
 
@@ -185,6 +187,19 @@ def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, work
                                    mem_per_cpu_gb=cluster.get("mem_per_cpu_gb", 2),
                                    gpus_per_task=cluster.get("gpus_per_task", 0))
     raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
+
+
+def start_or_resume(config_path: Path, config: dict, earlier_run: list[Path]) -> None:
+    """Keep what an earlier run wrote (`earlier_run`: its tasks' files, logs and completion
+    markers) only when `config_path` holds this run's `config`: a rerun of the same run skips
+    its finished tasks, while another run's markers must not count. Else remove it and write
+    `config`."""
+    if config_path.exists() and json.loads(config_path.read_text()) == config:
+        return
+    for path in earlier_run:
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(config, config_path)
 
 
 def last_error(executor, rank: int) -> str:

@@ -21,7 +21,6 @@ import copy
 import hashlib
 import json
 import secrets
-import shutil
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
@@ -45,7 +44,8 @@ from datamask.processes import children_die_with_parent
 from datamask.shared import check_device, require
 
 from .common import check_distinct_files, file_stats, parquet_files
-from .engines import check_executor, engine_session, run_then_merge, task_device, task_files
+from .engines import (check_executor, engine_session, run_then_merge, start_or_resume, task_device,
+                      task_files)
 
 datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 
@@ -436,11 +436,7 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         logs = output.absolute() / "logs"
         run_config = {**config, "inputs": file_stats(files), "tasks": tasks}
-        if not (logs / "config.json").exists() or \
-                json.loads((logs / "config.json").read_text()) != run_config:
-            shutil.rmtree(logs, ignore_errors=True)  # another run's tasks: its markers do not hold
-        logs.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run_config, logs / "config.json")
+        start_or_resume(logs / "config.json", run_config, [logs])
         # absolute paths: cluster workers do not start in this folder
         shards = [str(f.absolute()) for f in files]
         run = secrets.token_hex(8)  # tells the shards this run wrote from those it left alone

@@ -23,7 +23,6 @@ The column comes from the prepared shards when they hold it, else from the FineW
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -52,7 +51,7 @@ from datamask.shared import require
 from datamask.stratify import largest_remainder, select_stratified, strata_of
 
 from .common import check_distinct_files, file_stats, parquet_files, parse_method
-from .engines import check_executor, engine_session, run_then_merge
+from .engines import check_executor, engine_session, run_then_merge, start_or_resume
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
 
@@ -313,12 +312,9 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         config["stratify"] = stratify
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
-    config_path = output / "config.json"
-    if not config_path.exists() or json.loads(config_path.read_text()) != config:
-        for stale in ("blocks", "logs", "plan.parquet", "selection.parquet", "summary.json"):
-            target = output / stale
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-        write_json_atomic(config, config_path)
+    start_or_resume(output / "config.json", config, [
+        output / name for name in ("blocks", "logs", "plan.parquet", "selection.parquet",
+                                   "summary.json")])
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
     write_plan(files, plan, n_blocks, seed, strata, select_ratio)

@@ -39,7 +39,7 @@ from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
 from .common import check_distinct_files, file_stats, parquet_files
-from .engines import check_executor, engine_session, run_then_merge
+from .engines import check_executor, engine_session, run_then_merge, start_or_resume
 
 EOS = "<|endoftext|>"
 SIDE_FILE = "side.parquet"  # a selection's own rows, beside its selection.parquet
@@ -191,18 +191,6 @@ class MergeRanks(datatrove_base.PipelineStep):
         yield from data or ()
 
 
-def clear_stale(output: Path, config: dict) -> None:
-    """Everything an earlier run of another configuration wrote (its ranks, merged files, logs
-    and markers) removed, this one's config.json written; an unchanged one keeps all."""
-    config_path = output / "config.json"
-    if config_path.exists() and json.loads(config_path.read_text()) == config:
-        return
-    for stale in [output / RANKS, output / "logs", output / "summary.json",
-                  *output.glob("*.ds"), *output.glob("*.ds.*")]:
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
-    write_json_atomic(config, config_path)
-
-
 def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: Path,
                  tasks: int | None = 1, workers: int = 1, seed: int = 0,
                  side: Path | None = None, executor: str = "local",
@@ -241,7 +229,9 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         output.mkdir(parents=True, exist_ok=True)
-        clear_stale(output, config)
+        start_or_resume(output / "config.json", config, [
+            output / RANKS, output / "logs", output / "summary.json", *output.glob("*.ds"),
+            *output.glob("*.ds.*")])
         out = output.absolute()  # cluster workers do not start in this folder
         ranks = [
             ParquetReader(str(input_folder.absolute()), glob_pattern="*.parquet",
