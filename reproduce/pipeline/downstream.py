@@ -639,7 +639,7 @@ def check_flags(args: argparse.Namespace) -> None:
     need nothing read first; then the folders, the config, the tasks and the primary."""
     from eval.bpb import read_heldout
     from eval.run import known_tasks
-    from eval.tables import lower_is_better_columns, task_metrics
+    from eval.tables import AVERAGED_BPB, lower_is_better_columns, task_metrics
 
     from .tokenize import check_vocab_size
     from .train import load_config
@@ -677,8 +677,8 @@ def check_flags(args: argparse.Namespace) -> None:
     sources = list(read_heldout(outside, args.heldout_docs, "--outside")) if outside else None
     # the averaging checkpoints train keeps (average_last: last/ and averaged/; ema_decay: ema/)
     # as the result keys evaluate scores them under
-    averaged = ["bpb_last_mean", "bpb_averaged"] * bool(train.average_last) + \
-        ["bpb_ema"] * bool(train.ema_decay)
+    averaged = [AVERAGED_BPB["last mean"], AVERAGED_BPB["weight avg"]] * bool(train.average_last) \
+        + [AVERAGED_BPB["EMA"]] * bool(train.ema_decay)
     allowed = lower_is_better_columns(args.tasks, domains, averaged, sources)
     for name in args.primary:
         if name not in allowed:
