@@ -1,7 +1,9 @@
 """The data stages on a real one-node Slurm cluster: tests/slurm/stages_on_slurm.sh starts munged,
 slurmctld and slurmd in namespaces of their own, submits `pipeline select --executor slurm` (the
 merge a job that depends on the blocks' array), then the chain prepare -> select -> tokenize the
-same way, and compares every output with the local executor's. Runs where Slurm and munge are
+same way, and compares every output with the local executor's. In the chain, the process running
+prepare's second task is killed mid-task (SIGKILL): its job fails, the merge waits for good and is
+cancelled, no process is left, and the rerun submits that task alone. Runs where Slurm and munge are
 installed and the suite runs as root; `make test-slurm` installs them."""
 
 import os
@@ -29,6 +31,11 @@ def test_the_data_stages_on_slurm_equal_the_local_executor():
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "Slurm's selection equals the local executor's, row for row" in run.stdout
     assert "Slurm's prepared shards equal the local executor's" in run.stdout
+    assert "killing task 1 of" in run.stdout and "mid-task" in run.stdout
+    assert "after the kill, task 0's shard alone and no process left behind" in run.stdout
+    assert "Launching Slurm job datamask-prepare (1 tasks)" in run.stdout  # the killed one alone
+    assert "the rerun left task 0's shard as it was" in run.stdout
+    assert "the rerun embedded [0, " in run.stdout
     assert "the chain's selection on Slurm equals the local one, row for row" in run.stdout
     assert "Slurm's token files equal the local executor's, byte for byte" in run.stdout
     assert run.stdout.count("afterok:") >= 4  # each stage's merge was queued behind its tasks

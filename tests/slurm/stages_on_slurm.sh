@@ -3,7 +3,9 @@
 # each compared with the local executor: select's blocks (row for row), then the whole chain on
 # BBC FineWeb shards, prepare -> select -> tokenize, each stage a job array and a merge job after
 # it (prepared ids and quality exactly, embeddings to 1e-5; the selection row for row; the token
-# files byte for byte). Run as root from the repository root:
+# files byte for byte). Prepare's second task is killed mid-task on Slurm (SIGKILL): its job
+# fails, the merge behind it is cancelled, no process is left, and the rerun submits that task
+# alone. Run as root from the repository root:
 #   bash tests/slurm/stages_on_slurm.sh [--install]
 # --install first installs Debian's slurm-wlm and munge with apt-get. The cluster lives in a
 # network namespace of its own (loopback only: nothing outside can reach it, nor it anything) and
@@ -48,7 +50,7 @@ DAEMONS=()
 
 stop_cluster() {
     local status=$?
-    squeue -h -o %i 2> /dev/null | xargs -r scancel 2> /dev/null || true
+    squeue -h -o %F 2> /dev/null | sort -u | xargs -r scancel 2> /dev/null || true
     for pid in "${DAEMONS[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
     for pid in "${DAEMONS[@]}"; do wait "$pid" 2> /dev/null || true; done
     if (( status != 0 )); then
@@ -181,6 +183,68 @@ print(f"stages_on_slurm: Slurm's selection equals the local executor's, row for 
       f"({slurm.num_rows} rows, {sum(slurm.column('selected').to_pylist())} selected)")
 EOF
 
+# The processes (in this PID namespace) that have a file under $1 open, or run in it.
+holding() {
+    local pid
+    for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+        { [[ $(readlink "/proc/$pid/cwd") == "$1"* ]] \
+              || ls -l "/proc/$pid/fd" 2> /dev/null | grep -q -- "-> $1/"; } 2> /dev/null \
+            && echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | cut -c1-100)"
+    done
+    return 0
+}
+
+# Kill (SIGKILL, like the OOM killer) the process running task $2 of the stage writing to $1 as
+# soon as it has opened its datatrove log, before its output and completion marker; then wait
+# until the tasks' job array $3 has ended, the merge left waiting on it for good, and cancel that.
+kill_task_then_wait() {
+    local out=$1 rank=$2 tasks_job=$3 log victim="" pid
+    log="$1/logs/tasks/logs/task_$(printf %05d "$rank").log"
+    local deadline=$((SECONDS + WAIT_S))
+    while [[ -z $victim ]]; do
+        (( SECONDS < deadline )) || { echo "stages_on_slurm: task $rank never started"; squeue; exit 1; }
+        for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+            ls -l "/proc/$pid/fd" 2> /dev/null | grep -q -- "-> $log" && victim="$victim $pid"
+        done
+        sleep 0.1
+    done
+    [[ ! -e $out/logs/tasks/completions/$(printf %05d "$rank") ]] \
+        || { echo "stages_on_slurm: task $rank finished before the kill"; exit 1; }
+    echo "stages_on_slurm: killing task $rank of $out mid-task (pid$victim)"
+    kill -KILL $victim
+    deadline=$((SECONDS + WAIT_S))
+    while [[ -n $(squeue -h -j "$tasks_job" -o %i 2> /dev/null) ]]; do
+        (( SECONDS < deadline )) || { echo "stages_on_slurm: the killed task's job never ended"; squeue; exit 1; }
+        sleep 1
+    done
+    until squeue -h -o %r | grep -q DependencyNeverSatisfied; do  # the scheduler's next pass
+        (( SECONDS < deadline )) || { echo "stages_on_slurm: nothing waits on the failed task"; squeue; exit 1; }
+        sleep 1
+    done
+    squeue -o "%.5i %.22j %.8T %.20E %r"
+    echo "stages_on_slurm: the merge waits on the failed task for good; cancelling it"
+    squeue -h -o %F | sort -u | xargs -r scancel
+    while [[ -n $(squeue -h -o %i) ]]; do sleep 1; done
+}
+
+# After the kill: task 0's shard and marker, nothing of task 1 under a finished name, no
+# prepare.json, and no process of the stage left behind.
+check_killed_prepare() {
+    local out=$1 left
+    ls "$out"
+    [[ -e $out/logs/tasks/completions/00000 && ! -e $out/logs/tasks/completions/00001 ]] \
+        || { echo "stages_on_slurm: after the kill, expected task 0's marker alone"; exit 1; }
+    [[ ! -e $out/prepare.json ]] || { echo "stages_on_slurm: prepare.json after a killed task"; exit 1; }
+    [[ $(ls "$out"/*.parquet | wc -l) == 1 ]] \
+        || { echo "stages_on_slurm: after the kill, expected task 0's shard alone"; exit 1; }
+    sleep 2  # slurmstepd reaps what the task left
+    left=$(holding "$out")
+    [[ -z $left ]] || { echo "stages_on_slurm: processes left behind: $left"; exit 1; }
+    TASK0_SHARD=$(ls "$out"/*.parquet)
+    TASK0_MTIME=$(stat -c %y "$TASK0_SHARD")
+    echo "stages_on_slurm: after the kill, task 0's shard alone and no process left behind"
+}
+
 # The whole chain on BBC FineWeb shards, locally and through Slurm, stage after stage: prepare
 # (two tasks, a shard each, then prepare.json's merge), select (two blocks), tokenize (two
 # ranks, then datatrove's merge). Every Slurm stage returns at submission; the next one starts
@@ -206,7 +270,20 @@ for run in local slurm; do
     [[ $run == local ]] || flags=("${SLURM_FLAGS[@]}" --mem_per_cpu_gb 2 --workers 2)
     "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/$run/prepared" "${flags[@]}" \
         > "$WORK/log/prepare.$run.json" 2> "$WORK/log/prepare.$run.log"
-    [[ $run == local ]] || { cat "$WORK/log/prepare.$run.json"; wait_for_jobs; }
+    if [[ $run == slurm ]]; then
+        cat "$WORK/log/prepare.$run.json"
+        kill_task_then_wait "$CHAIN/slurm/prepared" 1 \
+            "$(sed -n 's/.*"tasks_job": "\([0-9]*\)".*/\1/p' "$WORK/log/prepare.$run.json")"
+        check_killed_prepare "$CHAIN/slurm/prepared"
+        # the rerun submits the killed task alone, then the merge behind it
+        "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/$run/prepared" "${flags[@]}" \
+            > "$WORK/log/prepare.rerun.json" 2> "$WORK/log/prepare.rerun.log"
+        grep -o "Launching Slurm job datamask-prepare ([0-9]* tasks)" "$WORK/log/prepare.rerun.log"
+        wait_for_jobs
+        [[ $(stat -c %y "$TASK0_SHARD") == "$TASK0_MTIME" ]] \
+            || { echo "stages_on_slurm: the rerun rewrote task 0's finished shard"; exit 1; }
+        echo "stages_on_slurm: the rerun left task 0's shard as it was"
+    fi
     "$PY" -m reproduce "${SELECT[@]}" --input "$CHAIN/$run/prepared" \
         --output "$CHAIN/$run/select" "${flags[@]}" > /dev/null 2> "$WORK/log/select.$run.log"
     [[ $run == local ]] || wait_for_jobs
@@ -245,8 +322,13 @@ for name in shards:
     if gap > 1e-5:
         sys.exit(f"stages_on_slurm: prepared {name}: embeddings {gap:.2e} from local's")
 records = json.loads((slurm / "prepared" / "prepare.json").read_text())["files"]
+embedded = [records[name]["embedded"] for name in shards]
+if embedded[0] != 0 or embedded[1] != records[shards[1]]["rows"]:
+    sys.exit(f"stages_on_slurm: the rerun should embed the killed task's shard alone, "
+             f"embedded {embedded}")
 print(f"stages_on_slurm: Slurm's prepared shards equal the local executor's "
-      f"({ {name: r['rows'] for name, r in records.items()} } rows)")
+      f"({ {name: r['rows'] for name, r in records.items()} } rows; the rerun embedded "
+      f"{embedded})")
 if not pq.read_table(slurm / "select" / "selection.parquet").equals(
         pq.read_table(local / "select" / "selection.parquet")):
     sys.exit("stages_on_slurm: the chain's selection on Slurm differs from the local one")
