@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
-.PHONY: install demo downstream outside demo-quick test test-slurm bench bench-baselines bench-soak bench-chunks \
+.PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
 	bench-defaults bench-prepare clean
 
 install: $(STAMP)
@@ -62,8 +62,15 @@ test: install
 # (root: installs Debian's slurm-wlm and munge once, starts munged/slurmctld/slurmd in a
 # loopback-only namespace, compares each stage with the local executor, stops the cluster).
 # `make test` runs the same check where Slurm is installed.
-test-slurm: install
-	PYTHON=$(BIN)/python bash tests/slurm/stages_on_slurm.sh --install
+test-slurm: install install-slurm
+	PYTHON=$(BIN)/python bash tests/slurm/stages_on_slurm.sh
+
+# Debian's Slurm and munge (root, apt-get), unless they are there; .ci/run calls it so that the
+# Slurm check runs in CI too.
+install-slurm:
+	@command -v slurmctld > /dev/null && command -v munged > /dev/null || { \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	        --no-install-recommends slurm-wlm munge iproute2; }
 
 bench: install
 	$(BIN)/python -m reproduce.bench.objectives

@@ -6,8 +6,8 @@
 # files byte for byte). Prepare's second task is killed mid-task on Slurm (SIGKILL): its job
 # fails, the merge behind it is cancelled, no process is left, and the rerun submits that task
 # alone. Run as root from the repository root:
-#   bash tests/slurm/stages_on_slurm.sh [--install]
-# --install first installs Debian's slurm-wlm and munge with apt-get. The cluster lives in a
+#   bash tests/slurm/stages_on_slurm.sh
+# (`make install-slurm` installs Debian's slurm-wlm and munge with apt-get). The cluster lives in a
 # network namespace of its own (loopback only: nothing outside can reach it, nor it anything) and
 # a PID namespace whose end takes every daemon and job with it; its files are under $SLURM_WORK
 # (default: a temporary folder, removed at the end). Exit status 0 only when every output matches.
@@ -19,16 +19,8 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 ACTIVATE=$(dirname "$PY")/activate  # what the Slurm jobs source: the same environment
 WAIT_S=${SLURM_WAIT_S:-300}
 
-if [[ ${1:-} == --install ]]; then
-    shift
-    if ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
-        apt-get update -q
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            slurm-wlm munge iproute2
-    fi
-fi
 for tool in slurmctld slurmd sbatch squeue munged unshare ip; do
-    command -v "$tool" > /dev/null || { echo "stages_on_slurm: no $tool (run with --install)" >&2; exit 2; }
+    command -v "$tool" > /dev/null || { echo "stages_on_slurm: no $tool (make install-slurm)" >&2; exit 2; }
 done
 [[ $(id -u) == 0 ]] || { echo "stages_on_slurm: run as root (daemons, namespaces)" >&2; exit 2; }
 
