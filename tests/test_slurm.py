@@ -31,6 +31,7 @@ def test_the_data_stages_on_slurm_equal_the_local_executor():
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "Slurm's selection equals the local executor's, row for row" in run.stdout
     assert "Slurm's prepared shards equal the local executor's" in run.stdout
+    assert "a missing partition is refused before any work" in run.stdout
     assert "killing task 1 of" in run.stdout and "mid-task" in run.stdout
     assert "after the kill, task 0's shard alone and no process left behind" in run.stdout
     assert "Launching Slurm job datamask-prepare (1 tasks)" in run.stdout  # the killed one alone

@@ -71,7 +71,8 @@ def check_answers(address: str | None) -> None:
 
 def check_executor(kind: str, workers: int, cluster: dict | None) -> None:
     """What can be refused before any work: an unknown executor, no worker, Slurm without sbatch
-    or a partition, a Ray address where no head answers, GPUs a local run does not have."""
+    or a partition its controller lists, a Ray address where no head answers, GPUs a local run
+    does not have."""
     cluster = cluster or {}
     if kind not in EXECUTORS:
         raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
@@ -85,6 +86,7 @@ def check_executor(kind: str, workers: int, cluster: dict | None) -> None:
             raise UserError("--executor slurm: no `sbatch` on PATH; run it on a Slurm login node")
         if not cluster.get("partition"):
             raise UserError("--executor slurm needs --slurm_partition")
+        check_partition(cluster["partition"])
     if kind == "ray":
         require("ray", "--executor ray")
         check_answers(cluster.get("ray_address") or os.environ.get("RAY_ADDRESS"))
@@ -95,6 +97,22 @@ def check_executor(kind: str, workers: int, cluster: dict | None) -> None:
         if have < gpus * workers:
             raise UserError(f"--gpus_per_task {gpus}: {workers} local worker(s) need "
                             f"{gpus * workers} GPU(s), torch sees {have} here")
+
+
+def check_partition(partition: str) -> None:
+    """A partition the controller does not list would have sbatch refuse the jobs after the
+    stage had set up its folders: ask sinfo first."""
+    if not shutil.which("sinfo"):
+        raise UserError("--executor slurm: no `sinfo` on PATH; run it on a Slurm login node")
+    listing = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True,
+                             timeout=60)
+    if listing.returncode:
+        why = (listing.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"--executor slurm: sinfo cannot reach the Slurm controller ({why})")
+    names = sorted(set(listing.stdout.split()))
+    if partition not in names:
+        raise UserError(f"--slurm_partition {partition}: no such partition (sinfo lists "
+                        f"{', '.join(names) or 'none'})")
 
 
 def task_files(files: list, rank: int, world_size: int) -> list:

@@ -144,6 +144,15 @@ for shard in range(2):
     data.ids[:] += shard * 1200
     write_shard(folder / f"{shard:05d}.parquet", data, id=pa.array([f"doc-{i}" for i in data.ids]))
 EOF
+# A partition the controller does not list is refused before any work, naming it.
+if refused=$("$PY" -m reproduce select --input "$DATA/prepared" --output "$WORK/refused" \
+        --method random "${SLURM_FLAGS[@]}" --slurm_partition nosuch 2>&1); then
+    echo "stages_on_slurm: accepted a missing partition"; exit 1
+fi
+[[ $refused == *"--slurm_partition nosuch: no such partition (sinfo lists debug)"* && ! -e $WORK/refused ]] \
+    || { echo "stages_on_slurm: a missing partition: $refused"; exit 1; }
+echo "stages_on_slurm: a missing partition is refused before any work: ${refused##*error: }"
+
 FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600)
 "$PY" -m reproduce select "${FLAGS[@]}" --output "$DATA/local" > "$WORK/log/local.log" 2>&1
 "$PY" -m reproduce select "${FLAGS[@]}" --output "$DATA/slurm" "${SLURM_FLAGS[@]}" \
