@@ -358,7 +358,7 @@ clusters: install
 # $(POOL_DIR)/prepared) and the BBC corpus's ($(PIPE_DIR)/prepared, `make pipeline-prepare`):
 # quality-topk, the diversity greedies, the learners at select's defaults and the paper's
 # settings and the other registered baselines, seeds 0-4 where a selector takes one, ratio 0.1
-# (about 12 minutes on 2 cores). LENGTH_FLAGS adds flags (`--corpora bbc`, `--seeds 0 1`).
+# (about 5 minutes on 2 cores). LENGTH_FLAGS adds flags (`--corpora bbc`, `--seeds 0 1`).
 LENGTH_FLAGS ?=
 .PHONY: length-bias
 length-bias: install
