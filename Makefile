@@ -353,6 +353,18 @@ CLUSTERS_FLAGS ?=
 clusters: install
 	$(EXP).clusters $(CLUSTERS_FLAGS) --output $(EXP_DIR)/clusters
 
+# Length bias (reproduce/results/length-bias/plan.md): each selection's mean text_length over its
+# corpus's, on the pool's prepared rows (`make pool`, then prepare on its shards into
+# $(POOL_DIR)/prepared) and the BBC corpus's ($(PIPE_DIR)/prepared, `make pipeline-prepare`):
+# quality-topk, the diversity greedies, the learners at select's defaults and the paper's
+# settings and the other registered baselines, seeds 0-4 where a selector takes one, ratio 0.1
+# (about 5 minutes on 2 cores). LENGTH_FLAGS adds flags (`--corpora bbc`, `--seeds 0 1`).
+LENGTH_FLAGS ?=
+.PHONY: length-bias
+length-bias: install
+	$(EXP).length_bias --pool $(POOL_DIR)/prepared --bbc $(PIPE_DIR)/prepared $(LENGTH_FLAGS) \
+		--output $(EXP_DIR)/length-bias
+
 # from the committed results (EXP_DIR=reproduce/results) it also rewrites the front page's headline
 findings: install
 	$(EXP).findings --results $(EXP_DIR) $(if $(filter reproduce/results,$(EXP_DIR)),--readme README.md)

@@ -1,12 +1,11 @@
-"""Figures 4-7, drawn from the pipeline demo's files (`make pipeline-demo`): its prepared rows
-(embeddings, quality, `text_length`), each method's selection.parquet, and its Table 2.
+"""Figures 4, 6 and 7, drawn from the pipeline demo's files (`make pipeline-demo`): its prepared
+rows (embeddings, quality), each method's selection.parquet, and its Table 2. (Figure 5, the
+length bias, reads `make length-bias`'s results: figures/plots.py.)
 
 4 embeddings: the rows in the first two principal components, each method's selection on top
-  (the paper's Figure 2). 5 length bias: mean `text_length` of each selection relative to all rows
-  (paper: quality-selected FineWeb-Edu 147%, UltraFineWeb 114%; diversity methods prefer short
-  documents). 6 quality x redundancy: k-means clusters of the rows, binned by mean quality and by
-  redundancy (mean cosine to the cluster centre), and the share of each bin's rows each method
-  selected. 7 Table 2 of the demo (eval/tables.py's table2.csv) as a figure.
+  (the paper's Figure 2). 6 quality x redundancy: k-means clusters of the rows, binned by mean
+  quality and by redundancy (mean cosine to the cluster centre), and the share of each bin's rows
+  each method selected. 7 Table 2 of the demo (eval/tables.py's table2.csv) as a figure.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ def load(pipeline: str) -> dict | None:
     if not files or not selections:
         return None
     data = read_dataset(files)
-    length = np.concatenate([pq.read_table(f, columns=["text_length"])["text_length"]
-                             .to_numpy() for f in files]).astype(np.float64)
     order = np.argsort(data.ids)
     masks = {}
     for path in selections:
@@ -40,8 +37,7 @@ def load(pipeline: str) -> dict | None:
         mask = np.zeros(len(data), dtype=bool)
         mask[rows[chosen]] = True
         masks[os.path.basename(os.path.dirname(path))] = mask
-    return {"features": data.features, "quality": data.quality, "length": length,
-            "masks": masks}
+    return {"features": data.features, "quality": data.quality, "masks": masks}
 
 
 def embeddings(rows: dict):
@@ -62,23 +58,6 @@ def embeddings(rows: dict):
         ax.legend(fontsize=7, markerscale=2)
     axes[0][0].set_ylabel(f"PC2 ({explained[1]:.0%} of variance)")
     fig.suptitle(f"Selected subsets in the first two principal components ({len(xy)} rows)")
-    fig.tight_layout()
-    return fig
-
-
-def length_bias(rows: dict):
-    """Figure 5: mean document length of each selection, as % of all rows' mean."""
-    names = list(rows["masks"])
-    ratio = [100 * rows["length"][m].mean() / rows["length"].mean() for m in rows["masks"].values()]
-    fig, ax = plt.subplots(figsize=(1.3 * len(names) + 3, 4))
-    bars = ax.bar(names, ratio, color=[f"C{i}" for i in range(len(names))])
-    ax.bar_label(bars, fmt="%.0f%%", label_type="center", color="white")
-    ax.axhline(100, color="black", ls="--", lw=1, label="all rows (100%)")
-    ax.set_ylabel("mean text_length of the selection (% of all rows)")
-    ax.set_xlabel("selection method")
-    ax.set_title(f"Length bias (all rows: mean {rows['length'].mean():.0f} characters)\n"
-                 "paper: quality selection 147% (FineWeb-Edu), 114% (UltraFineWeb)", fontsize=10)
-    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

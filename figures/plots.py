@@ -14,8 +14,9 @@ and ablation-direct/ablation-direct.json.
   ablation-direct.png: each method's objective and time (ablation-direct.json). 3 timing.png: wall
   time against N, log-log, measured and extrapolated (or killed at the budget, then extrapolated)
   marked apart (timing.json); 3-anytime-<metric>-<N>.png: every selector's objective against wall
-  time on the same axes (figures/anytime.py). 4-7: from the
-  pipeline demo's files (figures/pipeline.py).
+  time on the same axes (figures/anytime.py). 5 length-bias.png: each selection's mean length
+  over its corpus's, per corpus, the seeds' range as a bar and the chance band shaded
+  (length-bias/length-bias.json). 4, 6, 7: from the pipeline demo's files (figures/pipeline.py).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from datamask.data import atomic_output  # noqa: E402
-from reproduce.experiments.records import (DirectResult, SweepResult, TimingResult,  # noqa: E402
-                                           of_metric, read_result)
+from reproduce.experiments.records import (DirectResult, LengthBiasResult,  # noqa: E402
+                                           SweepResult, TimingResult, of_metric, read_result)
+
+from reproduce.experiments.length_bias import PAPER  # noqa: E402
 
 from . import anytime, pipeline  # noqa: E402
 
@@ -194,6 +197,37 @@ def direct_plot(result: DirectResult):
     return fig
 
 
+def length_bias(result: LengthBiasResult):
+    """Figure 5: each selection's mean length as % of its corpus's, one panel per corpus; the
+    bar is the seeds' mean, the line their range, the shading the chance band of a random
+    selection, the dotted lines the paper's quality selections."""
+    fig, axes = plt.subplots(1, len(result.corpora), figsize=(7 * len(result.corpora), 4.5),
+                             squeeze=False, sharey=True)
+    colours = {"quality": "C3", "diversity": "C0", "reported": "grey"}
+    for ax, corpus in zip(axes[0], result.corpora):
+        rows = list(result.of(corpus.name).values())
+        x = np.arange(len(rows))
+        mean = np.array([100 * s.ratio_mean for s in rows])
+        ax.bar(x, mean, color=[colours[s.role] for s in rows])
+        ax.vlines(x, [100 * s.ratio_min for s in rows], [100 * s.ratio_max for s in rows],
+                  color="black", lw=1.5)
+        ax.axhspan(100 * (1 - corpus.chance_half_width), 100 * (1 + corpus.chance_half_width),
+                   color="black", alpha=0.12, label="random selections' chance band")
+        ax.axhline(100, color="black", ls="--", lw=1)
+        for i, (name, ratio) in enumerate(PAPER.items()):
+            ax.axhline(100 * ratio, color="C3", ls=":", lw=1.2 + i * 0.6,
+                       label=f"paper, quality: {name} {100 * ratio:.0f}%")
+        ax.set_xticks(x, [s.selection for s in rows], rotation=60, ha="right", fontsize=8)
+        ax.set_title(f"{corpus.name}: {corpus.rows:,} rows, mean {corpus.mean_length:,.0f} "
+                     "characters", fontsize=10)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[0][0].set_ylabel("mean text_length of the selection (% of the corpus's)")
+    fig.suptitle(f"Length bias at select_ratio {result.config['ratio']:g} (red: the quality "
+                 "selection, blue: the diversity greedies, grey: reported)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def timing_plot(timing: TimingResult):
     """Figure 3: measured times joined by solid lines, extrapolated ones hollow and dashed."""
     metrics = timing.metrics
@@ -255,13 +289,18 @@ def main(argv: list[str] | None = None) -> list[str]:
         written += save(direct_plot(direct), args.output, "2-ablation-direct")
     if not timing:
         print(f"figures: no {timing_folder}/timing.json; figures 1 and 3 skipped")
+    bias = read_result(os.path.join(args.results, "length-bias"), "length-bias")
+    if bias:
+        written += save(length_bias(bias), args.output, "5-length-bias")
+    else:
+        print(f"figures: no {args.results}/length-bias/length-bias.json; figure 5 skipped")
     rows = pipeline.load(args.pipeline)
     if rows:
         written += save(pipeline.embeddings(rows), args.output, "4-embeddings")
-        written += save(pipeline.length_bias(rows), args.output, "5-length-bias")
         written += save(pipeline.quality_redundancy(rows), args.output, "6-quality-redundancy")
     else:
-        print(f"figures: no prepared rows and selections under {args.pipeline}; 4-6 skipped")
+        print(f"figures: no prepared rows and selections under {args.pipeline}; 4 and 6 "
+              "skipped")
     table = os.path.join(args.pipeline, "tables", "table2.csv")
     if os.path.exists(table):
         written += save(pipeline.table2(table), args.output, "7-table2")

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -169,11 +168,10 @@ def test_sweep_refuses_bad_lr_value(capsys, argv):
 
 
 def fake_pipeline(root):
-    """The pipeline demo's files that figures 4-7 read: prepared rows, selections, Table 2."""
+    """The pipeline demo's files that figures 4, 6 and 7 read: prepared rows, selections, Table 2."""
     data = synthetic_dataset(300, dim=16, seed=0)
     (root / "prepared").mkdir(parents=True)
-    write_shard(root / "prepared" / "000.parquet", data,
-                text_length=pa.array(np.arange(300, dtype=np.int64) + 100))
+    write_shard(root / "prepared" / "000.parquet", data)
     rng = np.random.default_rng(0)
     for method in ("datamask", "random"):
         (root / "select" / method).mkdir(parents=True)
@@ -201,8 +199,7 @@ def test_figures_written(timing_result, tmp_path):
     names = {p.rsplit("/", 1)[1] for p in written}
     assert {f"{name}.{ext}" for ext in ("png", "pdf") for name in (
         "1-curves", "2-ablation-G", "2-ablation-G-values", "2-ablation-direct", "3-timing",
-        "4-embeddings", "5-length-bias",
-        "6-quality-redundancy", "7-table2")} <= names
+        "4-embeddings", "6-quality-redundancy", "7-table2")} <= names
     for path in written:
         with open(path, "rb") as f:
             assert f.read(4) in (b"\x89PNG", b"%PDF")
@@ -217,7 +214,6 @@ def test_pipeline_rows_aligned_by_id(tmp_path):
     chosen = set(table["chunk_id"].to_numpy()[table["selected"].to_numpy()])
     ids = pq.read_table(tmp_path / "prepared" / "000.parquet")["chunk_id"].to_numpy()
     assert set(ids[rows["masks"]["random"]]) == chosen
-    assert rows["length"].tolist() == list(range(100, 400))
 
 
 def test_fastest_keeps_the_fastest_within_budget():

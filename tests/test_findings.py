@@ -15,7 +15,9 @@ import pytest
 from datamask.errors import UserError
 from reproduce.experiments import claims, findings
 from reproduce.experiments.common import lr_setting
-from reproduce.experiments.records import GreedyLevel, Machine, SweepResult, SweepSummary
+from reproduce.experiments.length_bias import against_chance, role
+from reproduce.experiments.records import (GreedyLevel, LengthBiasResult, LengthCorpus,
+                                           LengthSummary, Machine, SweepResult, SweepSummary)
 
 RESULTS = Path(__file__).resolve().parents[1] / "reproduce" / "results"
 
@@ -255,3 +257,38 @@ def test_the_front_page_block_is_refused_where_the_page_has_none(tmp_path):
     with pytest.raises(UserError, match="no generated block"):
         findings.fill_readme(str(page), rows, "results")
     assert page.read_text() == "# no block\n"
+
+
+def write_length_bias(root: Path, ratios: dict) -> None:
+    """A length-bias results file: per corpus, each selection's per-seed ratios; the chance band
+    +- 0.05 on both corpora."""
+    result = LengthBiasResult(
+        experiment="length-bias", machine=Machine("cpu", 2, 1, "torch", "cpu", None, "3"),
+        config={"ratio": 0.1, "seeds": [0, 1]},
+        corpora=[LengthCorpus(name, "f", 1000, 100, 2000.0, 0.8, 0.05) for name in ratios],
+        runs=[], summary=[LengthSummary(corpus, name, role(name), len(r), len(set(r)), min(r),
+                                        sum(r) / len(r), max(r), against_chance(r, 0.05))
+                          for corpus, by in ratios.items() for name, r in by.items()])
+    (root / "length-bias").mkdir(exist_ok=True)
+    (root / "length-bias" / "length-bias.json").write_text(json.dumps(result.to_json()))
+
+
+def test_length_bias_holds_in_all_four_parts_or_names_those_that_hold(tmp_path):
+    claim = next(c for c in claims.load_claims() if c.decide == "length_bias")
+    greedies = {"pair-greedy": [0.8, 0.9], "facility-greedy": [0.7], "disf-greedy-fast": [0.9]}
+    both = {"quality-topk": [1.3], **greedies, "random": [0.99, 1.02]}
+    write_length_bias(tmp_path, {"pool": both, "bbc": both})
+    finding = claim.finding(str(tmp_path))
+    assert finding.verdict == "holds"
+    assert finding.here == "pool: quality-topk 130%, greedies 85%, 70%, 90%; bbc: " \
+        "quality-topk 130%, greedies 85%, 70%, 90%"
+    # long, but under the paper's 114%; one seed of one greedy within chance
+    write_length_bias(tmp_path, {"pool": {**both, "quality-topk": [1.1]},
+                                 "bbc": {**both, "pair-greedy": [0.8, 0.97]}})
+    finding = claim.finding(str(tmp_path))
+    assert finding.verdict == "holds in part: quality long on bbc; diversity short on pool"
+    assert "pair-greedy not short, facility-greedy short, disf-greedy-fast short: **does not " \
+        "hold**." in "\n".join(finding.lines)
+    # a judged greedy that did not run is not short; quality short is not long
+    write_length_bias(tmp_path, {"pool": {"quality-topk": [0.9], "pair-greedy": [0.8]}})
+    assert claim.finding(str(tmp_path)).verdict == "does not hold"

@@ -91,10 +91,10 @@ def test_a_claim_naming_no_rule_is_refused_by_name(tmp_path):
 
 
 def test_every_results_file_reads_back_as_the_record_it_is():
-    """Files of older runs included: each timing, sweep and clusters file reads as its record and
-    writes back the same."""
-    files = [p for p in RESULTS.rglob("*.json") if p.stem in ("timing", "clusters")
-             or p.stem.startswith("ablation-")]
+    """Files of older runs included: each timing, sweep, clusters and length-bias file reads as
+    its record and writes back the same."""
+    files = [p for p in RESULTS.rglob("*.json")
+             if p.stem in ("timing", "clusters", "length-bias") or p.stem.startswith("ablation-")]
     assert len(files) > 20
     for path in files:
         record = read_result(str(path.parent), path.stem)

@@ -22,6 +22,7 @@ from datamask.errors import UserError
 from eval.tables import markdown
 
 from .common import lr_setting
+from .length_bias import DIVERSITY, PAPER, QUALITY, percent, spread
 from .records import SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result
 from .sweep import ratio_and_steps
 from .timing import comparison, learner_steps
@@ -326,10 +327,51 @@ def reported_knob(root: str, folder: str) -> Finding:
                    "reported, no rule", lines)
 
 
-def figure_only(root: str, folder: str, figure: str, note: str) -> Finding:
-    """A claim whose figure no results file backs: shown with its note, not tested."""
-    needed(os.path.exists(os.path.join(root, folder, figure)))
-    return Finding("figure only", "not tested", [f"- {note}"])
+def length_bias(root: str, folder: str, least: float) -> Finding:
+    """Per corpus: the quality selection long (at least `least` of the mean length and above the
+    chance band), each diversity greedy short (every seed below the band); the claim holds where
+    all four parts hold, in part where some do (reproduce/results/length-bias/plan.md)."""
+    result = needed(read_result(os.path.join(root, folder), "length-bias"))
+    parts, lines, here = {}, [], []
+    for corpus in result.corpora:
+        by = result.of(corpus.name)
+        quality = by.get(QUALITY)
+        greedies = {name: by[name].against_chance == "short" if name in by else False
+                    for name in DIVERSITY}
+        parts[f"quality long on {corpus.name}"] = bool(
+            quality and quality.ratio_mean >= least and quality.against_chance == "long")
+        parts[f"diversity short on {corpus.name}"] = all(greedies.values())
+        band = (f"{percent(1 - corpus.chance_half_width)}-"
+                f"{percent(1 + corpus.chance_half_width)}")
+        shown = [by[name] for name in DIVERSITY if name in by]
+        here.append(f"{corpus.name}: {QUALITY} {percent(quality.ratio_mean) if quality else '-'}"
+                    ", greedies " + ", ".join(percent(s.ratio_mean) for s in shown))
+        lines += [f"`{corpus.name}` ({corpus.rows:,} rows, mean {corpus.mean_length:,.0f} "
+                  f"characters; a random selection's chance band {band}):", "",
+                  *table([{"selection": s.selection, "role": s.role,
+                           "seeds (distinct)": f"{s.seeds} ({s.distinct})",
+                           "length ratio": spread(s), "against chance": s.against_chance}
+                          for s in by.values()], right=("seeds (distinct)", "length ratio")), "",
+                  f"- {QUALITY} at least {percent(least)} and above the band: "
+                  f"**{holds(parts[f'quality long on {corpus.name}'])}**"
+                  + (f" ({percent(quality.ratio_mean)}; the paper: " + ", ".join(
+                      f"{name} {percent(ratio)}" for name, ratio in PAPER.items()) + ")."
+                     if quality else " (not run)."),
+                  "- every seed of each diversity greedy below the band: "
+                  + ", ".join(f"{name} {'short' if ok else 'not short'}"
+                              for name, ok in greedies.items())
+                  + f": **{holds(parts[f'diversity short on {corpus.name}'])}**.", ""]
+    good = [part for part, ok in parts.items() if ok]
+    if len(good) == len(parts):
+        word = "holds"
+    elif good:
+        word = "holds in part: " + "; ".join(
+            f"{kind} on " + ", ".join(p.split(" on ")[1] for p in good if p.startswith(kind))
+            for kind in ("quality long", "diversity short")
+            if any(p.startswith(kind) for p in good))
+    else:
+        word = "does not hold"
+    return Finding("; ".join(here), word, lines[:-1])
 
 
 def arms_lines(root: str, run: str) -> list[str]:

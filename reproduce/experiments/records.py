@@ -316,7 +316,61 @@ class ClustersResult(ExperimentResult):
     random: list[ClusterRun]
 
 
-Result = TimingResult | SweepResult | DirectResult | ClustersResult
+# ---------------------------------------------------------------- length bias
+
+@dataclass
+class LengthCorpus(Record):
+    """A corpus of prepared rows: its mean `text_length` (characters), their coefficient of
+    variation, and the half-width of the chance band of a random selection's length ratio."""
+    name: str
+    folder: str
+    rows: int
+    selected: int
+    mean_length: float
+    cv: float
+    chance_half_width: float
+
+
+@dataclass
+class LengthRun(Record):
+    """One selection on one corpus: its mean length over the corpus's (`ratio`); seed None for a
+    selector that takes none."""
+    corpus: str
+    selection: str
+    seed: int | None
+    ratio: float
+    mean_length: float
+    wall_s: float
+
+
+@dataclass
+class LengthSummary(Record):
+    """A selection's runs on one corpus: role ('quality', 'diversity': judged by the rule;
+    'reported'), the distinct selections its seeds made, the ratio's min, mean and max, and
+    'long', 'short' or 'within chance' (every seed beyond the chance band, or not)."""
+    corpus: str
+    selection: str
+    role: str
+    seeds: int
+    distinct: int
+    ratio_min: float
+    ratio_mean: float
+    ratio_max: float
+    against_chance: str
+
+
+@dataclass
+class LengthBiasResult(ExperimentResult):
+    corpora: list[LengthCorpus]
+    runs: list[LengthRun]
+    summary: list[LengthSummary]
+
+    def of(self, corpus: str) -> dict[str, LengthSummary]:
+        """The corpus's summaries by selection."""
+        return {s.selection: s for s in self.summary if s.corpus == corpus}
+
+
+Result = TimingResult | SweepResult | DirectResult | ClustersResult | LengthBiasResult
 
 
 def result_type(experiment: str) -> type:
@@ -326,6 +380,8 @@ def result_type(experiment: str) -> type:
         return DirectResult
     if experiment == "clusters":
         return ClustersResult
+    if experiment == "length-bias":
+        return LengthBiasResult
     if experiment.startswith("ablation-"):
         return SweepResult
     raise UserError(f"unknown experiment {experiment!r}")
