@@ -326,7 +326,7 @@ $(ABLATION_TARGETS): ablation-%: install
 # partial and init at equal wall time (their claims are about time; plans in
 # reproduce/results/partial-by-time/ and init-by-time/): the first value (partial 1.0, init same)
 # runs BY_TIME_PARTIAL_STEPS / BY_TIME_INIT_STEPS steps, each other value as many as fill 1.3
-# times its time; seeds ABLATION_SEEDS, PARTIAL_N and ABLATION_N rows; about 10 and 6 minutes
+# times its time; seeds ABLATION_SEEDS, PARTIAL_N and ABLATION_N rows; about 6 and 4 minutes
 # on 2 cores. partial starts from equal logits, the paper's learner; init's DiSF joint greedy
 # (minutes at 10,000 rows) is not run beside it.
 BY_TIME_PARTIAL_STEPS ?= 200
