@@ -3,6 +3,7 @@ values, the best value) follows from its numbers, its results file reads back as
 wrote, and the figures are drawn (findings' verdicts: test_findings.py). The real runs (`make
 reproduce-timing`, `make ablation-<knob>`) are benchmarks."""
 
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,8 @@ from datamask.examples.synthetic import synthetic_dataset
 from figures.plots import main as figures_main
 from reproduce.experiments import direct, sweep, timing
 from reproduce.experiments.common import greedy_runs_killable, lr_setting, power_law
-from reproduce.experiments.records import Comparison, SweepSummary, read_result
+from reproduce.experiments.records import (Comparison, CurvePoint, SweepRun, SweepSummary,
+                                           read_result)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ["--dim", "16", "--clusters", "8", "--steps", "6", "--eval_points", "3"]
@@ -165,6 +167,51 @@ def test_sweep_refuses_bad_lr_value(capsys, argv):
     with pytest.raises(SystemExit):
         sweep.parse(argv)
     assert "schedule:max_lr:min_lr" in capsys.readouterr().err
+
+
+def test_equal_time_gives_each_value_the_steps_that_fill_the_first_values_time(monkeypatch):
+    args = sweep.parse(["--knob", "partial", "--values", "1.0", "0.1", "0.05", "--equal_time",
+                        *TOY])
+    per_step = {1.0: 0.01, 0.1: 0.002, 0.05: 0.05}  # seconds; 0.05 dearer than the first
+
+    def timed(data, ratio, score, eval_points, **params):
+        return {"wall_s": per_step[params["partial"]] * params["n_epochs"]}
+    monkeypatch.setattr(sweep, "learner_run", timed)
+    steps = sweep.equal_time_steps(synthetic_dataset(150, dim=16, seed=0), args, "Pair_simi")
+    # 1.3 x 6 steps x 0.01 s = 0.078 s: 39 steps of 0.1, 2 of 0.05
+    assert steps == pytest.approx({1.0: 6, 0.1: 39, 0.05: 2}, abs=1) and steps[1.0] == 6
+
+
+def test_equal_time_sweep_records_each_values_steps_and_its_objective_at_the_window(tmp_path):
+    result = sweep.main(["--knob", "init", "--values", "same", "same+prune", "--equal_time",
+                         "--seeds", "0", "1", "--n", "150", "--metrics", "Pair_simi",
+                         "--no_greedy", "--output", str(tmp_path), *TOY])
+    assert result.config["equal_time"]
+    first = [r for r in result.runs if r.value == "same"]
+    assert {r.params["n_epochs"] for r in first} == {6}
+    for run in result.runs:  # each run's steps as its value's, its curve to its last step
+        assert run.curve[-1].step == run.params["n_epochs"] - 1 == run.steps_taken - 1
+    assert len({r.params["n_epochs"] for r in result.runs if r.value == "same+prune"}) == 1
+    text = (tmp_path / "ablation-init.md").read_text()
+    assert "At equal wall time" in text and "| Pair_simi |" in text.split("At equal wall time")[1]
+
+
+@pytest.mark.parametrize("argv", [["--knob", "partial", "--equal_time", "--lr", "linear:10:1"],
+                                  ["--knob", "steps", "--equal_time"]])
+def test_equal_time_needs_a_constant_rate_and_a_knob_other_than_steps(capsys, argv):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.parse(argv)
+    assert exit_info.value.code == 2 and "--equal_time" in capsys.readouterr().err
+
+
+def test_a_curve_read_at_a_time_and_to_an_objective():
+    curve = [CurvePoint(0, 1.0, 2.0), CurvePoint(5, 2.0, 5.0), CurvePoint(9, 4.0, 8.0)]
+    run = SweepRun(metric="DiSF", value=1.0, seed=0, params={}, wall_s=4.0, objective=8.0,
+                   final={}, curve=curve)
+    assert math.isnan(sweep.objective_at(run, 0.5)) and sweep.objective_at(run, 3.0) == 5.0
+    assert sweep.objective_at(run, 4.0) == 8.0 and sweep.window_s([run]) == 4.0
+    assert sweep.time_to(run, 5.0, window=10.0) == 2.0
+    assert sweep.time_to(run, 8.0, window=3.0) == math.inf  # reached only after the window
 
 
 def fake_pipeline(root):

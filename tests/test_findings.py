@@ -16,8 +16,9 @@ from datamask.errors import UserError
 from reproduce.experiments import claims, findings
 from reproduce.experiments.common import lr_setting
 from reproduce.experiments.length_bias import against_chance, role
-from reproduce.experiments.records import (GreedyLevel, LengthBiasResult, LengthCorpus,
-                                           LengthSummary, Machine, SweepResult, SweepSummary)
+from reproduce.experiments.records import (CurvePoint, GreedyLevel, LengthBiasResult,
+                                           LengthCorpus, LengthSummary, Machine, SweepResult,
+                                           SweepRun, SweepSummary)
 
 RESULTS = Path(__file__).resolve().parents[1] / "reproduce" / "results"
 
@@ -221,6 +222,88 @@ def test_table2_with_random_drawn_five_times_reads_the_paper_row_on_each_eligibl
         free["verdict"]["by_primary"][primary]["calibration"]["eligible"] = False
     text = write(free)
     assert "| **not judged: no primary eligible** |" in text and "`P` (not eligible)" in text
+
+
+def timed(metric, value, points, seeds=(0, 1, 2)) -> list[SweepRun]:
+    """An equal-time sweep's runs of one value: the same curve, (seconds, objective) per point,
+    for each seed."""
+    curve = [CurvePoint(step, t, objective) for step, (t, objective) in enumerate(points)]
+    return [SweepRun(metric=metric, value=value, seed=seed, params={"n_epochs": len(points)},
+                     wall_s=points[-1][0], objective=points[-1][1], final={}, curve=curve)
+            for seed in seeds]
+
+
+FULL = [(1, 2.0), (2, 5.0), (4, 8.0), (8, 10.0)]  # partial 1.0: 50% of 10 at 2 s, 90% at 8 s
+SHARES = {"fast to both levels": [(0.5, 6.0), (1, 9.5), (2, 10.0), (10, 10.2)],
+          "fast to half, never to 90%": [(0.5, 6.0), (1, 7.0), (10, 11.0)],
+          "slow to both": [(3, 2.0), (6, 3.0), (9, 4.0)]}
+
+
+def partial_by_time(root: Path, curves: dict[str, list]) -> None:
+    """partial-by-time/'s results file: per metric, 100% on FULL, 10% and 5% on its curve (5% a
+    second later), 1% flat."""
+    runs = [run for metric, share in curves.items() for run in (
+        *timed(metric, 1.0, FULL), *timed(metric, 0.1, share),
+        *timed(metric, 0.05, [(t + 1, o) for t, o in share]),
+        *timed(metric, 0.01, [(1, 0.0), (20, 0.0)]))]
+    write_sweep(root, "partial", [], runs=runs, config={
+        "metrics": list(curves), "values": [1.0, 0.1, 0.05, 0.01], "steps": 4, "seeds": [0, 1, 2],
+        "equal_time": True})
+    (root / "ablation-partial").rename(root / "partial-by-time")
+
+
+@pytest.mark.parametrize("curve, verdict", [("fast to both levels", "holds"),
+                                            ("fast to half, never to 90%", "holds in part"),
+                                            ("slow to both", "does not hold")])
+def test_partial_by_time_is_judged_by_the_time_to_each_level(tmp_path, curve, verdict):
+    partial_by_time(tmp_path, {"Pair_simi": SHARES[curve]})
+    claim = next(c for c in claims.load_claims() if c.question.startswith("partial"))
+    finding = claim.finding(str(tmp_path))
+    assert finding.verdict == verdict
+    text = "\n".join(finding.lines)
+    assert "| Pair_simi | 0.01 | 2 | 0.000 [0.000, 0.000] | - [-, -] | - [-, -] |" in text
+    assert "| Pair_simi | 1.0 | 4 | 10.000 [10.000, 10.000] | 2 [2, 2] | 8 [8, 8] |" in text
+    if curve == "fast to both levels":  # 10% gets to 5 at 0.5 s and to 9 at 1 s
+        assert finding.here == "time to 90%, 0.1/0.05 against 1.0: Pair_simi 0.12x"
+        assert "to 50%, 0.1 against 1.0: 0.25x (0.5 s against 2 s) (a cut)" in text
+    if curve == "fast to half, never to 90%":
+        assert "to 90%, 0.1 against 1.0: 0.1 not reached (not reached against 8 s) (no cut)" in text
+
+
+def test_time_claims_name_each_metrics_word_and_read_the_fixed_steps_beside(tmp_path):
+    partial_by_time(tmp_path, {"Pair_simi": SHARES["fast to both levels"],
+                               "Facility": SHARES["slow to both"],
+                               "DiSF": SHARES["fast to both levels"]})
+    write_sweep(tmp_path, "partial", [row("Pair_simi", 1.0, 3.0), row("Pair_simi", 0.1, 4.0)],
+                best={"Pair_simi": 0.1})
+    text = report(tmp_path)
+    assert ("| **holds for Pair_simi, DiSF; does not hold for Facility** | "
+            "[partial-by-time/](partial-by-time/) |") in text
+    assert "reported, no rule" not in section(text, "partial: each step on a share of the rows")
+    assert "At fixed steps (`ablation-partial/`):" in text
+    assert "- Pair_simi: best partial = 0.1; final objective from 3.000 to 4.000" in text
+
+
+def test_pruning_then_the_quality_start_must_each_cut_the_time(tmp_path):
+    # every start runs as long as `same` (8 s), as the sweep's equal time has them
+    slow, faster, fastest = FULL, [(t / 2, o) for t, o in FULL] + [(8, 10.0)], [
+        (t / 4, o) for t, o in FULL] + [(8, 10.0)]
+    claim = next(c for c in claims.load_claims() if c.target == "init-by-time")
+
+    def verdict(prune, quality_prune):
+        runs = [*timed("DiSF", "same", slow), *timed("DiSF", "quality", slow),
+                *timed("DiSF", "same+prune", prune), *timed("DiSF", "quality+prune", quality_prune)]
+        write_sweep(tmp_path, "init", [], runs=runs, config={
+            "metrics": ["DiSF"], "values": ["same", "quality", "same+prune", "quality+prune"],
+            "steps": 4, "seeds": [0, 1, 2], "equal_time": True})
+        shutil.rmtree(tmp_path / "init-by-time", ignore_errors=True)
+        (tmp_path / "ablation-init").rename(tmp_path / "init-by-time")
+        return claim.finding(str(tmp_path)).verdict
+
+    assert verdict(faster, fastest) == "holds"  # each halves the time at both levels
+    assert verdict(faster, faster) == "holds in part"  # the quality start cuts nothing
+    assert verdict(slow, faster) == "holds in part"  # pruning alone cuts nothing
+    assert verdict(slow, slow) == "does not hold"
 
 
 def test_the_best_mean_rank_breaks_a_tie_to_the_value_listed_first():

@@ -24,7 +24,7 @@ from eval.tables import markdown
 from .common import lr_setting
 from .length_bias import DIVERSITY, PAPER, QUALITY, percent, spread
 from .records import SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result
-from .sweep import ratio_and_steps
+from .sweep import objective_at, ratio_and_steps, time_to, window_s
 from .timing import comparison, learner_steps
 
 KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper value must keep
@@ -372,6 +372,97 @@ def length_bias(root: str, folder: str, least: float) -> Finding:
     else:
         word = "does not hold"
     return Finding("; ".join(here), word, lines[:-1])
+
+
+def seed_spread(values: np.ndarray, form: str = ".3g") -> str:
+    """Values over seeds as median [min, max]; one not finite (a level not reached) as "-"."""
+    shown = (format(v, form) if np.isfinite(v) else "-"
+             for v in (np.median(values), values.min(), values.max()))
+    return "{} [{}, {}]".format(*shown)
+
+
+def times_over(later, t_later: float, earlier, t_earlier: float) -> str:
+    """Value `later`'s median time over `earlier`'s, where either may not have reached (inf)."""
+    if np.isfinite(t_earlier):
+        return f"{t_later / t_earlier:.2f}x" if np.isfinite(t_later) else f"{later} not reached"
+    return f"only {later} reached" if np.isfinite(t_later) else "neither reached"
+
+
+def seconds(time: float) -> str:
+    return f"{time:.3g} s" if np.isfinite(time) else "not reached"
+
+
+def level_times(by_value: dict[object, list], compared: list, levels: list[float]):
+    """Runs of one metric by value, at equal wall time: the window (their shortest span), the
+    reference (the best median objective at its end among the `compared` values), each value's
+    objectives at the window's end and, per (value, level), its runs' times to level x
+    reference (inf: not reached within the window)."""
+    window = window_s([run for runs in by_value.values() for run in runs])
+    at = {v: np.array([objective_at(r, window) for r in runs]) for v, runs in by_value.items()}
+    reference = max(float(np.median(at[v])) for v in compared)
+    times = {(v, level): np.array([time_to(r, level * reference, window) for r in runs])
+             for v, runs in by_value.items() for level in levels}
+    return window, reference, at, times
+
+
+def time_to_objective(root: str, folder: str, fixed: str, chain: list[list], levels: list[float],
+                      cut: float) -> Finding:
+    """An --equal_time sweep (`folder`; its file is named as the fixed-steps sweep of the same
+    knob, `fixed`, whose lines follow) judged by the time to objectives: per metric, the window
+    is its shortest run's span, the reference the best median objective at the window's end
+    among `chain`'s values, and a run's time to `level` x reference its curve's first point
+    there. `chain` lists groups of values, each expected to reach a level sooner than the group
+    before: a link cuts the time at a level where the later group's faster value (by median over
+    seeds) takes at most `cut` x the earlier group's faster value's (a level neither reaches is no
+    cut). A metric holds where every link cuts at every level, holds in part where some do, and
+    does not hold where none does."""
+    result = needed(sweep(root, folder, os.path.basename(fixed)))
+    compared = [value for group in chain for value in group]
+    rows, lines, words, here = [], [], {}, []
+    for metric in result.metrics:
+        by_value = {v: [r for r in of_metric(result.runs, metric) if r.value == v]
+                    for v in result.config["values"]}
+        window, reference, at, times = level_times(by_value, compared, levels)
+        median = {key: float(np.median(t)) for key, t in times.items()}
+        rows += [{"metric": metric, result.knob: str(v), "steps": group[0].params["n_epochs"],
+                  "objective at the window": seed_spread(at[v], ".3f"),
+                  **{f"s to {level:.0%}": seed_spread(times[v, level]) for level in levels}}
+                 for v, group in by_value.items()]
+
+        def fastest(group: list, level: float):
+            return min(group, key=lambda v: median[v, level])
+        cuts = []
+        for level in levels:
+            for earlier, later in zip(chain, chain[1:]):
+                before, after = fastest(earlier, level), fastest(later, level)
+                t_before, t_after = median[before, level], median[after, level]
+                cuts.append((bool(np.isfinite(t_after) and t_after <= cut * t_before),
+                             f"to {level:.0%}, {after} against {before}: "
+                             f"{times_over(after, t_after, before, t_before)} "
+                             f"({seconds(t_after)} against {seconds(t_before)})"))
+        words[metric] = ("holds" if all(ok for ok, _ in cuts) else
+                         "holds in part" if any(ok for ok, _ in cuts) else "does not hold")
+        first, last = fastest(chain[0], levels[-1]), fastest(chain[-1], levels[-1])
+        here.append(f"{metric} " + times_over(last, median[last, levels[-1]], first,
+                                              median[first, levels[-1]]))
+        lines.append(f"- {metric} (window {window:.3g} s, reference {reference:.3f}): "
+                     + "; ".join(f"{text} ({'a cut' if ok else 'no cut'})" for ok, text in cuts)
+                     + f": **{words[metric]}**.")
+    order = " -> ".join("/".join(map(str, group)) for group in chain)
+    lines = [f"Median [min, max] over seeds; `-`: not reached in the window. The order claimed: "
+             f"{order}; a cut: at most {cut:g} of the earlier's time.", "",
+             *table(rows, right=("steps", "objective at the window",
+                                 *(f"s to {level:.0%}" for level in levels))), "", *lines]
+    with suppress(NotMeasured):
+        lines += ["", f"At fixed steps (`{fixed}/`):", "", *reported_knob(root, fixed).lines]
+    metrics_of = {}
+    for metric, word in words.items():
+        metrics_of.setdefault(word, []).append(metric)
+    verdict = (next(iter(metrics_of)) if len(metrics_of) == 1 else "; ".join(
+        f"{word} for {', '.join(metrics)}" for word, metrics in metrics_of.items()))
+    return Finding(f"time to {levels[-1]:.0%}, {'/'.join(map(str, chain[-1]))} against "
+                   f"{'/'.join(map(str, chain[0]))}: " + ", ".join(here), verdict, lines)
+
 
 
 def arms_lines(root: str, run: str) -> list[str]:

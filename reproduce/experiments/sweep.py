@@ -20,6 +20,13 @@ lamb, on the same synthetic rows; its curve and final selection are scored by
 `datamask.report.Report` on all N rows (on that scale a random selection scores ~0). The joint
 greedy on the same objective (each metric, each lamb) is run once beside them as the yardstick.
 
+--equal_time compares the values at equal wall time instead of equal steps (for knobs that
+change a step's cost, partial and init's pruning): the first value runs --steps steps; each
+value's step is timed first (EQUAL_TIME_PROBE steps) and every other value gets the steps that
+fill EQUAL_TIME_MARGIN times the first's time, so each is seen over the first's whole span.
+It needs a constant rate (a schedule would stretch with the steps). The curves' `elapsed_s` then
+give the objective at equal time (`objective_at`) and the time to an objective (`time_to`).
+
 `ablation-<knob>.json` schema (records.SweepResult):
 - machine, config (the flags), knob, paper (what the paper reports for this knob)
 - runs: one per (metric, value, seed): metric, value, seed, params (the learner config), wall_s,
@@ -38,6 +45,7 @@ greedy on the same objective (each metric, each lamb) is run once beside them as
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
@@ -76,6 +84,8 @@ TEXT_KNOBS = ("init", "lr", "logprob", "scale_on", "credit", "update", "best_fro
 VARIANT_KNOBS = ("credit", "update", "cover_sample", "patience", "probes",  # beyond the paper
                  "stop", "best_from")
 ONE_METRIC = {"cover_sample": "Facility", "probes": "DiSF"}  # knobs that only one metric has
+EQUAL_TIME_PROBE = 20  # steps each value is timed for before an --equal_time sweep
+EQUAL_TIME_MARGIN = 1.3  # the other values run this much longer than the first value's --steps
 
 
 def knob_params(knob: str, value, args) -> dict:
@@ -110,6 +120,11 @@ def build_parser():
     parser.add_argument("--values", nargs="+", help="default: the paper's range for the knob")
     parser.add_argument("--prune_ratio", type=float, default=0.5, help="for init '+prune'")
     parser.add_argument("--eval_points", type=int, default=20)
+    parser.add_argument("--equal_time", action="store_true",
+                        help="compare the values at equal wall time: the first value runs "
+                             "--steps steps, the others as many as fill "
+                             f"{EQUAL_TIME_MARGIN:g} times its time (each value's step timed "
+                             "first); needs a constant --lr")
     parser.add_argument("--no_greedy", dest="greedy", action="store_false",
                         help="skip the joint greedy's yardstick (gain ratios then '-'): for DiSF "
                              "it is the naive greedy, k N d^2 work, hours at 20,000 x 384")
@@ -125,6 +140,9 @@ def parse(argv):
     only = ONE_METRIC.get(args.knob)
     if only and args.metrics != [only]:
         parser.error(f"--knob {args.knob} applies to {only} only: give --metrics {only}")
+    if args.equal_time and (args.knob in ("steps", "lr") or not args.lr.startswith("constant:")):
+        parser.error(f"--equal_time sets each value's steps: it needs a constant --lr (got "
+                     f"{args.lr}) and another --knob than steps or lr (got {args.knob})")
     if args.knob == "lr":
         for value in args.values:
             try:
@@ -141,8 +159,10 @@ def run(args) -> SweepResult:
     reports: dict[float, Report] = {}  # one per lamb: its joint's scale is fitted once
     runs = []
     for metric in args.metrics:
+        steps = equal_time_steps(data, args, metric) if args.equal_time else {}
         for value in args.values:
-            params = dict(knob_params(args.knob, value, args), algorithm=metric)
+            params = dict(knob_params(args.knob, value, args), algorithm=metric,
+                          **({"n_epochs": steps[value]} if steps else {}))
             lamb = params["lamb"]
             report = reports.setdefault(lamb, Report(data, args.ratio, lamb, seed=args.data_seed))
             key = f"joint_{metric}"
@@ -171,6 +191,47 @@ def run(args) -> SweepResult:
         config=vars(args), paper=KNOBS[args.knob][1], runs=runs, summary=summary, greedy=greedy,
         best={m: best_of(of_metric(summary, m)).value for m in args.metrics},
         smallest_stable=smallest_stable(summary, args.metrics))
+
+
+def equal_time_steps(data, args, metric: str) -> dict:
+    """Per value, its steps in an --equal_time sweep: --steps for the first, for the others
+    those filling EQUAL_TIME_MARGIN times the first's time, from each value's step timed over
+    EQUAL_TIME_PROBE steps (first seed, off the record)."""
+    cost = {}
+    for value in args.values:
+        params = dict(knob_params(args.knob, value, args), algorithm=metric,
+                      n_epochs=EQUAL_TIME_PROBE, seed=args.seeds[0])
+        run = learner_run(data, args.ratio, lambda mask: 0.0, 1, **params)
+        cost[value] = run["wall_s"] / EQUAL_TIME_PROBE
+    first = args.values[0]
+    span = EQUAL_TIME_MARGIN * args.steps * cost[first]
+    return {value: args.steps if value == first else max(1, math.ceil(span / cost[value]))
+            for value in args.values}
+
+
+def curve_arrays(run: SweepRun) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([p.elapsed_s for p in run.curve]),
+            np.array([p.objective for p in run.curve]))
+
+
+def window_s(runs: list[SweepRun]) -> float:
+    """The shortest span of `runs` (their curves' last times): all of them are seen over it."""
+    return min(run.curve[-1].elapsed_s for run in runs)
+
+
+def objective_at(run: SweepRun, seconds: float) -> float:
+    """The run's objective at `seconds` of its clock: its last curve point by then (NaN before
+    the first)."""
+    times, objective = curve_arrays(run)
+    last = np.searchsorted(times, seconds, side="right") - 1
+    return float(objective[last]) if last >= 0 else math.nan
+
+
+def time_to(run: SweepRun, target: float, window: float) -> float:
+    """When the run's curve first reaches `target`, within `window` seconds; inf if it does not."""
+    times, objective = curve_arrays(run)
+    hit = (objective >= target) & (times <= window)
+    return float(times[hit.argmax()]) if hit.any() else math.inf
 
 
 def summarise(runs: list[SweepRun], args) -> list[SweepSummary]:
@@ -220,6 +281,8 @@ def markdown(results: SweepResult) -> str:
                      f"{s.wall_s_mean:.3g} | {steps} | "
                      f"{'yes' if s.stable else 'no'} | {s.means['quality']:.3f} | "
                      + " | ".join(f"{s.means[m]:.4g}" for m in diversity_cols) + " |")
+    if cfg.get("equal_time"):
+        lines += equal_time_lines(results)
     levels = "; ".join(f"{g.metric} (lamb {g.lamb:g}) {g.objective:.3f} in {g.wall_s:.3g} s"
                        for g in results.greedy)
     lines += ["", "Joint greedy on the same objective: " + (levels or "not run (--no_greedy)")
@@ -230,6 +293,26 @@ def markdown(results: SweepResult) -> str:
               + "; ".join(f"{m}: {v if v is not None else 'none'}"
                           for m, v in results.smallest_stable.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def equal_time_lines(results: SweepResult) -> list[str]:
+    """An --equal_time sweep's values at equal wall time: per metric the window (the shortest
+    run's span), and per value its steps and its objective at the window's end over the seeds."""
+    lines = ["", f"At equal wall time (--equal_time: the first value {results.config['steps']} "
+                 "steps, the others as many as fill "
+                 f"{EQUAL_TIME_MARGIN:g} times its time). Objective at the window's end (the "
+                 "shortest run's span): median [min, max] over seeds.", "",
+             f"| metric | window s | {results.knob} | steps | objective at the window |",
+             "|---|---:|---|---:|---:|"]
+    for metric in results.metrics:
+        runs = of_metric(results.runs, metric)
+        window = window_s(runs)
+        for value in results.config["values"]:
+            group = [r for r in runs if r.value == value]
+            at = np.array([objective_at(r, window) for r in group])
+            lines.append(f"| {metric} | {window:.3g} | {value} | {group[0].params['n_epochs']} | "
+                         f"{np.median(at):.3f} [{at.min():.3f}, {at.max():.3f}] |")
+    return lines
 
 
 def gain_ratio(results: SweepResult, summary: SweepSummary) -> float | None:
