@@ -78,6 +78,9 @@ class LearnerConfig:
                                           "auto (lazy for Facility, else stochastic): "
                                           "docs/select.md#the-learners-flags",
                                   choices=("stochastic", "lazy", "auto"))
+    start_scale: str = option("step", "the start's and checks' term scale: step, input (the "
+                                      "report's) or auto: docs/select.md#the-learners-flags",
+                              choices=("step", "input", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -123,6 +126,10 @@ class LearnerConfig:
     give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
                               "write the start; 0 = never; -1 = 1 for Facility, never otherwise "
                               "(docs/select.md#the-learners-flags)", low=-1)
+    give_up_after: float = option(0.0, "stop at a check past this many times the start's time "
+                                       "(plus --give_up_grace) after it, unless a check beat it; "
+                                       "0 = off: docs/select.md#the-learners-flags", low=0.0)
+    give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget", low=0.0)
     patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
                               "its mean over this many steps rose by less than --min_gain of its "
                               "rise so far; needs --stop_every 0; 0 = off", low=0)
@@ -156,6 +163,13 @@ class LearnerConfig:
         if self.give_up >= 0:
             return self.give_up
         return 1 if self.algorithm == "Facility" else 0
+
+    def start_scale_of(self) -> str:
+        """--start_scale, auto resolved; step where one term alone is weighed (lamb 0 or 1),
+        whose greedy and checks order selections the same on any scale."""
+        if not 0 < self.lamb < 1:
+            return "step"
+        return "input" if self.start_scale == "auto" else self.start_scale
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -255,7 +269,10 @@ def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
     return q.log().to(quality.dtype)
 
 
-GREEDY_KERNEL_BYTES = 2**30  # --init greedy holds Facility's kernel up to this, else rows on demand
+# --init greedy holds Facility's kernel up to this, else rows on demand: 20,000 rows (the largest
+# Facility starts from a greedy on) need 1.6 GB, and on demand their start was slower than the
+# reference lazy greedy's, which holds its kernel
+GREEDY_KERNEL_BYTES = 2**31
 
 
 def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
@@ -299,7 +316,8 @@ def fingerprint(data: Dataset) -> dict:
 BEFORE_THEY_EXISTED = {"probes": 0,  # -1 now means 64 probes for DiSF; older runs were exact
                        "stop_every": 0,  # older runs ran every step and wrote the last read-off
                        "best_from": "check",
-                       "stall_on": "best"}  # the stall was tested on the best, start included
+                       "stall_on": "best",  # the stall was tested on the best, start included
+                       "start_scale": "step", "give_up_after": 0.0}
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -323,7 +341,9 @@ def resolved(settings: dict, rows: int) -> dict:
             "start_optimizer": config.start_optimizer_of() if init == "greedy" else "stochastic",
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks",
-            "give_up": config.give_up_of() if scored else 0}
+            "give_up": config.give_up_of() if scored else 0,
+            "give_up_after": config.give_up_after if scored else 0.0,
+            "start_scale": config.start_scale_of()}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -605,6 +625,8 @@ class Progress:
     best: dict | None = None  # the stopping rule's best check: step, objective, logits, rows
     start_objective: float | None = None  # the start's read-off on the joint objective
     start_rows: torch.Tensor | None = None  # its rows (candidates), for its certificate
+    check_scale: TermScale | None = None  # --start_scale input: the start's and checks' scale
+    start_s: float | None = None  # the start's time (greedy and scoring), for --give_up_after
 
 
 class MaskLearner:
@@ -649,6 +671,8 @@ class MaskLearner:
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         run = self._start(state, ground, shape, metric, gen)
         objective = Joint(metric, cfg.lamb, run.scale)  # exact: a step swaps in its estimates
+        # what the start and the checks score full-budget selections on (--start_scale)
+        scoring = Joint(metric, cfg.lamb, run.check_scale or run.scale)
         update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
 
         def save() -> None:
@@ -659,11 +683,13 @@ class MaskLearner:
                 "logits": run.logits.cpu(), "generator": gen.get_state(),
                 "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
                 "variants": variants, "best": best, "start_objective": run.start_objective,
-                "start_rows": run.start_rows})
+                "start_rows": run.start_rows,
+                "check_scale": run.check_scale and asdict(run.check_scale),
+                "start_s": run.start_s})
 
         def value_of(rows: np.ndarray) -> float:
             """The joint objective of candidate `rows` over all candidates, as a check scores."""
-            return selection_value(objective, ground, torch.as_tensor(rows, device=device)).item()
+            return selection_value(scoring, ground, torch.as_tensor(rows, device=device)).item()
 
         def keep_if_best() -> float:
             """Score the read-off on the joint objective; keep it, with its logits, if best."""
@@ -674,7 +700,7 @@ class MaskLearner:
                             "logits": run.logits.clone()}
             return value
 
-        def check(record: dict) -> bool:
+        def check(record: dict, elapsed_s: float) -> bool:
             """Score the read-off, keep it if best, note both in `record`; True: stop now."""
             value = keep_if_best()
             record.update(readoff_objective=value, best_objective=run.best["objective"],
@@ -682,7 +708,18 @@ class MaskLearner:
             watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
             bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
             unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of() > 0
-            return unbeaten or stalled(bests, cfg.stop_window, cfg.stop_tolerance)
+            return (unbeaten or past_budget(elapsed_s)
+                    or stalled(bests, cfg.stop_window, cfg.stop_tolerance))
+
+        def past_budget(elapsed_s: float) -> bool:
+            """--give_up_after: the time since the start is past its budget, and no check has
+            beaten the start by more than --stop_tolerance of its objective."""
+            if not (scored and cfg.give_up_after and run.start_s is not None):
+                return False
+            budget = cfg.give_up_after * run.start_s + cfg.give_up_grace
+            margin = cfg.stop_tolerance * abs(run.start_objective)
+            return (elapsed_s - run.start_s > budget
+                    and run.best["objective"] <= run.start_objective + margin)
 
         scored = cfg.scores_start(shape.n_total)  # the start is the best to beat
         if state is None and scored:
@@ -691,6 +728,7 @@ class MaskLearner:
             run.start_objective = keep_if_best()
             run.elapsed_s += time.perf_counter() - start
             run.start_rows = run.best["rows"]
+            run.start_s = run.elapsed_s
         elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
             rows = read_off_rows(run.logits, ground.quality, shape.k_total, forked(gen),
                                  cfg.readoff)
@@ -714,7 +752,8 @@ class MaskLearner:
                           "objective_max": stats[1]}
                 run.history.append(record)
                 stop = bool(cfg.stop_every) and (
-                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs) and check(record)
+                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs) and check(
+                    record, run.elapsed_s + time.perf_counter() - start)
                 run.elapsed_s += time.perf_counter() - start
                 record["elapsed_s"] = run.elapsed_s
                 stop = stop or bool(cfg.patience) and plateaued(
@@ -750,7 +789,7 @@ class MaskLearner:
                        else "stopping_rule" if cfg.stop_every else "patience")
         written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
         # how near the optimum start and written selection are: untimed, on the same objective
-        certificates = certify(objective, ground, {"start": run.start_rows,
+        certificates = certify(scoring, ground, {"start": run.start_rows,
                                                    "written": torch.as_tensor(rows)})
         result = LearnResult(
             selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
@@ -771,7 +810,9 @@ class MaskLearner:
             return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
                             state["step"], state["elapsed_s"], state["history"],
                             variants.get("adam"), state.get("best"),
-                            state.get("start_objective"), state.get("start_rows"))
+                            state.get("start_objective"), state.get("start_rows"),
+                            state.get("check_scale") and TermScale(**state["check_scale"]),
+                            state.get("start_s"))
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores
@@ -781,10 +822,16 @@ class MaskLearner:
         else:
             scale = TermScale.fit(ground, shape.k_step, metric, gen,
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
+        start = time.perf_counter()
+        check_scale = None
+        if cfg.start_scale_of() == "input":  # as the report fits it: its own CPU generator
+            check_scale = TermScale.fit(ground, shape.k_total, metric,
+                                        torch.Generator().manual_seed(cfg.seed))
         init = cfg.start_init(shape.n_total)
         if init != "greedy":
-            return Progress(initial_logits(ground.quality, init), scale)
-        start = time.perf_counter()
-        logits = greedy_logits(ground, Joint(metric, cfg.lamb, scale), cfg.algorithm,
-                               shape.k_total, gen, cfg.start_optimizer_of())
-        return Progress(logits, scale, elapsed_s=time.perf_counter() - start)
+            return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,
+                            elapsed_s=time.perf_counter() - start)
+        logits = greedy_logits(ground, Joint(metric, cfg.lamb, check_scale or scale),
+                               cfg.algorithm, shape.k_total, gen, cfg.start_optimizer_of())
+        return Progress(logits, scale, elapsed_s=time.perf_counter() - start,
+                        check_scale=check_scale)

@@ -714,3 +714,44 @@ def test_no_steps_write_the_greedy_start_that_a_run_whose_steps_never_beat_it_wr
     np.testing.assert_array_equal(start.selected, run.selected)
     with pytest.raises(UserError, match="--n_epochs must be at least 0"):
         LearnerConfig(**config, n_epochs=-1).validate()
+
+
+def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beaten():
+    """--give_up_after: past its budget after the start (here none: share and grace tiny) a run
+    stops at its next check and writes its best where no check beat the start by more than
+    --stop_tolerance of its objective (here 100%); a grace it cannot use up leaves the stopping
+    rule to run on, and an unscored start never gives up."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Pair_simi", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
+                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0)
+    quick = MaskLearner(LearnerConfig(**config, give_up_after=1e-9, give_up_grace=0.0)).fit(
+        data, progress=False)
+    assert (quick.steps_taken, quick.stop_reason) == (10, "stopping_rule")
+    assert quick.objective_written == quick.history[-1]["best_objective"]
+    patient = MaskLearner(LearnerConfig(**config, give_up_after=1e-9, give_up_grace=1e6)).fit(
+        data, progress=False)
+    assert patient.steps_taken > 10
+    unscored = MaskLearner(LearnerConfig(**dict(config, init="same"), give_up_after=1e-9,
+                                         give_up_grace=0.0)).fit(data, progress=False)
+    assert unscored.steps_taken > 10
+
+
+def test_start_scale_input_starts_and_checks_on_the_reports_objective():
+    """--start_scale input at 0 < lamb < 1: the exact greedy start is joint-greedy's selection
+    (both fit the report's scale), the written objective is the report's value, and a resume
+    compares the resolved value (step where one term alone is weighed)."""
+    from baselines.joint_greedy import JointGreedy
+
+    data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
+    config = LearnerConfig(algorithm="Pair_simi", lamb=0.5, init="greedy", n_epochs=0,
+                           start_optimizer="lazy", start_scale="input", seed=0, device="cpu")
+    run = MaskLearner(config).fit(data, progress=False)
+    picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.5, seed=0)._select(data, 40)
+    np.testing.assert_array_equal(run.selected, picks)
+    assert run.objective_written == pytest.approx(
+        Report(data, 0.1, 0.5, seed=0)(run.selected)["joint_Pair_simi"], rel=1e-5)
+    stepped = MaskLearner(replace(config, start_scale="step")).fit(data, progress=False)
+    assert run.objective_written != pytest.approx(stepped.objective_written, rel=1e-5)
+    assert replace(config, start_scale="auto").start_scale_of() == "input"
+    assert replace(config, lamb=0.0).start_scale_of() == "step"
+    assert learner.resolved(asdict(replace(config, lamb=0.0)), 400)["start_scale"] == "step"
