@@ -535,21 +535,42 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
 
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
-                              keep_of_greedy: float, adopted: list[str]) -> Finding:
+                              after_start: str, keep_of_greedy: float, adopted: list[str],
+                              after_start_metrics: list[str]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, Facility's from the runs at
-    its adopted defaults (`adopted`, folders under `facility`); then Facility's round against the
-    defaults before it, and the first round's candidates. Each run is a folder per family."""
+    its adopted defaults (`adopted`, folders under `facility`), and the metrics adopted from the
+    time budget's round (`after_start_metrics`, its `candidate/` runs) on the families it ran;
+    then that round whole, Facility's round against the defaults before it, and the first
+    round's candidates. Each run is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
-    now = pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])
-    if not now.empty:
-        order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
-        cells = pd.concat([cells[cells.metric != "Facility"], now]).sort_values(
-            ["family", "rows", "lamb", "metric"], key=lambda c: c.map(order) if c.name == "metric"
-            else c, kind="stable")
+    key = ["family", "rows", "metric", "lamb"]
+    facility_now = pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])
+    budget_now = bench_cells(root, f"{after_start}/candidate")
+    for later in (facility_now, budget_now[budget_now.metric.isin(after_start_metrics)]
+                  if not budget_now.empty else budget_now):
+        if not later.empty:  # its cells replace the same cells run before
+            before = cells.merge(later[key], on=key, how="left", indicator=True)
+            cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
+                               later], ignore_index=True)
+    order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
+    cells = cells.sort_values(key[:2] + ["lamb", "metric"], key=lambda c: c.map(order)
+                              if c.name == "metric" else c, kind="stable")
+
+    def share(frame: pd.DataFrame, which: str) -> pd.Series:
+        """A certificate's share above random; "no bound" where the run had none, "-" where
+        the run was made before certificates were reported."""
+        values = frame.get(f"share_above_random_{which}", pd.Series(np.nan, frame.index))
+        reasons = frame.get("no_bound_reason", pd.Series(None, frame.index))
+        return pd.Series([f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str)
+                          else "-" for v, r in zip(values, reasons)], frame.index)
+
     lines = []
     for title, shown in (("At select's defaults (Facility's cells from "
-                          f"`{facility}/`):", cells),
+                          f"`{facility}/`; {', '.join(after_start_metrics) or 'none'} from "
+                          f"`{after_start}/candidate/` where it ran):", cells),
+                         (f"The time budget's round, every cell (`{after_start}/candidate/`):",
+                          budget_now),
                          (f"Facility at its defaults before (`{facility}/today/`):",
                           bench_cells(root, f"{facility}/today")),
                          (f"The first round's candidate changes (`{candidates}/`):",
@@ -561,8 +582,10 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                 "greedy": shown.greedy, "gain ratio": shown.gain_ratio.map("{:.3f}".format),
                 "time ratio": shown.time_ratio.map("{:.2f}".format),
                 "written at": shown.written_step,
+                "start share": share(shown, "start"), "written share": share(shown, "written"),
                 "passes": shown.passes.map({True: "**yes**", False: "no"})},
-                right=("rows", "gain ratio", "time ratio", "written at")), ""]
+                right=("rows", "gain ratio", "time ratio", "written at", "start share",
+                       "written share")), ""]
     passed = int(cells.passes.sum())
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
     kept = int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())
