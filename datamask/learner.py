@@ -37,10 +37,7 @@ from .shared import resolve_device, top_rows
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
-# where quality joins it, --start_optimizer auto starts Pair_simi from its exact greedy (every gain
-# at every pick, N k of them) up to the size measured; the stochastic greedy above
-EXACT_PAIR_START_ROWS = 20_000
-GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Pair_simi and Facility: a quarter of the start's time
+GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Facility: a quarter of the start's time
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -79,12 +76,12 @@ class LearnerConfig:
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
                                           "100 gains in all), lazy (the exact greedy's picks) or "
-                                          "auto (lazy for Facility and joint Pair_simi): "
+                                          "auto (lazy for Facility, else stochastic): "
                                           "docs/select.md#the-learners-flags",
                                   choices=("stochastic", "lazy", "auto"))
-    start_scale: str = option("auto", "the start's and checks' term scale: step, input (the "
-                                      "report's) or auto: docs/select.md#the-learners-flags",
-                              choices=("step", "input", "auto"))
+    start_scale: str = option("step", "the start's and checks' term scale: step or input (the "
+                                      "report's): docs/select.md#the-learners-flags",
+                              choices=("step", "input"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -155,17 +152,12 @@ class LearnerConfig:
             return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
         return "same"
 
-    def start_optimizer_of(self, rows: int) -> str:
-        """The greedy start's optimiser on `rows` input rows, auto resolved: the exact (lazy)
-        greedy for Facility, whose start is only taken where its dense kernel is built anyway,
-        and for Pair_simi where quality joins it, up to EXACT_PAIR_START_ROWS (its stochastic
-        start kept about 0.98 of joint-greedy's gain, which the steps took 2,000 steps to
-        make up); stochastic else."""
+    def start_optimizer_of(self) -> str:
+        """The greedy start's optimiser, auto resolved: the exact (lazy) greedy for Facility,
+        whose start is only taken where its dense kernel is built anyway; stochastic else."""
         if self.start_optimizer != "auto":
             return self.start_optimizer
-        exact_pair = (self.algorithm == "Pair_simi" and 0 < self.lamb < 1
-                      and rows <= EXACT_PAIR_START_ROWS)
-        return "lazy" if self.algorithm == "Facility" or exact_pair else "stochastic"
+        return "lazy" if self.algorithm == "Facility" else "stochastic"
 
     def give_up_of(self) -> int:
         """--give_up, -1 resolved: Facility's steps never beat its scored start on any family
@@ -174,25 +166,18 @@ class LearnerConfig:
             return self.give_up
         return 1 if self.algorithm == "Facility" else 0
 
-    def start_scale_of(self, rows: int) -> str:
-        """--start_scale on `rows` input rows, auto resolved: input for Pair_simi from a greedy
-        start, so its exact start is joint-greedy's selection, step else (Facility's full-budget
-        fit costs seconds at 20,000 rows); step wherever one term alone is weighed (lamb 0 or
-        1), whose greedy and checks order selections the same on any scale."""
-        if not 0 < self.lamb < 1:
-            return "step"
-        if self.start_scale != "auto":
-            return self.start_scale
-        return ("input" if self.algorithm == "Pair_simi" and self.start_init(rows) == "greedy"
-                else "step")
+    def start_scale_of(self) -> str:
+        """--start_scale; step where one term alone is weighed (lamb 0 or 1), whose greedy and
+        checks order selections the same on any scale."""
+        return self.start_scale if 0 < self.lamb < 1 else "step"
 
     def give_up_after_of(self) -> float:
-        """--give_up_after, -1 resolved: GIVE_UP_AFTER for Pair_simi and Facility; off for DiSF,
-        whose steps climb past its start too slowly for the budget to see
+        """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility; off for Pair_simi and DiSF,
+        whose steps can climb past their start too slowly for the budget to see
         (reproduce/results/defaults/after-start/)."""
         if self.give_up_after >= 0:
             return self.give_up_after
-        return 0.0 if self.algorithm == "DiSF" else GIVE_UP_AFTER
+        return GIVE_UP_AFTER if self.algorithm == "Facility" else 0.0
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -361,13 +346,12 @@ def resolved(settings: dict, rows: int) -> dict:
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
     scored, init = config.scores_start(rows), config.start_init(rows)
     return {**settings, "init": init,
-            "start_optimizer": (config.start_optimizer_of(rows) if init == "greedy"
-                                else "stochastic"),
+            "start_optimizer": config.start_optimizer_of() if init == "greedy" else "stochastic",
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks",
             "give_up": config.give_up_of() if scored else 0,
             "give_up_after": config.give_up_after_of() if scored else 0.0,
-            "start_scale": config.start_scale_of(rows)}
+            "start_scale": config.start_scale_of()}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -848,7 +832,7 @@ class MaskLearner:
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
         start = time.perf_counter()
         check_scale = None
-        if cfg.start_scale_of(shape.n_total) == "input":  # as the report fits it: its own CPU generator
+        if cfg.start_scale_of() == "input":  # as the report fits it: its own CPU generator
             check_scale = TermScale.fit(ground, shape.k_total, metric,
                                         torch.Generator().manual_seed(cfg.seed))
         init = cfg.start_init(shape.n_total)
@@ -856,7 +840,6 @@ class MaskLearner:
             return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,
                             elapsed_s=time.perf_counter() - start)
         logits = greedy_logits(ground, Joint(metric, cfg.lamb, check_scale or scale),
-                               cfg.algorithm, shape.k_total, gen,
-                               cfg.start_optimizer_of(shape.n_total))
+                               cfg.algorithm, shape.k_total, gen, cfg.start_optimizer_of())
         return Progress(logits, scale, elapsed_s=time.perf_counter() - start,
                         check_scale=check_scale)

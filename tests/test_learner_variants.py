@@ -261,14 +261,10 @@ def test_stalled_compares_the_best_over_a_window_with_its_rise(bests, stops):
     assert learner.stalled(bests, 3, 0.01) is stops
 
 
-# the stall test alone: a stochastic start on the steps' scale, no time budget after it
-STALL_ALONE = dict(start_optimizer="stochastic", start_scale="step", give_up_after=0)
-
-
 def stop_run(n_epochs: int, **options):
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     config = dict(dict(algorithm="Pair_simi", partial=1.0, seed=3, device="cpu", stop_every=5,
-                       stop_window=3, **STALL_ALONE), n_epochs=n_epochs, **options)
+                       stop_window=3), n_epochs=n_epochs, **options)
     return data, MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
 
 
@@ -290,8 +286,7 @@ def test_stopping_rule_stops_and_writes_the_best_read_off_not_the_last():
     assert learner.stalled(bests, 3, 0.01)
     assert not any(learner.stalled(bests[:end], 3, 0.01) for end in range(1, len(bests)))
     fixed = MaskLearner(LearnerConfig(algorithm="Pair_simi", partial=1.0, seed=3, device="cpu",
-                                      stop_every=0, n_epochs=result.best_step,
-                                      **STALL_ALONE)).fit(
+                                      stop_every=0, n_epochs=result.best_step)).fit(
         data, progress=False)
     np.testing.assert_array_equal(result.selected, fixed.selected)
     np.testing.assert_array_equal(result.logits, fixed.logits)
@@ -559,7 +554,7 @@ def test_an_auto_start_optimiser_is_lazy_for_facility_and_stochastic_elsewhere()
                   device="cpu")
     for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "stochastic")):
         auto = LearnerConfig(algorithm=algorithm, **config, start_optimizer="auto")
-        assert auto.start_optimizer_of(300) == same_as
+        assert auto.start_optimizer_of() == same_as
         assert learner.resolved(asdict(auto), 300)["start_optimizer"] == same_as
         runs = [MaskLearner(replace(auto, start_optimizer=o)).fit(data, progress=False)
                 for o in ("auto", same_as)]
@@ -591,7 +586,7 @@ def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, n_epochs=200, stop_every=10, n_rollout=8, seed=2, device="cpu")
     facility = LearnerConfig(algorithm="Facility", **config)
-    assert (facility.give_up, facility.give_up_of(), facility.start_optimizer_of(300)) == (
+    assert (facility.give_up, facility.give_up_of(), facility.start_optimizer_of()) == (
         -1, 1, "lazy")
     assert LearnerConfig(algorithm="Pair_simi").give_up_of() == 0
     assert replace(facility, give_up=3).give_up_of() == 3
@@ -739,6 +734,8 @@ def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beat
     unscored = MaskLearner(LearnerConfig(**dict(config, init="same"), give_up_after=1e-9,
                                          give_up_grace=0.0)).fit(data, progress=False)
     assert unscored.steps_taken > 10
+    assert [LearnerConfig(algorithm=a).give_up_after_of() for a in ("Facility", "Pair_simi",
+                                                                    "DiSF")] == [0.25, 0, 0]
 
 
 def test_start_scale_input_starts_and_checks_on_the_reports_objective():
@@ -757,6 +754,5 @@ def test_start_scale_input_starts_and_checks_on_the_reports_objective():
         Report(data, 0.1, 0.5, seed=0)(run.selected)["joint_Pair_simi"], rel=1e-5)
     stepped = MaskLearner(replace(config, start_scale="step")).fit(data, progress=False)
     assert run.objective_written != pytest.approx(stepped.objective_written, rel=1e-5)
-    assert replace(config, start_scale="auto").start_scale_of(400) == "input"
-    assert replace(config, lamb=0.0).start_scale_of(400) == "step"
+    assert replace(config, lamb=0.0).start_scale_of() == "step"
     assert learner.resolved(asdict(replace(config, lamb=0.0)), 400)["start_scale"] == "step"
