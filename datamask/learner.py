@@ -38,6 +38,8 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Facility: a quarter of the start's time
+# Pair_simi weighed with quality starts from its exact greedy (N gains a pick) up to the size measured
+EXACT_PAIR_START_ROWS = 20_000
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -76,12 +78,12 @@ class LearnerConfig:
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
                                           "100 gains in all), lazy (the exact greedy's picks) or "
-                                          "auto (lazy for Facility, else stochastic): "
+                                          "auto (lazy for Facility and joint Pair_simi): "
                                           "docs/select.md#the-learners-flags",
                                   choices=("stochastic", "lazy", "auto"))
-    start_scale: str = option("step", "the start's and checks' term scale: step or input (the "
-                                      "report's): docs/select.md#the-learners-flags",
-                              choices=("step", "input"))
+    start_scale: str = option("auto", "the start's and checks' term scale: step, input (the "
+                                      "report's) or auto: docs/select.md#the-learners-flags",
+                              choices=("step", "input", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -125,8 +127,8 @@ class LearnerConfig:
                                      "included); the best is written either way",
                            choices=("checks", "best"))
     give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
-                              "write the start; 0 = never; -1 = 1 for Facility, never otherwise "
-                              "(docs/select.md#the-learners-flags)", low=-1)
+                              "write the start; 0 = never; -1 = 1 for Facility and joint "
+                              "Pair_simi (docs/select.md#the-learners-flags)", low=-1)
     give_up_after: float = option(-1.0, "stop at a check past this many times the start's time "
                                         "(plus --give_up_grace) after it, unless a check beat "
                                         "it; 0 = off: docs/select.md#the-learners-flags",
@@ -152,24 +154,41 @@ class LearnerConfig:
             return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
         return "same"
 
-    def start_optimizer_of(self) -> str:
-        """The greedy start's optimiser, auto resolved: the exact (lazy) greedy for Facility,
-        whose start is only taken where its dense kernel is built anyway; stochastic else."""
+    def exact_pair_start(self, rows: int) -> bool:
+        """Whether `auto` starts Pair_simi weighed with quality (0 < lamb < 1) from its exact
+        greedy on the report's scale, joint-greedy's own selection, and gives up at the first
+        check that does not beat it: from a greedy start on up to EXACT_PAIR_START_ROWS rows
+        (reproduce/results/defaults/after-start/)."""
+        return (self.algorithm == "Pair_simi" and 0 < self.lamb < 1
+                and rows <= EXACT_PAIR_START_ROWS and self.start_init(rows) == "greedy")
+
+    def start_optimizer_of(self, rows: int) -> str:
+        """The greedy start's optimiser on `rows` input rows, auto resolved: the exact (lazy)
+        greedy for Facility, whose start is only taken where its dense kernel is built anyway,
+        and for Pair_simi where `exact_pair_start`; stochastic else."""
         if self.start_optimizer != "auto":
             return self.start_optimizer
-        return "lazy" if self.algorithm == "Facility" else "stochastic"
+        exact = self.algorithm == "Facility" or self.exact_pair_start(rows)
+        return "lazy" if exact else "stochastic"
 
-    def give_up_of(self) -> int:
-        """--give_up, -1 resolved: Facility's steps never beat its scored start on any family
-        measured (reproduce/results/defaults/facility/), so it gives up at the first check."""
+    def give_up_of(self, rows: int) -> int:
+        """--give_up on `rows` input rows, -1 resolved: Facility's steps never beat its scored
+        start on any family measured (reproduce/results/defaults/facility/), nor Pair_simi's
+        its exact start (`exact_pair_start`), so they give up at the first check."""
         if self.give_up >= 0:
             return self.give_up
-        return 1 if self.algorithm == "Facility" else 0
+        return 1 if self.algorithm == "Facility" or self.exact_pair_start(rows) else 0
 
-    def start_scale_of(self) -> str:
-        """--start_scale; step where one term alone is weighed (lamb 0 or 1), whose greedy and
-        checks order selections the same on any scale."""
-        return self.start_scale if 0 < self.lamb < 1 else "step"
+    def start_scale_of(self, rows: int) -> str:
+        """--start_scale on `rows` input rows, auto resolved: input where `exact_pair_start`,
+        step else (Facility's full-budget fit costs seconds at 20,000 rows); step wherever one
+        term alone is weighed (lamb 0 or 1), whose greedy and checks order selections the same
+        on any scale."""
+        if not 0 < self.lamb < 1:
+            return "step"
+        if self.start_scale != "auto":
+            return self.start_scale
+        return "input" if self.exact_pair_start(rows) else "step"
 
     def give_up_after_of(self) -> float:
         """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility; off for Pair_simi and DiSF,
@@ -278,8 +297,7 @@ def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
 
 
 # --init greedy holds Facility's kernel up to this, else rows on demand: 20,000 rows (the largest
-# Facility starts from a greedy on) need 1.6 GB, and on demand their start was slower than the
-# reference lazy greedy's, which holds its kernel
+# Facility starts from a greedy on) need 1.6 GB, which the reference lazy greedy holds (up to 8 GB)
 GREEDY_KERNEL_BYTES = 2**31
 
 
@@ -346,12 +364,13 @@ def resolved(settings: dict, rows: int) -> dict:
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
     scored, init = config.scores_start(rows), config.start_init(rows)
     return {**settings, "init": init,
-            "start_optimizer": config.start_optimizer_of() if init == "greedy" else "stochastic",
+            "start_optimizer": (config.start_optimizer_of(rows) if init == "greedy"
+                                else "stochastic"),
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks",
-            "give_up": config.give_up_of() if scored else 0,
+            "give_up": config.give_up_of(rows) if scored else 0,
             "give_up_after": config.give_up_after_of() if scored else 0.0,
-            "start_scale": config.start_scale_of()}
+            "start_scale": config.start_scale_of(rows)}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -655,7 +674,10 @@ class MaskLearner:
         the steps), the best kept with its logits; the run stops once `stalled` (tested on that
         best, or with --stall_on checks on the checks' own best), and the best is the selection
         and its logits the scores. With --best_from start (or auto on a greedy
-        start) the starting read-off is scored first, the best for the checks to beat. A run
+        start) the starting read-off is scored first, the best for the checks to beat, and with
+        --give_up (checks) or --give_up_after (time) a run whose checks do not beat it stops
+        early. With --start_scale input the start and the checks score on the joint objective
+        scaled as the report scales it, the steps on their own. A run
         reports what it did (`LearnResult.summary`): where no check scored the start or the
         written read-off, each is scored once on the same objective, outside the timed part.
 
@@ -715,7 +737,7 @@ class MaskLearner:
                           best_step=run.best["step"])
             watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
             bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
-            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of() > 0
+            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of(shape.n_total) > 0
             return (unbeaten or past_budget(elapsed_s)
                     or stalled(bests, cfg.stop_window, cfg.stop_tolerance))
 
@@ -832,7 +854,7 @@ class MaskLearner:
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
         start = time.perf_counter()
         check_scale = None
-        if cfg.start_scale_of() == "input":  # as the report fits it: its own CPU generator
+        if cfg.start_scale_of(shape.n_total) == "input":  # as the report fits it: its own CPU generator
             check_scale = TermScale.fit(ground, shape.k_total, metric,
                                         torch.Generator().manual_seed(cfg.seed))
         init = cfg.start_init(shape.n_total)
@@ -840,6 +862,7 @@ class MaskLearner:
             return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,
                             elapsed_s=time.perf_counter() - start)
         logits = greedy_logits(ground, Joint(metric, cfg.lamb, check_scale or scale),
-                               cfg.algorithm, shape.k_total, gen, cfg.start_optimizer_of())
+                               cfg.algorithm, shape.k_total, gen,
+                               cfg.start_optimizer_of(shape.n_total))
         return Progress(logits, scale, elapsed_s=time.perf_counter() - start,
                         check_scale=check_scale)
