@@ -536,19 +536,20 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
                               after_start: str, keep_of_greedy: float, adopted: list[str],
-                              after_start_metrics: list[str]) -> Finding:
+                              after_start_adopted: dict[str, list[str]]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, Facility's from the runs at
-    its adopted defaults (`adopted`, folders under `facility`), and the metrics adopted from the
-    time budget's round (`after_start_metrics`, its `candidate/` runs) on the families it ran;
-    then that round whole, Facility's round against the defaults before it, and the first
+    its adopted defaults (`adopted`, folders under `facility`), and the cells of the metrics the
+    time budget's round adopted (`after_start_adopted`: its folder -> metrics); then that
+    round's candidates against the defaults before them, Facility's round, and the first
     round's candidates. Each run is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
-    facility_now = pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])
-    budget_now = bench_cells(root, f"{after_start}/candidate")
-    for later in (facility_now, budget_now[budget_now.metric.isin(after_start_metrics)]
-                  if not budget_now.empty else budget_now):
+    later_runs = [pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])]
+    for sub, metrics in after_start_adopted.items():
+        run = bench_cells(root, f"{after_start}/{sub}")
+        later_runs.append(run[run.metric.isin(metrics)] if not run.empty else run)
+    for later in later_runs:
         if not later.empty:  # its cells replace the same cells run before
             before = cells.merge(later[key], on=key, how="left", indicator=True)
             cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
@@ -566,11 +567,17 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                           else "-" for v, r in zip(values, reasons)], frame.index)
 
     lines = []
-    for title, shown in (("At select's defaults (Facility's cells from "
-                          f"`{facility}/`; {', '.join(after_start_metrics) or 'none'} from "
-                          f"`{after_start}/candidate/` where it ran):", cells),
+    from_round = "; ".join(f"{', '.join(metrics)} from `{after_start}/{sub}/`"
+                           for sub, metrics in after_start_adopted.items())
+    for title, shown in ((f"At select's defaults (Facility's cells from `{facility}/`; "
+                          f"{from_round} where it ran):", cells),
                          (f"The time budget's round, every cell (`{after_start}/candidate/`):",
-                          budget_now),
+                          bench_cells(root, f"{after_start}/candidate")),
+                         ("Pair_simi's exact start on the report's scale at lamb 0.5 "
+                          f"(`{after_start}/candidate-c4/`), and today's defaults run beside it "
+                          f"on the families it was confirmed on (`{after_start}/today-c4/`):",
+                          pd.concat([bench_cells(root, f"{after_start}/{sub}")
+                                     for sub in ("candidate-c4", "today-c4")])),
                          (f"Facility at its defaults before (`{facility}/today/`):",
                           bench_cells(root, f"{facility}/today")),
                          (f"The first round's candidate changes (`{candidates}/`):",
