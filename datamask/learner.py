@@ -37,6 +37,9 @@ from .shared import resolve_device, top_rows
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
+GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Facility: a quarter of the start's time
+# Pair_simi weighed with quality starts from its exact greedy (N gains a pick) up to the size measured
+EXACT_PAIR_START_ROWS = 20_000
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -75,9 +78,12 @@ class LearnerConfig:
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
                                           "100 gains in all), lazy (the exact greedy's picks) or "
-                                          "auto (lazy for Facility, else stochastic): "
+                                          "auto (lazy for Facility and joint Pair_simi): "
                                           "docs/select.md#the-learners-flags",
                                   choices=("stochastic", "lazy", "auto"))
+    start_scale: str = option("auto", "the start's and checks' term scale: step, input (the "
+                                      "report's) or auto: docs/select.md#the-learners-flags",
+                              choices=("step", "input", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -121,8 +127,13 @@ class LearnerConfig:
                                      "included); the best is written either way",
                            choices=("checks", "best"))
     give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
-                              "write the start; 0 = never; -1 = 1 for Facility, never otherwise "
-                              "(docs/select.md#the-learners-flags)", low=-1)
+                              "write the start; 0 = never; -1 = 1 for Facility and joint "
+                              "Pair_simi (docs/select.md#the-learners-flags)", low=-1)
+    give_up_after: float = option(-1.0, "stop at a check past this many times the start's time "
+                                        "(plus --give_up_grace) after it, unless a check beat "
+                                        "it; 0 = off: docs/select.md#the-learners-flags",
+                                  low=-1.0)
+    give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget", low=0.0)
     patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
                               "its mean over this many steps rose by less than --min_gain of its "
                               "rise so far; needs --stop_every 0; 0 = off", low=0)
@@ -143,19 +154,49 @@ class LearnerConfig:
             return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
         return "same"
 
-    def start_optimizer_of(self) -> str:
-        """The greedy start's optimiser, auto resolved: the exact (lazy) greedy for Facility,
-        whose start is only taken where its dense kernel is built anyway; stochastic else."""
+    def exact_pair_start(self, rows: int) -> bool:
+        """Whether `auto` starts Pair_simi weighed with quality (0 < lamb < 1) from its exact
+        greedy on the report's scale, joint-greedy's own selection, and gives up at the first
+        check that does not beat it: from a greedy start on up to EXACT_PAIR_START_ROWS rows
+        (reproduce/results/defaults/after-start/)."""
+        return (self.algorithm == "Pair_simi" and 0 < self.lamb < 1
+                and rows <= EXACT_PAIR_START_ROWS and self.start_init(rows) == "greedy")
+
+    def start_optimizer_of(self, rows: int) -> str:
+        """The greedy start's optimiser on `rows` input rows, auto resolved: the exact (lazy)
+        greedy for Facility, whose start is only taken where its dense kernel is built anyway,
+        and for Pair_simi where `exact_pair_start`; stochastic else."""
         if self.start_optimizer != "auto":
             return self.start_optimizer
-        return "lazy" if self.algorithm == "Facility" else "stochastic"
+        exact = self.algorithm == "Facility" or self.exact_pair_start(rows)
+        return "lazy" if exact else "stochastic"
 
-    def give_up_of(self) -> int:
-        """--give_up, -1 resolved: Facility's steps never beat its scored start on any family
-        measured (reproduce/results/defaults/facility/), so it gives up at the first check."""
+    def give_up_of(self, rows: int) -> int:
+        """--give_up on `rows` input rows, -1 resolved: Facility's steps never beat its scored
+        start on any family measured (reproduce/results/defaults/facility/), nor Pair_simi's
+        its exact start (`exact_pair_start`), so they give up at the first check."""
         if self.give_up >= 0:
             return self.give_up
-        return 1 if self.algorithm == "Facility" else 0
+        return 1 if self.algorithm == "Facility" or self.exact_pair_start(rows) else 0
+
+    def start_scale_of(self, rows: int) -> str:
+        """--start_scale on `rows` input rows, auto resolved: input where `exact_pair_start`,
+        step else (Facility's full-budget fit costs seconds at 20,000 rows); step wherever one
+        term alone is weighed (lamb 0 or 1), whose greedy and checks order selections the same
+        on any scale."""
+        if not 0 < self.lamb < 1:
+            return "step"
+        if self.start_scale != "auto":
+            return self.start_scale
+        return "input" if self.exact_pair_start(rows) else "step"
+
+    def give_up_after_of(self) -> float:
+        """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility; off for Pair_simi and DiSF,
+        whose steps can climb past their start too slowly for the budget to see
+        (reproduce/results/defaults/after-start/)."""
+        if self.give_up_after >= 0:
+            return self.give_up_after
+        return GIVE_UP_AFTER if self.algorithm == "Facility" else 0.0
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -255,7 +296,9 @@ def initial_logits(quality: torch.Tensor, init: str) -> torch.Tensor:
     return q.log().to(quality.dtype)
 
 
-GREEDY_KERNEL_BYTES = 2**30  # --init greedy holds Facility's kernel up to this, else rows on demand
+# --init greedy holds Facility's kernel up to this, else rows on demand: 20,000 rows (the largest
+# Facility starts from a greedy on) need 1.6 GB, which the reference lazy greedy holds (up to 8 GB)
+GREEDY_KERNEL_BYTES = 2**31
 
 
 def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
@@ -299,7 +342,8 @@ def fingerprint(data: Dataset) -> dict:
 BEFORE_THEY_EXISTED = {"probes": 0,  # -1 now means 64 probes for DiSF; older runs were exact
                        "stop_every": 0,  # older runs ran every step and wrote the last read-off
                        "best_from": "check",
-                       "stall_on": "best"}  # the stall was tested on the best, start included
+                       "stall_on": "best",  # the stall was tested on the best, start included
+                       "start_scale": "step", "give_up_after": 0.0}
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -320,10 +364,13 @@ def resolved(settings: dict, rows: int) -> dict:
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
     scored, init = config.scores_start(rows), config.start_init(rows)
     return {**settings, "init": init,
-            "start_optimizer": config.start_optimizer_of() if init == "greedy" else "stochastic",
+            "start_optimizer": (config.start_optimizer_of(rows) if init == "greedy"
+                                else "stochastic"),
             "best_from": "start" if scored else "check",
             "stall_on": config.stall_on if scored else "checks",
-            "give_up": config.give_up_of() if scored else 0}
+            "give_up": config.give_up_of(rows) if scored else 0,
+            "give_up_after": config.give_up_after_of() if scored else 0.0,
+            "start_scale": config.start_scale_of(rows)}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -605,6 +652,8 @@ class Progress:
     best: dict | None = None  # the stopping rule's best check: step, objective, logits, rows
     start_objective: float | None = None  # the start's read-off on the joint objective
     start_rows: torch.Tensor | None = None  # its rows (candidates), for its certificate
+    check_scale: TermScale | None = None  # --start_scale input: the start's and checks' scale
+    start_s: float | None = None  # the start's time (greedy and scoring), for --give_up_after
 
 
 class MaskLearner:
@@ -625,7 +674,10 @@ class MaskLearner:
         the steps), the best kept with its logits; the run stops once `stalled` (tested on that
         best, or with --stall_on checks on the checks' own best), and the best is the selection
         and its logits the scores. With --best_from start (or auto on a greedy
-        start) the starting read-off is scored first, the best for the checks to beat. A run
+        start) the starting read-off is scored first, the best for the checks to beat, and with
+        --give_up (checks) or --give_up_after (time) a run whose checks do not beat it stops
+        early. With --start_scale input the start and the checks score on the joint objective
+        scaled as the report scales it, the steps on their own. A run
         reports what it did (`LearnResult.summary`): where no check scored the start or the
         written read-off, each is scored once on the same objective, outside the timed part.
 
@@ -649,6 +701,8 @@ class MaskLearner:
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         run = self._start(state, ground, shape, metric, gen)
         objective = Joint(metric, cfg.lamb, run.scale)  # exact: a step swaps in its estimates
+        # what the start and the checks score full-budget selections on (--start_scale)
+        scoring = Joint(metric, cfg.lamb, run.check_scale or run.scale)
         update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
 
         def save() -> None:
@@ -659,11 +713,13 @@ class MaskLearner:
                 "logits": run.logits.cpu(), "generator": gen.get_state(),
                 "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
                 "variants": variants, "best": best, "start_objective": run.start_objective,
-                "start_rows": run.start_rows})
+                "start_rows": run.start_rows,
+                "check_scale": run.check_scale and asdict(run.check_scale),
+                "start_s": run.start_s})
 
         def value_of(rows: np.ndarray) -> float:
             """The joint objective of candidate `rows` over all candidates, as a check scores."""
-            return selection_value(objective, ground, torch.as_tensor(rows, device=device)).item()
+            return selection_value(scoring, ground, torch.as_tensor(rows, device=device)).item()
 
         def keep_if_best() -> float:
             """Score the read-off on the joint objective; keep it, with its logits, if best."""
@@ -674,15 +730,26 @@ class MaskLearner:
                             "logits": run.logits.clone()}
             return value
 
-        def check(record: dict) -> bool:
+        def check(record: dict, elapsed_s: float) -> bool:
             """Score the read-off, keep it if best, note both in `record`; True: stop now."""
             value = keep_if_best()
             record.update(readoff_objective=value, best_objective=run.best["objective"],
                           best_step=run.best["step"])
             watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
             bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
-            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of() > 0
-            return unbeaten or stalled(bests, cfg.stop_window, cfg.stop_tolerance)
+            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of(shape.n_total) > 0
+            return (unbeaten or past_budget(elapsed_s)
+                    or stalled(bests, cfg.stop_window, cfg.stop_tolerance))
+
+        def past_budget(elapsed_s: float) -> bool:
+            """--give_up_after: the time since the start is past its budget, and no check has
+            beaten the start by more than --stop_tolerance of its objective."""
+            if not (scored and cfg.give_up_after_of() and run.start_s is not None):
+                return False
+            budget = cfg.give_up_after_of() * run.start_s + cfg.give_up_grace
+            margin = cfg.stop_tolerance * abs(run.start_objective)
+            return (elapsed_s - run.start_s > budget
+                    and run.best["objective"] <= run.start_objective + margin)
 
         scored = cfg.scores_start(shape.n_total)  # the start is the best to beat
         if state is None and scored:
@@ -691,6 +758,7 @@ class MaskLearner:
             run.start_objective = keep_if_best()
             run.elapsed_s += time.perf_counter() - start
             run.start_rows = run.best["rows"]
+            run.start_s = run.elapsed_s
         elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
             rows = read_off_rows(run.logits, ground.quality, shape.k_total, forked(gen),
                                  cfg.readoff)
@@ -714,7 +782,8 @@ class MaskLearner:
                           "objective_max": stats[1]}
                 run.history.append(record)
                 stop = bool(cfg.stop_every) and (
-                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs) and check(record)
+                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs) and check(
+                    record, run.elapsed_s + time.perf_counter() - start)
                 run.elapsed_s += time.perf_counter() - start
                 record["elapsed_s"] = run.elapsed_s
                 stop = stop or bool(cfg.patience) and plateaued(
@@ -750,7 +819,7 @@ class MaskLearner:
                        else "stopping_rule" if cfg.stop_every else "patience")
         written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
         # how near the optimum start and written selection are: untimed, on the same objective
-        certificates = certify(objective, ground, {"start": run.start_rows,
+        certificates = certify(scoring, ground, {"start": run.start_rows,
                                                    "written": torch.as_tensor(rows)})
         result = LearnResult(
             selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
@@ -771,7 +840,9 @@ class MaskLearner:
             return Progress(state["logits"].to(ground.device), TermScale(**state["scale"]),
                             state["step"], state["elapsed_s"], state["history"],
                             variants.get("adam"), state.get("best"),
-                            state.get("start_objective"), state.get("start_rows"))
+                            state.get("start_objective"), state.get("start_rows"),
+                            state.get("check_scale") and TermScale(**state["check_scale"]),
+                            state.get("start_s"))
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores
@@ -781,10 +852,17 @@ class MaskLearner:
         else:
             scale = TermScale.fit(ground, shape.k_step, metric, gen,
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
+        start = time.perf_counter()
+        check_scale = None
+        if cfg.start_scale_of(shape.n_total) == "input":  # as the report fits it: its own CPU generator
+            check_scale = TermScale.fit(ground, shape.k_total, metric,
+                                        torch.Generator().manual_seed(cfg.seed))
         init = cfg.start_init(shape.n_total)
         if init != "greedy":
-            return Progress(initial_logits(ground.quality, init), scale)
-        start = time.perf_counter()
-        logits = greedy_logits(ground, Joint(metric, cfg.lamb, scale), cfg.algorithm,
-                               shape.k_total, gen, cfg.start_optimizer_of())
-        return Progress(logits, scale, elapsed_s=time.perf_counter() - start)
+            return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,
+                            elapsed_s=time.perf_counter() - start)
+        logits = greedy_logits(ground, Joint(metric, cfg.lamb, check_scale or scale),
+                               cfg.algorithm, shape.k_total, gen,
+                               cfg.start_optimizer_of(shape.n_total))
+        return Progress(logits, scale, elapsed_s=time.perf_counter() - start,
+                        check_scale=check_scale)

@@ -30,3 +30,22 @@ def test_reference_greedies_follow_the_plan():
     assert defaults.references("Facility", 0.5, 100_000) == []  # no dense joint greedy there
     assert [name for name, _ in defaults.references("DiSF", 0.5, 3_000)] == [
         "joint-greedy", "disf-greedy-fast"]
+
+
+def test_set_reaches_every_metric_or_the_one_it_names():
+    found = defaults.metric_overrides(["n_epochs=100", "Pair_simi:start_optimizer=lazy",
+                                       "DiSF:give_up_after=0.25"], ["Pair_simi", "Facility"])
+    assert found == {"Pair_simi": {"n_epochs": 100, "start_optimizer": "lazy"},
+                     "Facility": {"n_epochs": 100}}
+
+
+def test_the_table_shows_each_certificate_or_no_bound():
+    row = {"family": "f", "rows": 300, "metric": "DiSF", "lamb": 0.0, "select_s": 1.0,
+           "steps_run": 50, "stop_reason": "stopping_rule", "written_step": 0,
+           "objective_start": 1.0, "objective_written": 1.0, "greedy": "disf-greedy-fast",
+           "greedy_s": 1.0, "gain_ratio": 1.0, "passes": True}
+    text = defaults.table([{**row, "share_above_random_start": 0.98765,
+                            "share_above_random_written": 0.99},
+                           {**row, "share_above_random_start": None,
+                            "share_above_random_written": None}])
+    assert "| 0.9877 | 0.9900 |" in text and "| no bound | no bound |" in text

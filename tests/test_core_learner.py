@@ -68,7 +68,8 @@ def test_joint_objective_beats_quality_topk_and_random(algorithm):
 
 def test_exact_budget_and_determinism():
     data = synthetic_dataset(500, dim=8, n_clusters=5, seed=1)
-    config = dict(algorithm="Pair_simi", n_epochs=60, partial=0.3, select_ratio=0.13)
+    config = dict(algorithm="Pair_simi", n_epochs=60, partial=0.3, select_ratio=0.13,
+                  give_up=0)  # every step runs
     first = MaskLearner(LearnerConfig(seed=7, **config)).fit(data, progress=False)
     again = MaskLearner(LearnerConfig(seed=7, **config)).fit(data, progress=False)
     other = MaskLearner(LearnerConfig(seed=8, **config)).fit(data, progress=False)
@@ -257,7 +258,8 @@ RUN_FIELDS = ("steps_run", "stop_reason", "written_step", "objective_start", "ob
 
 @pytest.mark.parametrize("flags, reason", [
     ([], "steps"),  # a greedy start, scored; one check, at the cap
-    (["--stop_every", "5", "--stop_window", "1", "--stop_tolerance", "1"], "stopping_rule"),
+    (["--stop_every", "5", "--stop_window", "1", "--stop_tolerance", "1", "--give_up", "0"],
+     "stopping_rule"),
     (["--stop_every", "0"], "steps"),  # no rule: every step, the last read-off written
     (["--init", "same"], "steps"),  # a start the rule does not score
 ])

@@ -261,10 +261,14 @@ def test_stalled_compares_the_best_over_a_window_with_its_rise(bests, stops):
     assert learner.stalled(bests, 3, 0.01) is stops
 
 
+# the stall test alone: Pair_simi's stochastic start on the steps' scale, never given up
+STALL_ALONE = dict(start_optimizer="stochastic", start_scale="step", give_up=0)
+
+
 def stop_run(n_epochs: int, **options):
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     config = dict(dict(algorithm="Pair_simi", partial=1.0, seed=3, device="cpu", stop_every=5,
-                       stop_window=3), n_epochs=n_epochs, **options)
+                       stop_window=3, **STALL_ALONE), n_epochs=n_epochs, **options)
     return data, MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
 
 
@@ -286,7 +290,8 @@ def test_stopping_rule_stops_and_writes_the_best_read_off_not_the_last():
     assert learner.stalled(bests, 3, 0.01)
     assert not any(learner.stalled(bests[:end], 3, 0.01) for end in range(1, len(bests)))
     fixed = MaskLearner(LearnerConfig(algorithm="Pair_simi", partial=1.0, seed=3, device="cpu",
-                                      stop_every=0, n_epochs=result.best_step)).fit(
+                                      stop_every=0, n_epochs=result.best_step,
+                                      **STALL_ALONE)).fit(
         data, progress=False)
     np.testing.assert_array_equal(result.selected, fixed.selected)
     np.testing.assert_array_equal(result.logits, fixed.logits)
@@ -554,7 +559,7 @@ def test_an_auto_start_optimiser_is_lazy_for_facility_and_stochastic_elsewhere()
                   device="cpu")
     for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "stochastic")):
         auto = LearnerConfig(algorithm=algorithm, **config, start_optimizer="auto")
-        assert auto.start_optimizer_of() == same_as
+        assert auto.start_optimizer_of(300) == same_as
         assert learner.resolved(asdict(auto), 300)["start_optimizer"] == same_as
         runs = [MaskLearner(replace(auto, start_optimizer=o)).fit(data, progress=False)
                 for o in ("auto", same_as)]
@@ -580,16 +585,16 @@ def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
 
 def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others_never():
     """--give_up -1 (select's default): Facility, whose steps never beat its scored start on any
-    family measured, stops at its first check and writes its lazy start; Pair_simi, whose steps
-    do beat theirs at lamb 0.5, runs on; an explicit value wins, and a resume compares the
+    family measured, stops at its first check and writes its lazy start; Pair_simi at lamb 0,
+    from its stochastic start, runs on; an explicit value wins, and a resume compares the
     resolved value."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, n_epochs=200, stop_every=10, n_rollout=8, seed=2, device="cpu")
     facility = LearnerConfig(algorithm="Facility", **config)
-    assert (facility.give_up, facility.give_up_of(), facility.start_optimizer_of()) == (
+    assert (facility.give_up, facility.give_up_of(300), facility.start_optimizer_of(300)) == (
         -1, 1, "lazy")
-    assert LearnerConfig(algorithm="Pair_simi").give_up_of() == 0
-    assert replace(facility, give_up=3).give_up_of() == 3
+    assert LearnerConfig(algorithm="Pair_simi", lamb=0.0).give_up_of(300) == 0
+    assert replace(facility, give_up=3).give_up_of(300) == 3
     assert learner.resolved(asdict(facility), 300)["give_up"] == 1
     assert learner.resolved(asdict(replace(facility, give_up=1)), 300) == learner.resolved(
         asdict(facility), 300)
@@ -599,8 +604,7 @@ def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others
     from baselines.joint_greedy import JointGreedy
     picks, *_ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
     np.testing.assert_array_equal(run.selected, picks)
-    pair = MaskLearner(LearnerConfig(algorithm="Pair_simi", **dict(config, lamb=0.5))).fit(
-        data, progress=False)
+    pair = MaskLearner(LearnerConfig(algorithm="Pair_simi", **config)).fit(data, progress=False)
     assert pair.steps_taken > 10
 
 
@@ -714,3 +718,65 @@ def test_no_steps_write_the_greedy_start_that_a_run_whose_steps_never_beat_it_wr
     np.testing.assert_array_equal(start.selected, run.selected)
     with pytest.raises(UserError, match="--n_epochs must be at least 0"):
         LearnerConfig(**config, n_epochs=-1).validate()
+
+
+def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beaten():
+    """--give_up_after: past its budget after the start (here none: share and grace tiny) a run
+    stops at its next check and writes its best where no check beat the start by more than
+    --stop_tolerance of its objective (here 100%); a grace it cannot use up leaves the stopping
+    rule to run on, and an unscored start never gives up."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Pair_simi", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
+                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0)
+    quick = MaskLearner(LearnerConfig(**config, give_up_after=1e-9, give_up_grace=0.0)).fit(
+        data, progress=False)
+    assert (quick.steps_taken, quick.stop_reason) == (10, "stopping_rule")
+    assert quick.objective_written == quick.history[-1]["best_objective"]
+    patient = MaskLearner(LearnerConfig(**config, give_up_after=1e-9, give_up_grace=1e6)).fit(
+        data, progress=False)
+    assert patient.steps_taken > 10
+    unscored = MaskLearner(LearnerConfig(**dict(config, init="same"), give_up_after=1e-9,
+                                         give_up_grace=0.0)).fit(data, progress=False)
+    assert unscored.steps_taken > 10
+    assert [LearnerConfig(algorithm=a).give_up_after_of() for a in ("Facility", "Pair_simi",
+                                                                    "DiSF")] == [0.25, 0, 0]
+
+
+def test_start_scale_input_starts_and_checks_on_the_reports_objective():
+    """--start_scale input at 0 < lamb < 1: the exact greedy start is joint-greedy's selection
+    (both fit the report's scale), the written objective is the report's value, and a resume
+    compares the resolved value (step where one term alone is weighed)."""
+    from baselines.joint_greedy import JointGreedy
+
+    data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
+    config = LearnerConfig(algorithm="Pair_simi", lamb=0.5, init="greedy", n_epochs=0,
+                           start_optimizer="lazy", start_scale="input", seed=0, device="cpu")
+    run = MaskLearner(config).fit(data, progress=False)
+    picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.5, seed=0)._select(data, 40)
+    np.testing.assert_array_equal(run.selected, picks)
+    assert run.objective_written == pytest.approx(
+        Report(data, 0.1, 0.5, seed=0)(run.selected)["joint_Pair_simi"], rel=1e-5)
+    stepped = MaskLearner(replace(config, start_scale="step")).fit(data, progress=False)
+    assert run.objective_written != pytest.approx(stepped.objective_written, rel=1e-5)
+    assert replace(config, lamb=0.0).start_scale_of(400) == "step"
+    assert learner.resolved(asdict(replace(config, lamb=0.0)), 400)["start_scale"] == "step"
+
+
+def test_by_default_joint_pair_simi_writes_joint_greedys_selection_after_one_check():
+    """Pair_simi weighed with quality, at select's defaults up to EXACT_PAIR_START_ROWS: its
+    exact greedy on the report's scale is the start, joint-greedy's selection, and the run gives
+    up at its first check; at lamb 0, or past that size, the stochastic start on the steps'
+    scale, never given up."""
+    from baselines.joint_greedy import JointGreedy
+
+    data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
+    config = LearnerConfig(algorithm="Pair_simi", lamb=0.5, stop_every=10, seed=0, device="cpu")
+    run = MaskLearner(config).fit(data, progress=False)
+    picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.5, seed=0)._select(data, 40)
+    np.testing.assert_array_equal(run.selected, picks)
+    assert (run.steps_taken, run.written_step) == (10, 0)
+    big = learner.EXACT_PAIR_START_ROWS + 1
+    for other, rows in ((replace(config, lamb=0.0), 400), (config, big)):
+        assert (other.start_optimizer_of(rows), other.start_scale_of(rows),
+                other.give_up_of(rows)) == ("stochastic", "step", 0)
+    assert learner.resolved(asdict(config), 400)["start_scale"] == "input"

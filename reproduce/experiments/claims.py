@@ -668,21 +668,49 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
 
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
-                              keep_of_greedy: float, adopted: list[str]) -> Finding:
+                              after_start: str, keep_of_greedy: float, adopted: list[str],
+                              after_start_adopted: dict[str, list[str]]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, Facility's from the runs at
-    its adopted defaults (`adopted`, folders under `facility`); then Facility's round against the
-    defaults before it, and the first round's candidates. Each run is a folder per family."""
+    its adopted defaults (`adopted`, folders under `facility`), and the cells of the metrics the
+    time budget's round adopted (`after_start_adopted`: its folder -> metrics); then that
+    round's candidates against the defaults before them, Facility's round, and the first
+    round's candidates. Each run is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
-    now = pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])
-    if not now.empty:
-        order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
-        cells = pd.concat([cells[cells.metric != "Facility"], now]).sort_values(
-            ["family", "rows", "lamb", "metric"], key=lambda c: c.map(order) if c.name == "metric"
-            else c, kind="stable")
+    key = ["family", "rows", "metric", "lamb"]
+    later_runs = [pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])]
+    for sub, metrics in after_start_adopted.items():
+        run = bench_cells(root, f"{after_start}/{sub}")
+        later_runs.append(run[run.metric.isin(metrics)] if not run.empty else run)
+    for later in later_runs:
+        if not later.empty:  # its cells replace the same cells run before
+            before = cells.merge(later[key], on=key, how="left", indicator=True)
+            cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
+                               later], ignore_index=True)
+    order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
+    cells = cells.sort_values(key[:2] + ["lamb", "metric"], key=lambda c: c.map(order)
+                              if c.name == "metric" else c, kind="stable")
+
+    def share(frame: pd.DataFrame, which: str) -> pd.Series:
+        """A certificate's share above random; "no bound" where the run had none, "-" where
+        the run was made before certificates were reported."""
+        values = frame.get(f"share_above_random_{which}", pd.Series(np.nan, frame.index))
+        reasons = frame.get("no_bound_reason", pd.Series(None, frame.index))
+        return pd.Series([f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str)
+                          else "-" for v, r in zip(values, reasons)], frame.index)
+
     lines = []
-    for title, shown in (("At select's defaults (Facility's cells from "
-                          f"`{facility}/`):", cells),
+    from_round = "; ".join(f"{', '.join(metrics)} from `{after_start}/{sub}/`"
+                           for sub, metrics in after_start_adopted.items())
+    for title, shown in ((f"At select's defaults (Facility's cells from `{facility}/`; "
+                          f"{from_round} where it ran):", cells),
+                         (f"The time budget's round, every cell (`{after_start}/candidate/`):",
+                          bench_cells(root, f"{after_start}/candidate")),
+                         ("Pair_simi's exact start on the report's scale at lamb 0.5 "
+                          f"(`{after_start}/candidate-c4/`), and today's defaults run beside it "
+                          f"on the families it was confirmed on (`{after_start}/today-c4/`):",
+                          pd.concat([bench_cells(root, f"{after_start}/{sub}")
+                                     for sub in ("candidate-c4", "today-c4")])),
                          (f"Facility at its defaults before (`{facility}/today/`):",
                           bench_cells(root, f"{facility}/today")),
                          (f"The first round's candidate changes (`{candidates}/`):",
@@ -694,8 +722,10 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                 "greedy": shown.greedy, "gain ratio": shown.gain_ratio.map("{:.3f}".format),
                 "time ratio": shown.time_ratio.map("{:.2f}".format),
                 "written at": shown.written_step,
+                "start share": share(shown, "start"), "written share": share(shown, "written"),
                 "passes": shown.passes.map({True: "**yes**", False: "no"})},
-                right=("rows", "gain ratio", "time ratio", "written at")), ""]
+                right=("rows", "gain ratio", "time ratio", "written at", "start share",
+                       "written share")), ""]
     passed = int(cells.passes.sum())
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
     kept = int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())
