@@ -38,7 +38,8 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Facility: a quarter of the start's time
-# Pair_simi weighed with quality starts from its exact greedy (N gains a pick) up to the size measured
+# Pair_simi weighed with quality starts from its exact greedy (N gains a pick) up to the size
+# measured
 EXACT_PAIR_START_ROWS = 20_000
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
@@ -134,6 +135,11 @@ class LearnerConfig:
                                         "it; 0 = off: docs/select.md#the-learners-flags",
                                   low=-1.0)
     give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget", low=0.0)
+    certificate: str = option("on", "bound the optimum and report the start's and the written "
+                                    "selection's share of it, after the timed run (Facility: "
+                                    "seconds at 20,000 rows): on or off "
+                                    "(docs/method.md#how-near-the-optimum)",
+                              choices=("on", "off"))
     patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
                               "its mean over this many steps rose by less than --min_gain of its "
                               "rise so far; needs --stop_every 0; 0 = off", low=0)
@@ -395,7 +401,8 @@ def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
     saved = resolved({**asdict(LearnerConfig()), **BEFORE_THEY_EXISTED, **state["config"]},
                      len(data))
     now = resolved(asdict(config), len(data))
-    changed = sorted(key for key in now if key != "device" and saved.get(key) != now[key])
+    changed = sorted(key for key in now  # neither changes what the run computes
+                     if key not in ("device", "certificate") and saved.get(key) != now[key])
     if changed:
         detail = ", ".join(f"--{key} {saved.get(key)} -> {now[key]}" for key in changed)
         raise UserError(f"{path}: checkpoint was made with other settings ({detail})")
@@ -633,7 +640,7 @@ def closing_line(cfg: LearnerConfig, result: LearnResult) -> str:
             f"({STOP_WORDS[result.stop_reason]}); wrote step {written}"
             f"{' (the start)' if written == 0 else ''}: objective "
             f"{value(result.objective_written)}, start {value(result.objective_start)}; "
-            + ("no bound" if bound is None else
+            + ("certificate off" if cfg.certificate == "off" else "no bound" if bound is None else
                f"bound {value(bound)}, share above random: written "
                f"{share(result.certificate['share_above_random_written'])}, start "
                f"{share(result.certificate['share_above_random_start'])}"))
@@ -737,7 +744,8 @@ class MaskLearner:
                           best_step=run.best["step"])
             watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
             bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
-            unbeaten = scored and run.best["step"] == 0 and len(bests) >= cfg.give_up_of(shape.n_total) > 0
+            unbeaten = (scored and run.best["step"] == 0
+                        and len(bests) >= cfg.give_up_of(shape.n_total) > 0)
             return (unbeaten or past_budget(elapsed_s)
                     or stalled(bests, cfg.stop_window, cfg.stop_tolerance))
 
@@ -820,12 +828,16 @@ class MaskLearner:
         written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
         # how near the optimum start and written selection are: untimed, on the same objective
         certificates = certify(scoring, ground, {"start": run.start_rows,
-                                                   "written": torch.as_tensor(rows)})
+                                                   "written": torch.as_tensor(rows)}
+                               ) if cfg.certificate == "on" else {}
+        certificate = certificate_fields(certificates, ["start", "written"])
+        if cfg.certificate == "off":
+            certificate["no_bound_reason"] = "not computed: --certificate off"
         result = LearnResult(
             selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
             best_step=None if run.best is None else run.best["step"], stop_reason=stop_reason,
             objective_start=run.start_objective, objective_written=written,
-            certificate=certificate_fields(certificates, ["start", "written"]))
+            certificate=certificate)
         if progress:
             print(closing_line(cfg, result), file=sys.stderr)
         return result
@@ -854,7 +866,8 @@ class MaskLearner:
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
         start = time.perf_counter()
         check_scale = None
-        if cfg.start_scale_of(shape.n_total) == "input":  # as the report fits it: its own CPU generator
+        # as the report fits it, with its own CPU generator
+        if cfg.start_scale_of(shape.n_total) == "input":
             check_scale = TermScale.fit(ground, shape.k_total, metric,
                                         torch.Generator().manual_seed(cfg.seed))
         init = cfg.start_init(shape.n_total)

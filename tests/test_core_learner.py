@@ -301,6 +301,29 @@ def test_select_says_what_the_run_did(tmp_path, capsys, flags, reason):
             f"{shares[1]:.3f}, start {shares[0]:.3f}") in err.splitlines()[-1]
 
 
+def test_certificate_off_writes_the_same_selection_and_says_it_has_no_bound(tmp_path, capsys):
+    """--certificate off skips the bound (seconds for Facility at 20,000 rows), not the run: the
+    same rows and objective, the bound's keys null with the reason, and the closing line says
+    so."""
+    shard = write_shard(tmp_path / "in.parquet", synthetic_dataset(300, dim=8, n_clusters=4))
+    runs = {}
+    for setting in ("on", "off"):
+        out = tmp_path / f"{setting}.parquet"
+        assert main(["select", "--input", str(shard), "--output", str(out), "--algorithm",
+                     "Facility", "--n_epochs", "20", "--device", "cpu", "--certificate",
+                     setting]) == 0
+        summary, err = capsys.readouterr()
+        runs[setting] = (json.loads(summary), err.splitlines()[-1], pq.read_table(out))
+    (on, _, rows_on), (off, line, rows_off) = runs["on"], runs["off"]
+    assert rows_off.equals(rows_on) and off["objective_written"] == on["objective_written"]
+    assert on["objective_bound"] is not None and on["no_bound_reason"] is None
+    assert all(off[key] is None for key in ("objective_bound", "objective_random",
+                                            "share_above_random_start",
+                                            "share_above_random_written"))
+    assert off["no_bound_reason"] == "not computed: --certificate off"
+    assert line.endswith("certificate off")
+
+
 def test_the_summary_scores_an_unscored_start_as_the_rule_would():
     """A start the rule does not score (--best_from check) is scored for the summary with the
     same objective: the value a scored start gets, and the steps and selection unchanged."""
