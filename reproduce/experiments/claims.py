@@ -702,8 +702,8 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
     lines = []
     from_round = "; ".join(f"{', '.join(metrics)} from `{after_start}/{sub}/`"
                            for sub, metrics in after_start_adopted.items())
-    for title, shown in ((f"At select's defaults (Facility's cells from `{facility}/`; "
-                          f"{from_round} where it ran):", cells),
+    for title, shown in ((f"At select's defaults (Facility's cells from `{facility}/`, then "
+                          f"{from_round}, where each ran):", cells),
                          (f"The time budget's round, every cell (`{after_start}/candidate/`):",
                           bench_cells(root, f"{after_start}/candidate")),
                          ("Pair_simi's exact start on the report's scale at lamb 0.5 "
