@@ -38,8 +38,7 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Facility: a quarter of the start's time
-# Pair_simi weighed with quality starts from its exact greedy (N gains a pick) up to the size
-# measured
+# Pair_simi starts from its exact greedy (N gains a pick) up to the size measured
 EXACT_PAIR_START_ROWS = 20_000
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
@@ -78,9 +77,8 @@ class LearnerConfig:
                                "rows): docs/select.md#the-learners-flags",
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
-                                          "100 gains in all), lazy (the exact greedy's picks) or "
-                                          "auto (lazy for Facility and joint Pair_simi): "
-                                          "docs/select.md#the-learners-flags",
+                                          "100 gains), lazy (the exact greedy's picks) or auto "
+                                          "(lazy for Facility, and Pair_simi to 20,000 rows)",
                                   choices=("stochastic", "lazy", "auto"))
     start_scale: str = option("auto", "the start's and checks' term scale: step, input (the "
                                       "report's) or auto: docs/select.md#the-learners-flags",
@@ -128,8 +126,8 @@ class LearnerConfig:
                                      "included); the best is written either way",
                            choices=("checks", "best"))
     give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
-                              "write the start; 0 = never; -1 = 1 for Facility and joint "
-                              "Pair_simi (docs/select.md#the-learners-flags)", low=-1)
+                              "write the start; 0 = never; -1 = 1 for Facility and for "
+                              "Pair_simi's exact start (docs/select.md#the-learners-flags)", low=-1)
     give_up_after: float = option(-1.0, "stop at a check past this many times the start's time "
                                         "(plus --give_up_grace) after it, unless a check beat "
                                         "it; 0 = off: docs/select.md#the-learners-flags",
@@ -161,11 +159,12 @@ class LearnerConfig:
         return "same"
 
     def exact_pair_start(self, rows: int) -> bool:
-        """Whether `auto` starts Pair_simi weighed with quality (0 < lamb < 1) from its exact
-        greedy on the report's scale, joint-greedy's own selection, and gives up at the first
-        check that does not beat it: from a greedy start on up to EXACT_PAIR_START_ROWS rows
-        (reproduce/results/defaults/after-start/)."""
-        return (self.algorithm == "Pair_simi" and 0 < self.lamb < 1
+        """Whether `auto` starts Pair_simi (lamb < 1) from its exact greedy, `pair-greedy`'s own
+        selection at lamb 0 and, on the report's scale, joint-greedy's where quality is weighed
+        too, and gives up at the first check that does not beat it: from a greedy start on up to
+        EXACT_PAIR_START_ROWS rows (reproduce/results/defaults/after-start/ and
+        pair-exact-start/)."""
+        return (self.algorithm == "Pair_simi" and self.lamb < 1
                 and rows <= EXACT_PAIR_START_ROWS and self.start_init(rows) == "greedy")
 
     def start_optimizer_of(self, rows: int) -> str:

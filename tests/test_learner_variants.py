@@ -557,7 +557,7 @@ def test_an_auto_start_optimiser_is_lazy_for_facility_and_stochastic_elsewhere()
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, init="greedy", n_epochs=20, stop_every=10, n_rollout=8, seed=2,
                   device="cpu")
-    for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "stochastic")):
+    for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "lazy"), ("DiSF", "stochastic")):
         auto = LearnerConfig(algorithm=algorithm, **config, start_optimizer="auto")
         assert auto.start_optimizer_of(300) == same_as
         assert learner.resolved(asdict(auto), 300)["start_optimizer"] == same_as
@@ -583,17 +583,17 @@ def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
     assert unscored.steps_taken > 20  # no scored start: nothing to give up on
 
 
-def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others_never():
+def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_disf_never():
     """--give_up -1 (select's default): Facility, whose steps never beat its scored start on any
-    family measured, stops at its first check and writes its lazy start; Pair_simi at lamb 0,
-    from its stochastic start, runs on; an explicit value wins, and a resume compares the
-    resolved value."""
+    family measured, stops at its first check and writes its lazy start; DiSF, from its
+    stochastic start, runs on; an explicit value wins, and a resume compares the resolved
+    value."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, n_epochs=200, stop_every=10, n_rollout=8, seed=2, device="cpu")
     facility = LearnerConfig(algorithm="Facility", **config)
     assert (facility.give_up, facility.give_up_of(300), facility.start_optimizer_of(300)) == (
         -1, 1, "lazy")
-    assert LearnerConfig(algorithm="Pair_simi", lamb=0.0).give_up_of(300) == 0
+    assert LearnerConfig(algorithm="DiSF", lamb=0.0).give_up_of(300) == 0
     assert replace(facility, give_up=3).give_up_of(300) == 3
     assert learner.resolved(asdict(facility), 300)["give_up"] == 1
     assert learner.resolved(asdict(replace(facility, give_up=1)), 300) == learner.resolved(
@@ -604,8 +604,8 @@ def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_the_others
     from baselines.joint_greedy import JointGreedy
     picks, *_ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
     np.testing.assert_array_equal(run.selected, picks)
-    pair = MaskLearner(LearnerConfig(algorithm="Pair_simi", **config)).fit(data, progress=False)
-    assert pair.steps_taken > 10
+    disf = MaskLearner(LearnerConfig(algorithm="DiSF", **config)).fit(data, progress=False)
+    assert disf.steps_taken > 10
 
 
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():
@@ -727,7 +727,7 @@ def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beat
     rule to run on, and an unscored start never gives up."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Pair_simi", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
-                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0)
+                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0, give_up=0)
     quick = MaskLearner(LearnerConfig(**config, give_up_after=1e-9, give_up_grace=0.0)).fit(
         data, progress=False)
     assert (quick.steps_taken, quick.stop_reason) == (10, "stopping_rule")
@@ -762,10 +762,10 @@ def test_start_scale_input_starts_and_checks_on_the_reports_objective():
     assert learner.resolved(asdict(replace(config, lamb=0.0)), 400)["start_scale"] == "step"
 
 
-def test_by_default_joint_pair_simi_writes_joint_greedys_selection_after_one_check():
-    """Pair_simi weighed with quality, at select's defaults up to EXACT_PAIR_START_ROWS: its
-    exact greedy on the report's scale is the start, joint-greedy's selection, and the run gives
-    up at its first check; at lamb 0, or past that size, the stochastic start on the steps'
+def test_by_default_pair_simi_writes_its_greedys_selection_after_one_check():
+    """Pair_simi at select's defaults up to EXACT_PAIR_START_ROWS: its exact greedy is the
+    start, joint-greedy's selection (on the report's scale where quality is weighed too), and
+    the run gives up at its first check; past that size, the stochastic start on the steps'
     scale, never given up."""
     from baselines.joint_greedy import JointGreedy
 
@@ -775,8 +775,13 @@ def test_by_default_joint_pair_simi_writes_joint_greedys_selection_after_one_che
     picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.5, seed=0)._select(data, 40)
     np.testing.assert_array_equal(run.selected, picks)
     assert (run.steps_taken, run.written_step) == (10, 0)
+    alone = MaskLearner(replace(config, lamb=0.0)).fit(data, progress=False)
+    picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.0, seed=0)._select(data, 40)
+    np.testing.assert_array_equal(alone.selected, picks)
+    assert (alone.steps_taken, alone.written_step) == (10, 0)
     big = learner.EXACT_PAIR_START_ROWS + 1
-    for other, rows in ((replace(config, lamb=0.0), 400), (config, big)):
-        assert (other.start_optimizer_of(rows), other.start_scale_of(rows),
-                other.give_up_of(rows)) == ("stochastic", "step", 0)
+    for lamb in (0.0, 0.5):
+        assert (replace(config, lamb=lamb).start_optimizer_of(big),
+                replace(config, lamb=lamb).start_scale_of(big),
+                replace(config, lamb=lamb).give_up_of(big)) == ("stochastic", "step", 0)
     assert learner.resolved(asdict(config), 400)["start_scale"] == "input"

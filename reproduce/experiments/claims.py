@@ -668,19 +668,21 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
 
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
-                              after_start: str, keep_of_greedy: float, adopted: list[str],
-                              after_start_adopted: dict[str, list[str]]) -> Finding:
+                              after_start: str, pair_start: str, keep_of_greedy: float,
+                              adopted: list[str], adopted_later: dict[str, list[str]]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, Facility's from the runs at
-    its adopted defaults (`adopted`, folders under `facility`), and the cells of the metrics the
-    time budget's round adopted (`after_start_adopted`: its folder -> metrics); then that
-    round's candidates against the defaults before them, Facility's round, and the first
-    round's candidates. Each run is a folder per family (and lamb)."""
+    its adopted defaults (`adopted`, folders under `facility`), and the cells of the metrics
+    later rounds adopted (`adopted_later`: a folder under the results -> its metrics, in the
+    order adopted); then the time budget's round's candidates against the defaults before them,
+    the confirmation runs of Pair_simi's exact start at lamb 0 (`pair_start`), Facility's round
+    and the first round's candidates. Each run is a folder per family (and
+    lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
     later_runs = [pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])]
-    for sub, metrics in after_start_adopted.items():
-        run = bench_cells(root, f"{after_start}/{sub}")
+    for folder, metrics in adopted_later.items():
+        run = bench_cells(root, folder)
         later_runs.append(run[run.metric.isin(metrics)] if not run.empty else run)
     for later in later_runs:
         if not later.empty:  # its cells replace the same cells run before
@@ -700,8 +702,8 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                           else "-" for v, r in zip(values, reasons)], frame.index)
 
     lines = []
-    from_round = "; ".join(f"{', '.join(metrics)} from `{after_start}/{sub}/`"
-                           for sub, metrics in after_start_adopted.items())
+    from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
+                           for folder, metrics in adopted_later.items())
     for title, shown in ((f"At select's defaults (Facility's cells from `{facility}/`, then "
                           f"{from_round}, where each ran):", cells),
                          (f"The time budget's round, every cell (`{after_start}/candidate/`):",
@@ -711,6 +713,11 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                           f"on the families it was confirmed on (`{after_start}/today-c4/`):",
                           pd.concat([bench_cells(root, f"{after_start}/{sub}")
                                      for sub in ("candidate-c4", "today-c4")])),
+                         ("Pair_simi alone (lamb 0) from its exact start on the families it was "
+                          f"confirmed on (`{pair_start}/confirm/`), and the defaults before it "
+                          f"beside (`{pair_start}/today/`):",
+                          pd.concat([bench_cells(root, f"{pair_start}/{sub}")
+                                     for sub in ("confirm", "today")])),
                          (f"Facility at its defaults before (`{facility}/today/`):",
                           bench_cells(root, f"{facility}/today")),
                          (f"The first round's candidate changes (`{candidates}/`):",
