@@ -159,11 +159,10 @@ class LearnerConfig:
         return "same"
 
     def exact_pair_start(self, rows: int) -> bool:
-        """Whether `auto` starts Pair_simi (lamb < 1) from its exact greedy, `pair-greedy`'s own
-        selection at lamb 0 and, on the report's scale, joint-greedy's where quality is weighed
-        too, and gives up at the first check that does not beat it: from a greedy start on up to
-        EXACT_PAIR_START_ROWS rows (reproduce/results/defaults/after-start/ and
-        pair-exact-start/)."""
+        """Whether `auto` starts Pair_simi (lamb < 1) from its exact greedy, joint-greedy's own
+        selection (on the report's scale where quality is weighed too), and gives up at the
+        first check that does not beat it: from a greedy start on up to EXACT_PAIR_START_ROWS
+        rows (reproduce/results/defaults/after-start/ and pair-exact-start/)."""
         return (self.algorithm == "Pair_simi" and self.lamb < 1
                 and rows <= EXACT_PAIR_START_ROWS and self.start_init(rows) == "greedy")
 
@@ -865,10 +864,8 @@ class MaskLearner:
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
         start = time.perf_counter()
         check_scale = None
-        # as the report fits it, with its own CPU generator
-        if cfg.start_scale_of(shape.n_total) == "input":
-            check_scale = TermScale.fit(ground, shape.k_total, metric,
-                                        torch.Generator().manual_seed(cfg.seed))
+        if cfg.start_scale_of(shape.n_total) == "input":  # the report's
+            check_scale = TermScale.scored(ground, shape.k_total, metric, cfg.seed)
         init = cfg.start_init(shape.n_total)
         if init != "greedy":
             return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,

@@ -26,12 +26,9 @@ class Report:
         self._joints: dict[str, Joint] = {}
 
     def joint(self, name: str) -> Joint:
-        """The joint objective for one metric, its scale fitted once on random full-budget masks,
-        drawn on the CPU whatever the device: CPU and CUDA generators draw different streams from
-        one seed, and a score (a greedy's objective) must not change with the device."""
+        """The joint objective for one metric, its scale (`TermScale.scored`) fitted once."""
         if name not in self._joints:
-            gen = torch.Generator().manual_seed(self.seed)
-            scale = TermScale.fit(self.ground, self.k, self.metrics[name], gen)
+            scale = TermScale.scored(self.ground, self.k, self.metrics[name], self.seed)
             self._joints[name] = Joint(self.metrics[name], self.lamb, scale)
         return self._joints[name]
 

@@ -59,6 +59,14 @@ class TermScale:
         return cls(q.mean().item(), _positive(q.std().item()), d.mean().item(),
                    _positive(d.std().item()))
 
+    @classmethod
+    def scored(cls, ground: GroundSet, k: int, diversity: SetFunction, seed: int) -> "TermScale":
+        """The scale full-budget selections are scored on (the report's, joint-greedy's):
+        k-masks over all rows, drawn on the CPU whatever the device, since CPU and CUDA
+        generators draw different streams from one seed and a score must not change with the
+        device."""
+        return cls.fit(ground, k, diversity, torch.Generator().manual_seed(seed))
+
 
 def _positive(std: float) -> float:
     """A constant term (all qualities equal, say) has std 0; scale it by 1 instead of dividing by 0."""
