@@ -22,7 +22,7 @@ from datamask.errors import UserError
 from eval.tables import markdown
 
 from .common import lr_setting
-from .length_bias import DIVERSITY, PAPER, QUALITY, percent, spread
+from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
 from .records import SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result
 from .sweep import objective_at, ratio_and_steps, time_to, window_s
 from .timing import comparison, learner_steps
@@ -338,37 +338,35 @@ def length_bias(root: str, folder: str, least: float) -> Finding:
         quality = by.get(QUALITY)
         greedies = {name: by[name].against_chance == "short" if name in by else False
                     for name in DIVERSITY}
-        parts[f"quality long on {corpus.name}"] = bool(
+        parts["quality long", corpus.name] = bool(
             quality and quality.ratio_mean >= least and quality.against_chance == "long")
-        parts[f"diversity short on {corpus.name}"] = all(greedies.values())
-        band = (f"{percent(1 - corpus.chance_half_width)}-"
-                f"{percent(1 + corpus.chance_half_width)}")
+        parts["diversity short", corpus.name] = all(greedies.values())
         shown = [by[name] for name in DIVERSITY if name in by]
         here.append(f"{corpus.name}: {QUALITY} {percent(quality.ratio_mean) if quality else '-'}"
                     ", greedies " + ", ".join(percent(s.ratio_mean) for s in shown))
         lines += [f"`{corpus.name}` ({corpus.rows:,} rows, mean {corpus.mean_length:,.0f} "
-                  f"characters; a random selection's chance band {band}):", "",
+                  f"characters; a random selection's chance band {band(corpus)}):", "",
                   *table([{"selection": s.selection, "role": s.role,
                            "seeds (distinct)": f"{s.seeds} ({s.distinct})",
                            "length ratio": spread(s), "against chance": s.against_chance}
                           for s in by.values()], right=("seeds (distinct)", "length ratio")), "",
                   f"- {QUALITY} at least {percent(least)} and above the band: "
-                  f"**{holds(parts[f'quality long on {corpus.name}'])}**"
+                  f"**{holds(parts['quality long', corpus.name])}**"
                   + (f" ({percent(quality.ratio_mean)}; the paper: " + ", ".join(
                       f"{name} {percent(ratio)}" for name, ratio in PAPER.items()) + ")."
                      if quality else " (not run)."),
                   "- every seed of each diversity greedy below the band: "
                   + ", ".join(f"{name} {'short' if ok else 'not short'}"
                               for name, ok in greedies.items())
-                  + f": **{holds(parts[f'diversity short on {corpus.name}'])}**.", ""]
+                  + f": **{holds(parts['diversity short', corpus.name])}**.", ""]
     good = [part for part, ok in parts.items() if ok]
     if len(good) == len(parts):
         word = "holds"
     elif good:
-        word = "holds in part: " + "; ".join(
-            f"{kind} on " + ", ".join(p.split(" on ")[1] for p in good if p.startswith(kind))
-            for kind in ("quality long", "diversity short")
-            if any(p.startswith(kind) for p in good))
+        held = {kind: [name for part, name in good if part == kind]
+                for kind in ("quality long", "diversity short")}
+        word = "holds in part: " + "; ".join(f"{kind} on {', '.join(names)}"
+                                             for kind, names in held.items() if names)
     else:
         word = "does not hold"
     return Finding("; ".join(here), word, lines[:-1])
@@ -669,23 +667,20 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
                               after_start: str, pair_start: str, keep_of_greedy: float,
-                              adopted: list[str], adopted_later: dict[str, list[str]]) -> Finding:
-    """`make bench-defaults` at select's defaults: `today`'s cells, Facility's from the runs at
-    its adopted defaults (`adopted`, folders under `facility`), and the cells of the metrics
-    later rounds adopted (`adopted_later`: a folder under the results -> its metrics, in the
-    order adopted); then the time budget's round's candidates against the defaults before them,
-    the confirmation runs of Pair_simi's exact start at lamb 0 (`pair_start`), Facility's round
-    and the first round's candidates. Each run is a folder per family (and
-    lamb)."""
+                              adopted: dict[str, list[str]]) -> Finding:
+    """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
+    the metrics later rounds adopted (`adopted`: a folder under the results -> its metrics, in
+    the order adopted), each replacing the same cell run before; then the time budget's round's
+    candidates against the defaults before them, the confirmation runs of Pair_simi's exact
+    start at lamb 0 (`pair_start`), Facility's round and the first round's candidates. Each run
+    is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
-    later_runs = [pd.concat([bench_cells(root, f"{facility}/{sub}") for sub in adopted])]
-    for folder, metrics in adopted_later.items():
-        run = bench_cells(root, folder)
-        later_runs.append(run[run.metric.isin(metrics)] if not run.empty else run)
-    for later in later_runs:
+    for folder, metrics in adopted.items():
+        later = bench_cells(root, folder)
         if not later.empty:  # its cells replace the same cells run before
+            later = later[later.metric.isin(metrics)]
             before = cells.merge(later[key], on=key, how="left", indicator=True)
             cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
                                later], ignore_index=True)
@@ -703,9 +698,9 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
 
     lines = []
     from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
-                           for folder, metrics in adopted_later.items())
-    for title, shown in ((f"At select's defaults (Facility's cells from `{facility}/`, then "
-                          f"{from_round}, where each ran):", cells),
+                           for folder, metrics in adopted.items())
+    for title, shown in ((f"At select's defaults (`{today}/`'s cells; then {from_round}, "
+                          "where each ran):", cells),
                          (f"The time budget's round, every cell (`{after_start}/candidate/`):",
                           bench_cells(root, f"{after_start}/candidate")),
                          ("Pair_simi's exact start on the report's scale at lamb 0.5 "

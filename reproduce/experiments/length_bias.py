@@ -159,6 +159,11 @@ def percent(ratio: float) -> str:
     return f"{100 * ratio:.0f}%"
 
 
+def band(corpus: LengthCorpus) -> str:
+    """The corpus's chance band, as percentages of its mean length."""
+    return f"{percent(1 - corpus.chance_half_width)}-{percent(1 + corpus.chance_half_width)}"
+
+
 def spread(s: LengthSummary) -> str:
     """The ratio over the seeds: one figure where they made one selection, else min / mean / max."""
     if s.distinct == 1:
@@ -176,9 +181,9 @@ def markdown(result: LengthBiasResult) -> str:
              f"Chance band: 1 +- {Z} sd of a uniformly random selection's ratio; `long` or "
              "`short`: every seed beyond it.", ""]
     for corpus in result.corpora:
-        band = f"{percent(1 - corpus.chance_half_width)}-{percent(1 + corpus.chance_half_width)}"
         lines += [f"## {corpus.name} ({corpus.rows:,} rows, {corpus.selected:,} selected; mean "
-                  f"{corpus.mean_length:,.0f} characters, CV {corpus.cv:.2f}; chance band {band})",
+                  f"{corpus.mean_length:,.0f} characters, CV {corpus.cv:.2f}; chance band "
+                  f"{band(corpus)})",
                   "", "| selection | role | seeds (distinct) | length ratio | against chance |",
                   "|---|---|---:|---:|---|"]
         lines += [f"| {s.selection} | {s.role} | {s.seeds} ({s.distinct}) | {spread(s)} | "
