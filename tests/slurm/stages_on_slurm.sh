@@ -184,12 +184,14 @@ print(f"stages_on_slurm: Slurm's selection equals the local executor's, row for 
       f"({slurm.num_rows} rows, {sum(slurm.column('selected').to_pylist())} selected)")
 EOF
 
+# Whether process $1 has an open file whose path starts with $2.
+has_open() { ls -l "/proc/$1/fd" 2> /dev/null | grep -q -- "-> $2"; }
+
 # The processes (in this PID namespace) that have a file under $1 open, or run in it.
 holding() {
     local pid
     for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-        { [[ $(readlink "/proc/$pid/cwd") == "$1"* ]] \
-              || ls -l "/proc/$pid/fd" 2> /dev/null | grep -q -- "-> $1/"; } 2> /dev/null \
+        { [[ $(readlink "/proc/$pid/cwd") == "$1"* ]] || has_open "$pid" "$1/"; } 2> /dev/null \
             && echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | cut -c1-100)"
     done
     return 0
@@ -205,7 +207,7 @@ kill_task_then_wait() {
     while [[ -z $victim ]]; do
         (( SECONDS < deadline )) || { echo "stages_on_slurm: task $rank never started"; squeue; exit 1; }
         for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-            ls -l "/proc/$pid/fd" 2> /dev/null | grep -q -- "-> $log" && victim="$victim $pid"
+            has_open "$pid" "$log" && victim="$victim $pid"
         done
         sleep 0.1
     done
