@@ -12,7 +12,7 @@ import torch
 
 from datamask.data import Dataset
 from datamask.errors import UserError
-from datamask.greedy import STOCHASTIC_EPSILON
+from datamask.greedy import BATCHED_ROUNDS, STOCHASTIC_EPSILON
 from datamask.objectives import GroundSet
 from datamask.options import option
 from datamask.shared import resolve_device
@@ -36,12 +36,19 @@ def epsilon_option():
                   low=0.0, high=1.0, open_low=True, open_high=True)
 
 
-def stochastic_arguments(options, device: torch.device) -> dict:
+def rounds_option():
+    """The --rounds field of a greedy that offers the batched optimiser."""
+    return option(BATCHED_ROUNDS, "batched optimiser: this many rounds, each taking the best "
+                  "ceil(k / rounds) rows of one full pass at once", low=1)
+
+
+def optimiser_arguments(options, device: torch.device) -> dict:
     """The optimiser keywords of `datamask.greedy.greedy` from a greedy's --optimizer,
-    --epsilon and --seed (the samples' generator, on the ground set's device)."""
+    --epsilon, --rounds and --seed (the samples' generator, on the ground set's device)."""
     generator = torch.Generator(device=device)
     generator.manual_seed(options.seed)
-    return {"optimizer": options.optimizer, "epsilon": options.epsilon, "generator": generator}
+    return {"optimizer": options.optimizer, "epsilon": options.epsilon, "generator": generator,
+            "rounds": options.rounds}
 
 
 def ground_set(data: Dataset, device: str) -> GroundSet:

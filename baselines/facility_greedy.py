@@ -25,26 +25,27 @@ from dataclasses import dataclass
 import torch
 
 from datamask.data import Dataset
-from datamask.greedy import OPTIMIZERS, STOCHASTIC_EPSILON, greedy
+from datamask.greedy import BATCHED_ROUNDS, OPTIMIZERS, STOCHASTIC_EPSILON, greedy
 from datamask.objectives import (CoverageGains, FacilityLocation, GroundSet, clipped_cosine,
                                  kernel_rows)
 from datamask.objectives.facility import Rows
 from datamask.options import option
 from datamask.selectors import Selector
 
-from .common import (check, device_option, epsilon_option, ground_set, picks_output, seed_option,
-                     stochastic_arguments)
+from .common import (check, device_option, epsilon_option, ground_set, optimiser_arguments,
+                     picks_output, rounds_option, seed_option)
 
 
 def facility_greedy(rows: Rows, n_cand: int, n_cover: int, k: int, optimizer: str = "lazy",
-                    device: torch.device | str = "cpu", **stochastic
+                    device: torch.device | str = "cpu", **optimiser_keywords
                     ) -> tuple[list[int], list[dict]]:
     """Greedy picks of k of n_cand candidates maximising the coverage of n_cover rows, whose
     similarities to candidates idx are `rows(idx)` (`datamask.objectives.CoverageGains`);
-    `stochastic`: the stochastic optimiser's epsilon and generator."""
+    `optimiser_keywords`: the stochastic optimiser's epsilon and generator, the batched
+    one's rounds."""
     term = CoverageGains(rows, n_cand, n_cover, device)
     return greedy(term, k, optimizer=optimizer, score=term.coverage_with, single_thread=True,
-                  **stochastic,
+                  **optimiser_keywords,
                   record=lambda s: {"step": s.step, "row": s.row,
                                     "facility": term.covered / n_cover,
                                     "gains_evaluated": s.gains_evaluated,
@@ -52,32 +53,33 @@ def facility_greedy(rows: Rows, n_cand: int, n_cover: int, k: int, optimizer: st
 
 
 def kernel_greedy(unit_cand: torch.Tensor, unit_cover: torch.Tensor, k: int, optimizer: str,
-                  **stochastic) -> tuple[list[int], list[dict]]:
+                  **optimiser_keywords) -> tuple[list[int], list[dict]]:
     """facility_greedy on the precomputed (candidates x covered) clipped-cosine kernel."""
     return facility_greedy(kernel_rows(clipped_cosine(unit_cand, unit_cover)), len(unit_cand),
-                           len(unit_cover), k, optimizer, device=unit_cand.device, **stochastic)
+                           len(unit_cover), k, optimizer, device=unit_cand.device,
+                           **optimiser_keywords)
 
 
 def greedi(ground: GroundSet, k: int, optimizer: str, memory_bytes: int,
-           generator: torch.Generator, epsilon: float = STOCHASTIC_EPSILON
-           ) -> tuple[torch.Tensor, list[dict]]:
+           generator: torch.Generator, epsilon: float = STOCHASTIC_EPSILON,
+           rounds: int = BATCHED_ROUNDS) -> tuple[torch.Tensor, list[dict]]:
     """GreeDi: partition, greedy per part, greedy over the union, best solution on all rows;
     `generator` draws the partition, the covered sample and the stochastic greedy's samples."""
-    stochastic = {"epsilon": epsilon, "generator": generator}
+    optimiser_keywords = {"epsilon": epsilon, "generator": generator, "rounds": rounds}
     n, device = len(ground), ground.device
     part_rows = math.isqrt(memory_bytes // 4)
     check(part_rows >= 2, f"--memory_gb {memory_bytes / 2**30:g} holds no 2 x 2 kernel")
     parts = torch.randperm(n, generator=generator, device=device).tensor_split(
         math.ceil(n / part_rows))
     local = [part[kernel_greedy(ground.unit[part], ground.unit[part], min(k, len(part)),
-                                optimizer, **stochastic)[0]] for part in parts]
+                                optimizer, **optimiser_keywords)[0]] for part in parts]
     union = torch.cat(local)
     cover_rows = min(n, memory_bytes // (4 * len(union)))
     check(cover_rows >= 1, f"--memory_gb {memory_bytes / 2**30:g} cannot hold the merge kernel "
                            f"of {len(union)} candidate rows")
     cover = torch.randperm(n, generator=generator, device=device)[:cover_rows]
     merged = union[kernel_greedy(ground.unit[union], ground.unit[cover], k, optimizer,
-                                 **stochastic)[0]]
+                                 **optimiser_keywords)[0]]
     solutions = [merged] + [picks for picks in local if len(picks) == k]
     values = FacilityLocation(memory_bytes).batch(ground, torch.stack(solutions))
     best = int(values.argmax())
@@ -89,8 +91,8 @@ def greedi(ground: GroundSet, k: int, optimizer: str, memory_bytes: int,
 
 
 def optimizer_option():
-    return option("lazy", "lazy (Minoux) or naive greedy, same picks; stochastic: faster, "
-                  "within 1 - 1/e - epsilon", choices=OPTIMIZERS)
+    return option("lazy", "lazy (Minoux) or naive, same picks; or faster: stochastic, batched",
+                  choices=OPTIMIZERS)
 
 
 def memory_option(past: str):
@@ -102,6 +104,7 @@ def memory_option(past: str):
 class FacilityGreedyOptions:
     optimizer: str = optimizer_option()
     epsilon: float = epsilon_option()
+    rounds: int = rounds_option()
     memory_gb: float = memory_option("GreeDi partitions")
     seed: int = seed_option()
     device: str = device_option()
@@ -117,7 +120,7 @@ class FacilityGreedy(Selector):
     def _select(self, data: Dataset, k: int):
         ground = ground_set(data, self.options.device)
         memory_bytes = int(self.options.memory_gb * 2**30)
-        optimiser = stochastic_arguments(self.options, ground.device)
+        optimiser = optimiser_arguments(self.options, ground.device)
         if 4 * len(ground) ** 2 <= memory_bytes:
             picks, history = kernel_greedy(ground.unit, ground.unit, k, **optimiser)
         else:

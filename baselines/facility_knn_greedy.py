@@ -25,9 +25,10 @@ from .common import (
     device_option,
     epsilon_option,
     ground_set,
+    optimiser_arguments,
     picks_output,
+    rounds_option,
     seed_option,
-    stochastic_arguments,
 )
 from .facility_greedy import optimizer_option
 
@@ -43,6 +44,7 @@ class FacilityKnnGreedyOptions:
     nprobe: int = option(16, "ivf: lists searched per row", low=1)
     optimizer: str = optimizer_option()
     epsilon: float = epsilon_option()
+    rounds: int = rounds_option()
     seed: int = seed_option()
     device: str = device_option()
 
@@ -66,7 +68,7 @@ class FacilityKnnGreedy(Selector):
         term = objective.incremental(ground)
         picks, history = greedy(
             term, k, score=term.coverage_with, single_thread=True,
-            **stochastic_arguments(p, ground.device),
+            **optimiser_arguments(p, ground.device),
             record=lambda s: {"step": s.step, "row": s.row,
                               "facility_knn": term.covered / kernel.n,
                               "gains_evaluated": s.gains_evaluated,

@@ -33,7 +33,8 @@ from datamask.options import option
 from datamask.selectors import Selector
 from datamask.shared import resolve_device
 
-from .common import check, device_option, epsilon_option, picks_output, stochastic_arguments
+from .common import (check, device_option, epsilon_option, optimiser_arguments, picks_output,
+                     rounds_option)
 from .facility_greedy import memory_option, optimizer_option
 
 
@@ -47,6 +48,7 @@ class JointGreedyOptions:
     lamb: float = dataclasses.field(default=0.5, metadata=_LEARNER["lamb"].metadata)
     optimizer: str = optimizer_option()
     epsilon: float = epsilon_option()
+    rounds: int = rounds_option()
     memory_gb: float = memory_option("kernel rows on demand (Facility)")
     seed: int = option(0, "seed of the random masks that scale quality against diversity, and "
                           "of the stochastic greedy's samples")
@@ -68,7 +70,7 @@ class JointGreedy(Selector):
         diversity = (diversity_gains(p.algorithm, ground, p.memory_gb * 2**30)
                      if p.lamb < 1 else None)
         term = JointGains(report.joint(p.algorithm), ground, diversity)
-        optimiser = stochastic_arguments(p, ground.device)
+        optimiser = optimiser_arguments(p, ground.device)
         if optimiser["optimizer"] == "lazy":
             optimiser["optimizer"] = exact_optimizer(diversity)
         picks, history = greedy(  # only Facility's steps are small ops

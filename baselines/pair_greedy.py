@@ -18,16 +18,17 @@ from datamask.objectives import PairGains, PairSimilarity
 from datamask.options import option
 from datamask.selectors import Selector
 
-from .common import (device_option, epsilon_option, first_picks, ground_set, picks_output,
-                     seed_option, stochastic_arguments)
+from .common import (device_option, epsilon_option, first_picks, ground_set,
+                     optimiser_arguments, picks_output, rounds_option, seed_option)
 
 
 @dataclass
 class PairGreedyOptions:
     # lazy bounds do not hold: a row's gain -(e_x . s) may grow as S grows
-    optimizer: str = option("naive", "naive (every row per step) or stochastic (a sample)",
-                            choices=("naive", "stochastic"))
+    optimizer: str = option("naive", "naive (every row per step), stochastic or batched",
+                            choices=("naive", "stochastic", "batched"))
     epsilon: float = epsilon_option()
+    rounds: int = rounds_option()
     seed: int = seed_option()
     device: str = device_option()
 
@@ -43,7 +44,7 @@ class PairGreedy(Selector):
         term = PairGains(ground)
         picks, history = greedy(
             term, k, first=int(first_picks([len(data)], self.options.seed)[0]),
-            **stochastic_arguments(self.options, ground.device),
+            **optimiser_arguments(self.options, ground.device),
             record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value(),
                               "elapsed_s": s.elapsed_s},
             single_thread=True)  # one matrix-vector product per step

@@ -342,3 +342,19 @@ def test_cli_one_shot_flags_reach_the_selector(tmp_path, name, flags):
     else:
         topk = make_selector("quality-topk").select(data, 0.1).selected
         np.testing.assert_array_equal(selected, topk)
+
+
+def test_batched_greedy_in_k_rounds_is_the_naive_greedy_and_fewer_rounds_pass_fewer_times():
+    """--optimizer batched: with one row a round it is the naive greedy's picks; with --rounds r
+    it scores every row r times (gains_evaluated) and still picks k distinct rows."""
+    data = synthetic_dataset(500, dim=8, seed=5)
+    naive = make_selector("pair-greedy", device="cpu").select(data, 0.1)
+    one_a_round = make_selector("pair-greedy", optimizer="batched", rounds=50,
+                                device="cpu").select(data, 0.1)
+    assert picked_rows(one_a_round) == picked_rows(naive)
+    batched = make_selector("joint-greedy", algorithm="Pair_simi", optimizer="batched", rounds=7,
+                            device="cpu").select(data, 0.1)
+    assert len(set(picked_rows(batched))) == 50 and batched.selected.sum() == 50
+    assert batched.history[-1]["gains_evaluated"] == 7 * 500
+    with pytest.raises(UserError, match="--rounds"):
+        make_selector("pair-greedy", optimizer="batched", rounds=0)
