@@ -26,9 +26,12 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
+from .greedy import BATCHED_ROUNDS, greedy
 from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, JointGains, Quality,
-                         SetFunction, TermScale, certificate_fields, certify, diversity,
-                         diversity_gains, exact_optimizer, probing_saves_work, random_probes)
+                         SetFunction, TermScale, certificate, certificate_fields, certify,
+                         diversity, diversity_gains, exact_optimizer, probing_saves_work,
+                         random_probes)
+from .objectives.joint import SCALE_GROUNDS
 from .options import option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -37,9 +40,10 @@ from .shared import resolve_device, top_rows
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
-GIVE_UP_AFTER = 0.25  # --give_up_after -1 for Facility: a quarter of the start's time
-# Pair_simi starts from its exact greedy (N gains a pick) up to the size measured
-EXACT_PAIR_START_ROWS = 20_000
+GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
+# Pair_simi starts from its batched greedy, on the report's scale, up to the size measured
+PAIR_START_ROWS = 20_000
+STOP_SHARE = 0.99  # --stop_share -1 for Pair_simi's start: 0.99 of any greedy's gain, proven
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
@@ -77,12 +81,15 @@ class LearnerConfig:
                                "rows): docs/select.md#the-learners-flags",
                        choices=("auto", "same", "quality", "greedy"), original=True)
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
-                                          "100 gains), lazy (the exact greedy's picks) or auto "
-                                          "(lazy for Facility, and Pair_simi to 20,000 rows)",
-                                  choices=("stochastic", "lazy", "auto"))
+                                          "100 gains), lazy (the exact greedy's picks), batched "
+                                          "or auto: docs/select.md#the-learners-flags",
+                                  choices=("stochastic", "lazy", "batched", "auto"))
+    start_rounds: int = option(BATCHED_ROUNDS, "the batched start's rounds, each taking the "
+                                               "best ceil(k / rounds) rows of one pass", low=1)
     start_scale: str = option("auto", "the start's and checks' term scale: step, input (the "
-                                      "report's) or auto: docs/select.md#the-learners-flags",
-                              choices=("step", "input", "auto"))
+                                      "report's), sampled (its first masks) or auto: "
+                                      "docs/select.md#the-learners-flags",
+                              choices=("step", "input", "sampled", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
                                      "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
                                 open_high=True)
@@ -127,12 +134,16 @@ class LearnerConfig:
                            choices=("checks", "best"))
     give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
                               "write the start; 0 = never; -1 = 1 for Facility and for "
-                              "Pair_simi's exact start (docs/select.md#the-learners-flags)", low=-1)
+                              "Pair_simi's greedy start (docs/select.md#the-learners-flags)",
+                          low=-1)
     give_up_after: float = option(-1.0, "stop at a check past this many times the start's time "
                                         "(plus --give_up_grace) after it, unless a check beat "
                                         "it; 0 = off: docs/select.md#the-learners-flags",
                                   low=-1.0)
     give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget", low=0.0)
+    stop_share: float = option(-1.0, "write the start, no step, once its certificate holds this "
+                                     "share of the room above random; 0 = off; -1 = auto: "
+                                     "docs/select.md#the-learners-flags", low=-1.0, high=1.0)
     certificate: str = option("on", "bound the optimum and report the start's and the written "
                                     "selection's share of it, after the timed run (Facility: "
                                     "seconds at 20,000 rows): on or off "
@@ -158,49 +169,64 @@ class LearnerConfig:
             return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
         return "same"
 
-    def exact_pair_start(self, rows: int) -> bool:
-        """Whether `auto` starts Pair_simi (lamb < 1) from its exact greedy, joint-greedy's own
-        selection (on the report's scale where quality is weighed too), and gives up at the
-        first check that does not beat it: from a greedy start on up to EXACT_PAIR_START_ROWS
-        rows (reproduce/results/defaults/after-start/ and pair-exact-start/)."""
+    def pair_greedy_start(self, rows: int) -> bool:
+        """Whether `auto` starts Pair_simi (lamb < 1) from its batched greedy (on the report's
+        scale where quality is weighed too), writes it at once where its certificate holds
+        STOP_SHARE of the room above random, and else gives up at the first check that does not
+        beat it: from a greedy start on up to PAIR_START_ROWS rows
+        (reproduce/results/defaults/after-start/, pair-exact-start/ and cheap-starts/)."""
         return (self.algorithm == "Pair_simi" and self.lamb < 1
-                and rows <= EXACT_PAIR_START_ROWS and self.start_init(rows) == "greedy")
+                and rows <= PAIR_START_ROWS and self.start_init(rows) == "greedy")
 
     def start_optimizer_of(self, rows: int) -> str:
         """The greedy start's optimiser on `rows` input rows, auto resolved: the exact (lazy)
-        greedy for Facility, whose start is only taken where its dense kernel is built anyway,
-        and for Pair_simi where `exact_pair_start`; stochastic else."""
+        greedy for Facility, whose start is only taken where its dense kernel is built anyway;
+        batched for Pair_simi where `pair_greedy_start` (its steps are small ops, whose overhead
+        is the exact greedy's cost); stochastic else."""
         if self.start_optimizer != "auto":
             return self.start_optimizer
-        exact = self.algorithm == "Facility" or self.exact_pair_start(rows)
-        return "lazy" if exact else "stochastic"
+        if self.algorithm == "Facility":
+            return "lazy"
+        return "batched" if self.pair_greedy_start(rows) else "stochastic"
 
     def give_up_of(self, rows: int) -> int:
         """--give_up on `rows` input rows, -1 resolved: Facility's steps never beat its scored
         start on any family measured (reproduce/results/defaults/facility/), nor Pair_simi's
-        its exact start (`exact_pair_start`), so they give up at the first check."""
+        its greedy start (`pair_greedy_start`), so they give up at the first check."""
         if self.give_up >= 0:
             return self.give_up
-        return 1 if self.algorithm == "Facility" or self.exact_pair_start(rows) else 0
+        return 1 if self.algorithm == "Facility" or self.pair_greedy_start(rows) else 0
 
     def start_scale_of(self, rows: int) -> str:
-        """--start_scale on `rows` input rows, auto resolved: input where `exact_pair_start`,
-        step else (Facility's full-budget fit costs seconds at 20,000 rows); step wherever one
-        term alone is weighed (lamb 0 or 1), whose greedy and checks order selections the same
-        on any scale."""
+        """--start_scale on `rows` input rows, auto resolved: input where `pair_greedy_start`;
+        sampled for Facility's greedy start, whose full-budget fit costs more than its greedy
+        (16.8 s at 20,000 rows); step else, and wherever one term alone is weighed (lamb 0 or
+        1), whose greedy and checks order selections the same on any scale."""
         if not 0 < self.lamb < 1:
             return "step"
         if self.start_scale != "auto":
             return self.start_scale
-        return "input" if self.exact_pair_start(rows) else "step"
+        if self.algorithm == "Facility" and self.start_init(rows) == "greedy":
+            return "sampled"
+        return "input" if self.pair_greedy_start(rows) else "step"
+
+    def stop_share_of(self, rows: int) -> float:
+        """--stop_share on `rows` input rows, -1 resolved: STOP_SHARE where `pair_greedy_start`,
+        whose bound costs a few products with the rows; off elsewhere (Facility's bound costs
+        about its greedy's time, DiSF has none)."""
+        if self.stop_share >= 0:
+            return self.stop_share
+        return STOP_SHARE if self.pair_greedy_start(rows) else 0.0
 
     def give_up_after_of(self) -> float:
-        """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility; off for Pair_simi and DiSF,
-        whose steps can climb past their start too slowly for the budget to see
-        (reproduce/results/defaults/after-start/)."""
+        """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility, and for DiSF weighed alone
+        (lamb 0); off for Pair_simi and for DiSF with quality, whose steps can climb past their
+        start too slowly for the budget to see (reproduce/results/defaults/after-start/,
+        cheap-starts/)."""
         if self.give_up_after >= 0:
             return self.give_up_after
-        return GIVE_UP_AFTER if self.algorithm == "Facility" else 0.0
+        budgeted = self.algorithm == "Facility" or self.algorithm == "DiSF" and self.lamb == 0
+        return GIVE_UP_AFTER if budgeted else 0.0
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -247,7 +273,8 @@ class LearnResult:
     # excluding any `evaluate` callback
     steps_taken: int = 0  # n_epochs, or fewer where a stopping rule stopped the run
     best_step: int | None = None  # the stopping rule's best check, whose read-off is `selected`
-    stop_reason: str = "steps"  # steps (all n_epochs ran), stopping_rule or patience
+    stop_reason: str = "steps"  # steps (all n_epochs ran), stopping_rule, patience or
+    # certificate (--stop_share: the start was near enough the bound for no step)
     objective_start: float | None = None  # the joint objective of the start's read-off
     objective_written: float | None = None  # the joint objective of `selected`
     certificate: dict = field(default_factory=dict)  # `certificate_fields` of start and written
@@ -306,21 +333,21 @@ GREEDY_KERNEL_BYTES = 2**31
 
 
 def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
-                  gen: torch.Generator, optimizer: str = "stochastic") -> torch.Tensor:
-    """--init greedy: the greedy's k picks (`optimizer`: stochastic, or lazy for the exact
-    greedy's picks) on the run's own joint objective get logit ln(N/k), every other row 0. The
+                  gen: torch.Generator, optimizer: str = "stochastic",
+                  rounds: int = BATCHED_ROUNDS) -> torch.Tensor:
+    """--init greedy: the greedy's k picks (`optimizer`: stochastic, lazy for the exact
+    greedy's picks, or batched in `rounds` passes) on the run's own joint objective get logit
+    ln(N/k), every other row 0. The
     picks then hold about half the policy's mass (k e^c = N), so the first steps still sample
     outside them, and a top-k read-off gives the greedy's set."""
-    from .greedy import greedy
-
     gains = diversity_gains(algorithm, ground, GREEDY_KERNEL_BYTES) if objective.lamb < 1 else None
     term = JointGains(objective, ground, gains)
     if gains is None:  # quality alone (lamb 1) is modular and free to score: exact top-k
         optimizer = "naive"
     elif optimizer == "lazy":
         optimizer = exact_optimizer(gains)
-    picks, _ = greedy(term, k, optimizer=optimizer,
-                      score=term.value_with, generator=gen, single_thread=algorithm == "Facility")
+    picks, _ = greedy(term, k, optimizer=optimizer, score=term.value_with, generator=gen,
+                      single_thread=algorithm == "Facility", rounds=rounds)
     logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
     logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
     return logits
@@ -347,7 +374,7 @@ BEFORE_THEY_EXISTED = {"probes": 0,  # -1 now means 64 probes for DiSF; older ru
                        "stop_every": 0,  # older runs ran every step and wrote the last read-off
                        "best_from": "check",
                        "stall_on": "best",  # the stall was tested on the best, start included
-                       "start_scale": "step", "give_up_after": 0.0}
+                       "start_scale": "step", "give_up_after": 0.0, "stop_share": 0.0}
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -374,6 +401,7 @@ def resolved(settings: dict, rows: int) -> dict:
             "stall_on": config.stall_on if scored else "checks",
             "give_up": config.give_up_of(rows) if scored else 0,
             "give_up_after": config.give_up_after_of() if scored else 0.0,
+            "stop_share": config.stop_share_of(rows) if scored else 0.0,
             "start_scale": config.start_scale_of(rows)}
 
 
@@ -622,7 +650,8 @@ def forked(gen: torch.Generator) -> torch.Generator:
 
 
 STOP_WORDS = {"steps": "all steps", "stopping_rule": "stopped by the stopping rule",
-              "patience": "stopped by --patience"}
+              "patience": "stopped by --patience",
+              "certificate": "stopped by the start's certificate, --stop_share"}
 
 
 def closing_line(cfg: LearnerConfig, result: LearnResult) -> str:
@@ -659,6 +688,7 @@ class Progress:
     start_rows: torch.Tensor | None = None  # its rows (candidates), for its certificate
     check_scale: TermScale | None = None  # --start_scale input: the start's and checks' scale
     start_s: float | None = None  # the start's time (greedy and scoring), for --give_up_after
+    settled: bool = False  # --stop_share: the start's certificate ended the run before a step
 
 
 class MaskLearner:
@@ -720,7 +750,7 @@ class MaskLearner:
                 "variants": variants, "best": best, "start_objective": run.start_objective,
                 "start_rows": run.start_rows,
                 "check_scale": run.check_scale and asdict(run.check_scale),
-                "start_s": run.start_s})
+                "start_s": run.start_s, "settled": run.settled})
 
         def value_of(rows: np.ndarray) -> float:
             """The joint objective of candidate `rows` over all candidates, as a check scores."""
@@ -758,12 +788,19 @@ class MaskLearner:
                     and run.best["objective"] <= run.start_objective + margin)
 
         scored = cfg.scores_start(shape.n_total)  # the start is the best to beat
+        known = {}  # the start's certificate where --stop_share read it
         if state is None and scored:
             start = time.perf_counter()
             # the best to beat; not a check, so `stalled` counts from the first
             run.start_objective = keep_if_best()
             run.elapsed_s += time.perf_counter() - start
             run.start_rows = run.best["rows"]
+            if cfg.stop_share_of(shape.n_total):  # timed: the stop reads it
+                start = time.perf_counter()
+                known["start"] = certificate(scoring, ground, run.start_rows)
+                share = known["start"].share_above_random()
+                run.settled = share is not None and share >= cfg.stop_share_of(shape.n_total)
+                run.elapsed_s += time.perf_counter() - start
             run.start_s = run.elapsed_s
         elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
             rows = read_off_rows(run.logits, ground.quality, shape.k_total, forked(gen),
@@ -775,7 +812,8 @@ class MaskLearner:
             if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
                 log_file.writelines(json.dumps(record) + "\n" for record in run.history)
             bar = stack.enter_context(tqdm(
-                range(run.step, cfg.n_epochs), desc=f"datamask {cfg.algorithm}",
+                range(run.step, run.step if run.settled else cfg.n_epochs),
+                desc=f"datamask {cfg.algorithm}",
                 disable=not progress, mininterval=0.5, initial=run.step, total=cfg.n_epochs))
             for step in bar:
                 start = time.perf_counter()
@@ -821,21 +859,21 @@ class MaskLearner:
         run.elapsed_s += time.perf_counter() - start
         full_logits = np.full(shape.n_total, -np.inf, dtype=np.float32)
         full_logits[shape.pool] = logits.cpu().numpy()
-        stop_reason = ("steps" if steps_taken == cfg.n_epochs
+        stop_reason = ("certificate" if run.settled else "steps" if steps_taken == cfg.n_epochs
                        else "stopping_rule" if cfg.stop_every else "patience")
         written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
         # how near the optimum start and written selection are: untimed, on the same objective
         certificates = certify(scoring, ground, {"start": run.start_rows,
-                                                   "written": torch.as_tensor(rows)}
+                                                   "written": torch.as_tensor(rows)}, known
                                ) if cfg.certificate == "on" else {}
-        certificate = certificate_fields(certificates, ["start", "written"])
+        certified = certificate_fields(certificates, ["start", "written"])
         if cfg.certificate == "off":
-            certificate["no_bound_reason"] = "not computed: --certificate off"
+            certified["no_bound_reason"] = "not computed: --certificate off"
         result = LearnResult(
             selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
             best_step=None if run.best is None else run.best["step"], stop_reason=stop_reason,
             objective_start=run.start_objective, objective_written=written,
-            certificate=certificate)
+            certificate=certified)
         if progress:
             print(closing_line(cfg, result), file=sys.stderr)
         return result
@@ -852,7 +890,7 @@ class MaskLearner:
                             variants.get("adam"), state.get("best"),
                             state.get("start_objective"), state.get("start_rows"),
                             state.get("check_scale") and TermScale(**state["check_scale"]),
-                            state.get("start_s"))
+                            state.get("start_s"), state.get("settled", False))
         if cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores
@@ -863,15 +901,17 @@ class MaskLearner:
             scale = TermScale.fit(ground, shape.k_step, metric, gen,
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
         start = time.perf_counter()
-        check_scale = None
-        if cfg.start_scale_of(shape.n_total) == "input":  # the report's
-            check_scale = TermScale.scored(ground, shape.k_total, metric, cfg.seed)
+        check_scale, start_scale = None, cfg.start_scale_of(shape.n_total)
+        if start_scale != "step":  # the report's, or its estimate from its first masks
+            check_scale = TermScale.scored(ground, shape.k_total, metric, cfg.seed,
+                                           n_grounds=1 if start_scale == "sampled" else
+                                           SCALE_GROUNDS)
         init = cfg.start_init(shape.n_total)
         if init != "greedy":
             return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,
                             elapsed_s=time.perf_counter() - start)
         logits = greedy_logits(ground, Joint(metric, cfg.lamb, check_scale or scale),
                                cfg.algorithm, shape.k_total, gen,
-                               cfg.start_optimizer_of(shape.n_total))
+                               cfg.start_optimizer_of(shape.n_total), cfg.start_rounds)
         return Progress(logits, scale, elapsed_s=time.perf_counter() - start,
                         check_scale=check_scale)

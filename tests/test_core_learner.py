@@ -69,7 +69,7 @@ def test_joint_objective_beats_quality_topk_and_random(algorithm):
 def test_exact_budget_and_determinism():
     data = synthetic_dataset(500, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Pair_simi", n_epochs=60, partial=0.3, select_ratio=0.13,
-                  give_up=0)  # every step runs
+                  give_up=0, stop_share=0)  # every step runs
     first = MaskLearner(LearnerConfig(seed=7, **config)).fit(data, progress=False)
     again = MaskLearner(LearnerConfig(seed=7, **config)).fit(data, progress=False)
     other = MaskLearner(LearnerConfig(seed=8, **config)).fit(data, progress=False)
@@ -144,7 +144,8 @@ def test_pruning_keeps_the_best_rows_and_marks_the_rest():
 
 def test_sample_readoff_and_schedule():
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=4)
-    result = MaskLearner(LearnerConfig(n_epochs=20, readoff="sample")).fit(data, progress=False)
+    steps = dict(n_epochs=20, stop_share=0)  # Pair_simi's start would end the run at once
+    result = MaskLearner(LearnerConfig(**steps, readoff="sample")).fit(data, progress=False)
     assert result.selected.sum() == 30
     for schedule in ("linear", "cosine"):
         rates = [learning_rate(schedule, step, 5, 10, 1) for step in range(5)]
@@ -154,9 +155,10 @@ def test_sample_readoff_and_schedule():
     assert learning_rate("cosine", 1, 5, 10, 1) > 7.75  # slower at the start than linear
     assert {learning_rate("constant", step, 5, 10, 1) for step in range(5)} == {10}
     assert {r["lr"] for r in result.history} == {10.0}  # the default: constant at max_lr
-    linear = MaskLearner(LearnerConfig(n_epochs=20, lr_schedule="linear")).fit(data, progress=False)
+    linear = MaskLearner(LearnerConfig(**steps, lr_schedule="linear")).fit(data, progress=False)
     assert [round(r["lr"], 6) for r in linear.history[:2]] == [10.0, round(10 - 9 / 19, 6)]
-    cosine = MaskLearner(LearnerConfig(n_epochs=3, lr_schedule="cosine")).fit(data, progress=False)
+    cosine = MaskLearner(LearnerConfig(n_epochs=3, stop_share=0, lr_schedule="cosine")).fit(
+        data, progress=False)
     assert [r["lr"] for r in cosine.history] == pytest.approx([10.0, 5.5, 1.0])
 
 
@@ -164,7 +166,7 @@ def test_evaluate_callback_and_log(tmp_path):
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     report = Report(data, 0.1, 0.5)
     log = tmp_path / "log.jsonl"
-    result = MaskLearner(LearnerConfig(n_epochs=25)).fit(
+    result = MaskLearner(LearnerConfig(n_epochs=25, stop_share=0)).fit(
         data, evaluate=report, eval_every=10, log_path=str(log), progress=False)
     evaluated = [r["step"] for r in result.history if "joint_Pair_simi" in r]
     assert evaluated == [0, 10, 20, 24]
@@ -257,8 +259,10 @@ RUN_FIELDS = ("steps_run", "stop_reason", "written_step", "objective_start", "ob
 
 
 @pytest.mark.parametrize("flags, reason", [
-    ([], "steps"),  # a greedy start, scored; one check, at the cap
-    (["--stop_every", "5", "--stop_window", "1", "--stop_tolerance", "1", "--give_up", "0"],
+    ([], "certificate"),  # a greedy start, scored, certified near enough the optimum: no step
+    (["--stop_share", "0"], "steps"),  # a greedy start, scored; one check, at the cap
+    (["--stop_every", "5", "--stop_window", "1", "--stop_tolerance", "1", "--give_up", "0",
+      "--stop_share", "0"],
      "stopping_rule"),
     (["--stop_every", "0"], "steps"),  # no rule: every step, the last read-off written
     (["--init", "same"], "steps"),  # a start the rule does not score
@@ -277,15 +281,19 @@ def test_select_says_what_the_run_did(tmp_path, capsys, flags, reason):
     assert all(summary[key] is not None for key in RUN_FIELDS)
     assert summary["stop_reason"] == reason
     checks = [json.loads(line) for line in log.read_text().splitlines()]
-    assert summary["steps_run"] == len(checks) == (10 if reason == "stopping_rule" else 40)
+    assert summary["steps_run"] == len(checks) == {"stopping_rule": 10, "certificate": 0}.get(
+        reason, 40)
     assert 0 <= summary["written_step"] <= summary["steps_run"]
     checks = [r for r in checks if "readoff_objective" in r]
     if flags == ["--stop_every", "0"]:  # no check: the last read-off, scored for the summary
         assert not checks and summary["written_step"] == 40
+    elif reason == "certificate":  # the start, its share at least --stop_share's 0.99
+        assert summary["written_step"] == 0 and summary["share_above_random_start"] >= 0.99
+        assert summary["objective_written"] == summary["objective_start"]
     else:  # the rule's best: the scored start's or a check's, as its log says
         assert summary["written_step"] == checks[-1]["best_step"]
         assert summary["objective_written"] == checks[-1]["best_objective"]
-    if not flags or reason == "stopping_rule":  # the best of the scored start and the checks
+    if flags == ["--stop_share", "0"] or reason == "stopping_rule":  # best of start and checks
         assert summary["objective_written"] >= summary["objective_start"]
         assert summary["objective_written"] == max(
             [summary["objective_start"]] + [r["readoff_objective"] for r in checks])

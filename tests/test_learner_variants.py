@@ -553,11 +553,12 @@ def test_a_lazy_start_is_the_exact_greedy_and_resumes_only_under_its_own_optimis
     np.testing.assert_array_equal(whole.selected, picks)
 
 
-def test_an_auto_start_optimiser_is_lazy_for_facility_and_stochastic_elsewhere():
+def test_an_auto_start_optimiser_is_lazy_for_facility_batched_for_pair_simi_else_stochastic():
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, init="greedy", n_epochs=20, stop_every=10, n_rollout=8, seed=2,
                   device="cpu")
-    for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "lazy"), ("DiSF", "stochastic")):
+    for algorithm, same_as in (("Facility", "lazy"), ("Pair_simi", "batched"),
+                               ("DiSF", "stochastic")):
         auto = LearnerConfig(algorithm=algorithm, **config, start_optimizer="auto")
         assert auto.start_optimizer_of(300) == same_as
         assert learner.resolved(asdict(auto), 300)["start_optimizer"] == same_as
@@ -740,6 +741,8 @@ def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beat
     assert unscored.steps_taken > 10
     assert [LearnerConfig(algorithm=a).give_up_after_of() for a in ("Facility", "Pair_simi",
                                                                     "DiSF")] == [0.25, 0, 0]
+    assert [LearnerConfig(algorithm=a, lamb=0.0).give_up_after_of()
+            for a in ("Facility", "Pair_simi", "DiSF")] == [0.25, 0, 0.25]
 
 
 def test_start_scale_input_starts_and_checks_on_the_reports_objective():
@@ -762,26 +765,89 @@ def test_start_scale_input_starts_and_checks_on_the_reports_objective():
     assert learner.resolved(asdict(replace(config, lamb=0.0)), 400)["start_scale"] == "step"
 
 
-def test_by_default_pair_simi_writes_its_greedys_selection_after_one_check():
-    """Pair_simi at select's defaults up to EXACT_PAIR_START_ROWS: its exact greedy is the
-    start, joint-greedy's selection (on the report's scale where quality is weighed too), and
-    the run gives up at its first check; past that size, the stochastic start on the steps'
-    scale, never given up."""
+def test_by_default_pair_simi_writes_its_certified_greedy_start_or_gives_up_after_one_check():
+    """Pair_simi at select's defaults up to PAIR_START_ROWS: its batched greedy is the start
+    (with k under --start_rounds, one row a round: joint-greedy's selection, on the report's
+    scale where quality is weighed too); certified at 0.99 of the room above random it is
+    written with no step, else the run gives up at its first check; past that size, the
+    stochastic start on the steps' scale, never given up nor certified."""
     from baselines.joint_greedy import JointGreedy
 
     data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
     config = LearnerConfig(algorithm="Pair_simi", lamb=0.5, stop_every=10, seed=0, device="cpu")
-    run = MaskLearner(config).fit(data, progress=False)
-    picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.5, seed=0)._select(data, 40)
-    np.testing.assert_array_equal(run.selected, picks)
-    assert (run.steps_taken, run.written_step) == (10, 0)
-    alone = MaskLearner(replace(config, lamb=0.0)).fit(data, progress=False)
-    picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=0.0, seed=0)._select(data, 40)
-    np.testing.assert_array_equal(alone.selected, picks)
-    assert (alone.steps_taken, alone.written_step) == (10, 0)
-    big = learner.EXACT_PAIR_START_ROWS + 1
+    for lamb in (0.5, 0.0):
+        run = MaskLearner(replace(config, lamb=lamb)).fit(data, progress=False)
+        picks, *_ = JointGreedy(algorithm="Pair_simi", lamb=lamb, seed=0)._select(data, 40)
+        np.testing.assert_array_equal(run.selected, picks)
+        assert (run.steps_taken, run.written_step, run.stop_reason) == (0, 0, "certificate")
+        assert run.certificate["share_above_random_start"] >= learner.STOP_SHARE
+        uncertified = MaskLearner(replace(config, lamb=lamb, stop_share=1.0)).fit(
+            data, progress=False)
+        np.testing.assert_array_equal(uncertified.selected, picks)
+        assert (uncertified.steps_taken, uncertified.written_step) == (10, 0)
+    big = learner.PAIR_START_ROWS + 1
     for lamb in (0.0, 0.5):
         assert (replace(config, lamb=lamb).start_optimizer_of(big),
                 replace(config, lamb=lamb).start_scale_of(big),
-                replace(config, lamb=lamb).give_up_of(big)) == ("stochastic", "step", 0)
+                replace(config, lamb=lamb).give_up_of(big),
+                replace(config, lamb=lamb).stop_share_of(big)) == ("stochastic", "step", 0, 0)
     assert learner.resolved(asdict(config), 400)["start_scale"] == "input"
+    assert learner.resolved(asdict(config), 400)["stop_share"] == learner.STOP_SHARE
+
+
+def test_by_default_facility_weighs_its_greedy_start_on_the_sampled_report_scale():
+    """Facility at 0 < lamb < 1 from its greedy start: the start and the checks on the report's
+    scale from its first draw of masks (`sampled`); the steps' scale where it starts from equal
+    logits, and wherever one term alone is weighed."""
+    config = LearnerConfig(algorithm="Facility", lamb=0.5)
+    assert config.start_scale_of(3_000) == "sampled"
+    assert config.start_scale_of(learner.GREEDY_INIT_ROWS + 1) == "step"  # no greedy start
+    assert replace(config, lamb=0.0).start_scale_of(3_000) == "step"
+    assert replace(config, init="same").start_scale_of(3_000) == "step"
+
+
+def test_stop_share_writes_a_start_near_enough_its_bound_without_a_step(tmp_path):
+    """--stop_share: a scored start whose certificate holds that share of the room above random
+    is written at once (stop reason `certificate`, no step), its certificate the closing JSON's;
+    a share the start does not reach leaves the steps to run, and a resumed run of a settled
+    checkpoint takes no step either."""
+    data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
+    config = LearnerConfig(algorithm="Pair_simi", lamb=0.0, stop_every=10, seed=0, device="cpu",
+                           start_optimizer="batched", start_rounds=8)
+    near = MaskLearner(replace(config, stop_share=0.9)).fit(data, progress=False)
+    share = near.certificate["share_above_random_start"]
+    assert 0.9 <= share < 1
+    assert (near.steps_taken, near.stop_reason, near.written_step) == (0, "certificate", 0)
+    assert near.certificate["share_above_random_written"] == share
+    far = MaskLearner(replace(config, stop_share=1.0)).fit(data, progress=False)
+    assert far.steps_taken > 0 and far.stop_reason == "stopping_rule"
+    np.testing.assert_array_equal(
+        MaskLearner(replace(config, n_epochs=0)).fit(data, progress=False).selected,
+        near.selected)  # the batched start's own selection
+    path = str(tmp_path / "state.pt")
+    MaskLearner(replace(config, stop_share=0.9)).fit(data, progress=False, checkpoint_path=path)
+    resumed = MaskLearner(replace(config, stop_share=0.9)).fit(
+        data, progress=False, checkpoint_path=path, resume=True)
+    assert (resumed.steps_taken, resumed.stop_reason) == (0, "certificate")
+    np.testing.assert_array_equal(resumed.selected, near.selected)
+
+
+def test_start_scale_sampled_is_the_reports_scale_from_its_first_masks():
+    """--start_scale sampled weighs the terms as the report does, estimated from the first of
+    the report's draws of masks (the same masks, one draw of SCALE_GROUNDS)."""
+    from datamask.objectives.joint import MASKS_PER_GROUND, random_masks
+
+    data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
+    ground = GroundSet.from_arrays(data.features, data.quality, "cpu")
+    metric = FacilityLocation()
+    sampled = TermScale.scored(ground, 40, metric, seed=0, n_grounds=1)
+    idx = random_masks(400, 40, MASKS_PER_GROUND, torch.Generator().manual_seed(0), "cpu")
+    coverage = metric.batch(ground, idx).double()
+    assert sampled.diversity_mean == pytest.approx(coverage.mean().item())
+    assert sampled.diversity_std == pytest.approx(coverage.std().item())
+    assert sampled != TermScale.scored(ground, 40, metric, seed=0)
+    config = LearnerConfig(algorithm="Facility", lamb=0.5, n_epochs=0, seed=0, device="cpu")
+    runs = {scale: MaskLearner(replace(config, start_scale=scale)).fit(data, progress=False)
+            for scale in ("sampled", "input")}
+    assert runs["sampled"].objective_written != pytest.approx(runs["input"].objective_written,
+                                                              rel=1e-6)

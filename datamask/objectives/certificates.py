@@ -208,16 +208,19 @@ def relaxed_pair_bound(per_row: torch.Tensor, unit: torch.Tensor, weight: float,
 
 
 def certify(objective: SetFunction, ground: GroundSet,
-            selections: dict[str, torch.Tensor | None]) -> dict[str, Certificate]:
+            selections: dict[str, torch.Tensor | None],
+            known: dict[str, Certificate] | None = None) -> dict[str, Certificate]:
     """The certificates of a run's named selections (None: not known), one computation for
-    selections of the same rows (a learner that writes its start)."""
+    selections of the same rows (a learner that writes its start); `known`: certificates
+    already computed, by name, on the same objective."""
     done: list[tuple[torch.Tensor, Certificate]] = []
     certificates = {}
     for name, rows in selections.items():
         if rows is None:
             continue
         key = torch.as_tensor(rows).cpu().sort().values
-        found = [known for seen, known in done if torch.equal(seen, key)]
+        found = [known[name]] if known and name in known else [
+            computed for seen, computed in done if torch.equal(seen, key)]
         certificates[name] = found[0] if found else certificate(objective, ground, key)
         done.append((key, certificates[name]))
     return certificates

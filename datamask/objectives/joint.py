@@ -30,6 +30,10 @@ def random_masks(n: int, k: int, n_masks: int, generator: torch.Generator,
     return keys.topk(k, dim=1).indices.to(device)
 
 
+SCALE_GROUNDS = 8  # a term scale's draws of random masks (of rows, with `subset_size`)
+MASKS_PER_GROUND = 32
+
+
 @dataclass(frozen=True)
 class TermScale:
     """Mean and standard deviation of each term under uniformly random masks."""
@@ -41,8 +45,8 @@ class TermScale:
 
     @classmethod
     def fit(cls, ground: GroundSet, k: int, diversity: SetFunction, generator: torch.Generator,
-            subset_size: int | None = None, n_grounds: int = 8, masks_per_ground: int = 32
-            ) -> "TermScale":
+            subset_size: int | None = None, n_grounds: int = SCALE_GROUNDS,
+            masks_per_ground: int = MASKS_PER_GROUND) -> "TermScale":
         """Fit on random k-masks; with `subset_size`, inside random subsets of that many rows
         (the learner's `partial` steps score masks on such subsets, so it is scaled on them)."""
         quality, qual, div = Quality(), [], []
@@ -60,12 +64,14 @@ class TermScale:
                    _positive(d.std().item()))
 
     @classmethod
-    def scored(cls, ground: GroundSet, k: int, diversity: SetFunction, seed: int) -> "TermScale":
+    def scored(cls, ground: GroundSet, k: int, diversity: SetFunction, seed: int,
+               n_grounds: int = SCALE_GROUNDS) -> "TermScale":
         """The scale full-budget selections are scored on (the report's, joint-greedy's):
         k-masks over all rows, drawn on the CPU whatever the device, since CPU and CUDA
         generators draw different streams from one seed and a score must not change with the
-        device."""
-        return cls.fit(ground, k, diversity, torch.Generator().manual_seed(seed))
+        device. Fewer `n_grounds`: an estimate of it from the report's own first masks."""
+        return cls.fit(ground, k, diversity, torch.Generator().manual_seed(seed),
+                       n_grounds=n_grounds)
 
 
 def _positive(std: float) -> float:

@@ -665,12 +665,19 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
                    holds(gains.all()), table(frame.drop(columns="gains")))
 
 
+def taken(cell, entry: str) -> bool:
+    """Whether an adopted entry, a metric or "<metric> lamb <lamb>", covers a bench cell."""
+    metric, _, lamb = entry.partition(" lamb ")
+    return cell.metric == metric and (not lamb or cell.lamb == float(lamb))
+
+
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
                               after_start: str, pair_start: str, keep_of_greedy: float,
                               adopted: dict[str, list[str]]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
     the metrics later rounds adopted (`adopted`: a folder under the results -> its metrics, in
-    the order adopted), each replacing the same cell run before; then the time budget's round's
+    the order adopted; "Facility lamb 0.5" takes that lamb's cells alone), each replacing the
+    same cell run before; then the time budget's round's
     candidates against the defaults before them, the confirmation runs of Pair_simi's exact
     start at lamb 0 (`pair_start`), Facility's round and the first round's candidates. Each run
     is a folder per family (and lamb)."""
@@ -680,7 +687,8 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
     for folder, metrics in adopted.items():
         later = bench_cells(root, folder)
         if not later.empty:  # its cells replace the same cells run before
-            later = later[later.metric.isin(metrics)]
+            later = later[[any(taken(cell, entry) for entry in metrics)
+                           for cell in later.itertuples()]]
             before = cells.merge(later[key], on=key, how="left", indicator=True)
             cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
                                later], ignore_index=True)

@@ -113,6 +113,10 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                         choices=START_OPTIMIZER.metadata["choices"],
                         help="the greedy start's optimiser (datamask select --start_optimizer; "
                              "default %(default)s, select's)")
+    parser.add_argument("--stop_share", type=float, default=0.0,
+                        help="write a scored start without a step where its certificate holds "
+                             "this share of the room above random (datamask select "
+                             "--stop_share); 0, the default here, so that runs take their steps")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -138,6 +142,7 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
               "patience": args.patience, "stop_every": args.stop_every, "partial": args.partial,
               "cover_sample": args.cover_sample, "probes": args.probes, "init": args.init,
               "stall_on": args.stall_on, "start_optimizer": args.start_optimizer,
+              "stop_share": args.stop_share,
               "device": "cpu", **lr_params(args.lr)}
     return dict(params, **overrides)
 
