@@ -38,7 +38,9 @@ def test_one_run_per_metric_lamb_and_seed_and_random_beside_them(tmp_path):
     for r in result.runs + result.random:
         assert 1 <= r.clusters <= 4 and 0.25 <= r.largest_share <= 1.0
         assert (r.clusters == 1) == (r.largest_share == 1.0)
-    assert all(r.steps >= 1 and 0 <= r.written_step <= r.steps for r in result.runs)
+    assert all(0 <= r.written_step <= r.steps for r in result.runs)
+    # DiSF has no bound to stop on; Pair_simi's certified start may end its run before a step
+    assert all(r.steps >= 1 for r in result.runs if r.metric == "DiSF")
     # random's and a run's values of one metric are on one scale: the same rows, the same function
     assert {r.metric for r in result.random} == {"DiSF", "Pair_simi"}
     back = read_result(str(out), "clusters")

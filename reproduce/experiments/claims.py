@@ -672,15 +672,15 @@ def taken(cell, entry: str) -> bool:
 
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
-                              after_start: str, pair_start: str, keep_of_greedy: float,
-                              adopted: dict[str, list[str]]) -> Finding:
+                              after_start: str, pair_start: str, cheap_starts: str,
+                              keep_of_greedy: float, adopted: dict[str, list[str]]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
     the metrics later rounds adopted (`adopted`: a folder under the results -> its metrics, in
     the order adopted; "Facility lamb 0.5" takes that lamb's cells alone), each replacing the
     same cell run before; then the time budget's round's
-    candidates against the defaults before them, the confirmation runs of Pair_simi's exact
-    start at lamb 0 (`pair_start`), Facility's round and the first round's candidates. Each run
-    is a folder per family (and lamb)."""
+    candidates against the defaults before them, the confirmation runs of the cheaper starts
+    (`cheap_starts`) and of Pair_simi's exact start at lamb 0 (`pair_start`), Facility's round
+    and the first round's candidates. Each run is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
@@ -711,6 +711,16 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                           "where each ran):", cells),
                          (f"The time budget's round, every cell (`{after_start}/candidate/`):",
                           bench_cells(root, f"{after_start}/candidate")),
+                         ("The cheaper starts' confirmation runs, on families not used to frame "
+                          f"them (`{cheap_starts}/confirm/`: Pair_simi's batched start with the "
+                          "certificate's stop, Facility's sampled scale at lamb 0.5, DiSF's budget "
+                          "at lamb 0):",
+                          pd.concat([bench_cells(root, f"{cheap_starts}/confirm/{sub}")
+                                     for sub in ("pair", "pair-beyond-the-table", "facility",
+                                                 "disf")])),
+                         ("DiSF at lamb 0 at the defaults before, on the families its budget was "
+                          f"confirmed on (`{cheap_starts}/confirm/disf-today/`):",
+                          bench_cells(root, f"{cheap_starts}/confirm/disf-today")),
                          ("Pair_simi's exact start on the report's scale at lamb 0.5 "
                           f"(`{after_start}/candidate-c4/`), and today's defaults run beside it "
                           f"on the families it was confirmed on (`{after_start}/today-c4/`):",
