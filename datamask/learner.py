@@ -141,6 +141,9 @@ class LearnerConfig:
                                         "it; 0 = off: docs/select.md#the-learners-flags",
                                   low=-1.0)
     give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget", low=0.0)
+    budget_check: str = option("step", "when --give_up_after's budget is read: at the checks "
+                                        "(check), or after every step, a check then run at once "
+                                        "(step)", choices=("check", "step"))
     stop_share: float = option(-1.0, "write the start, no step, once its certificate holds this "
                                      "share of the room above random; 0 = off; -1 = auto: "
                                      "docs/select.md#the-learners-flags", low=-1.0, high=1.0)
@@ -374,7 +377,8 @@ BEFORE_THEY_EXISTED = {"probes": 0,  # -1 now means 64 probes for DiSF; older ru
                        "stop_every": 0,  # older runs ran every step and wrote the last read-off
                        "best_from": "check",
                        "stall_on": "best",  # the stall was tested on the best, start included
-                       "start_scale": "step", "give_up_after": 0.0, "stop_share": 0.0}
+                       "start_scale": "step", "give_up_after": 0.0, "stop_share": 0.0,
+                       "budget_check": "check"}
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -825,9 +829,11 @@ class MaskLearner:
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],
                           "objective_max": stats[1]}
                 run.history.append(record)
+                elapsed = run.elapsed_s + time.perf_counter() - start
                 stop = bool(cfg.stop_every) and (
-                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs) and check(
-                    record, run.elapsed_s + time.perf_counter() - start)
+                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs
+                    or cfg.budget_check == "step" and past_budget(elapsed)) and check(
+                    record, elapsed)
                 run.elapsed_s += time.perf_counter() - start
                 record["elapsed_s"] = run.elapsed_s
                 stop = stop or bool(cfg.patience) and plateaued(

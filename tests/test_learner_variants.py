@@ -728,7 +728,8 @@ def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beat
     rule to run on, and an unscored start never gives up."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Pair_simi", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
-                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0, give_up=0)
+                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0, give_up=0,
+                  stop_share=0, budget_check="check")  # read at the checks: step below
     quick = MaskLearner(LearnerConfig(**config, give_up_after=1e-9, give_up_grace=0.0)).fit(
         data, progress=False)
     assert (quick.steps_taken, quick.stop_reason) == (10, "stopping_rule")
@@ -743,6 +744,26 @@ def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beat
                                                                     "DiSF")] == [0.25, 0, 0]
     assert [LearnerConfig(algorithm=a, lamb=0.0).give_up_after_of()
             for a in ("Facility", "Pair_simi", "DiSF")] == [0.25, 0, 0.25]
+
+
+def test_budget_check_step_reads_the_budget_after_every_step_and_checks_once_past_it():
+    """--budget_check step: past --give_up_after's budget with no check beating the start, the
+    step that ends there is followed by a check and the run stops, rather than running on to the
+    next --stop_every check; an unscored start is never budgeted, so no check is added."""
+    data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
+    config = dict(algorithm="Pair_simi", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
+                  n_rollout=8, seed=2, device="cpu", stop_tolerance=1.0, give_up=0,
+                  stop_share=0, give_up_after=1e-9, give_up_grace=0.0)
+    each_step = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)  # the default
+    assert (each_step.steps_taken, each_step.stop_reason) == (1, "stopping_rule")
+    assert "readoff_objective" in each_step.history[0]
+    at_checks = MaskLearner(LearnerConfig(**config, budget_check="check")).fit(data,
+                                                                              progress=False)
+    assert at_checks.steps_taken == 10
+    beaten = MaskLearner(LearnerConfig(**dict(config, init="same"), budget_check="step")).fit(
+        data, progress=False)
+    assert beaten.steps_taken > 10 and sum("readoff_objective" in r for r in beaten.history) \
+        == beaten.steps_taken // 10 + (beaten.steps_taken % 10 > 0)
 
 
 def test_start_scale_input_starts_and_checks_on_the_reports_objective():

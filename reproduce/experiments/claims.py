@@ -673,12 +673,14 @@ def taken(cell, entry: str) -> bool:
 
 def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
                               after_start: str, pair_start: str, cheap_starts: str,
-                              keep_of_greedy: float, adopted: dict[str, list[str]]) -> Finding:
+                              disf_start: str, keep_of_greedy: float,
+                              adopted: dict[str, list[str]]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
     the metrics later rounds adopted (`adopted`: a folder under the results -> its metrics, in
     the order adopted; "Facility lamb 0.5" takes that lamb's cells alone), each replacing the
     same cell run before; then the time budget's round's
-    candidates against the defaults before them, the confirmation runs of the cheaper starts
+    candidates against the defaults before them, the confirmation runs of the budget read after
+    every step and of DiSF's batched start (`disf_start`), of the cheaper starts
     (`cheap_starts`) and of Pair_simi's exact start at lamb 0 (`pair_start`), Facility's round
     and the first round's candidates. Each run is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
@@ -711,6 +713,18 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                           "where each ran):", cells),
                          (f"The time budget's round, every cell (`{after_start}/candidate/`):",
                           bench_cells(root, f"{after_start}/candidate")),
+                         ("The budget read after every step, on families not used to frame it "
+                          f"(`{disf_start}/confirm/f-facility/`, `f-disf/` and "
+                          "`f-disf-beyond-the-table/`):",
+                          pd.concat([bench_cells(root, f"{disf_start}/confirm/{sub}")
+                                     for sub in ("f-facility", "f-disf",
+                                                 "f-disf-beyond-the-table")])),
+                         ("DiSF weighed with quality from its batched start on the report's "
+                          f"scale, not adopted (`{disf_start}/confirm/d/`), and DiSF at the "
+                          f"defaults before where its cells had never run "
+                          f"(`{disf_start}/confirm/disf-today/`):",
+                          pd.concat([bench_cells(root, f"{disf_start}/confirm/{sub}")
+                                     for sub in ("d", "disf-today")])),
                          ("The cheaper starts' confirmation runs, on families not used to frame "
                           f"them (`{cheap_starts}/confirm/`: Pair_simi's batched start with the "
                           "certificate's stop, Facility's sampled scale at lamb 0.5, DiSF's budget "
