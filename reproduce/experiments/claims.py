@@ -590,9 +590,11 @@ def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
     return [(n, sweep(root, f"{folder}/{name}", "ablation-stop")) for n, name in names]
 
 
-def bench_cells(root: str, folder: str) -> pd.DataFrame:
-    """The cells of `make bench-defaults` runs, one results folder per family under `folder`."""
-    runs = sorted(Path(root, folder).glob("*/defaults.json"))
+def bench_cells(root: str, folder: str, *parts: str) -> pd.DataFrame:
+    """The cells of `make bench-defaults` runs, one results folder per family under `folder`,
+    or under each of its `parts` in turn."""
+    runs = [run for part in parts or ("",)
+            for run in sorted(Path(root, folder, part).glob("*/defaults.json"))]
     return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
@@ -716,35 +718,30 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
                          ("The budget read after every step, on families not used to frame it "
                           f"(`{disf_start}/confirm/f-facility/`, `f-disf/` and "
                           "`f-disf-beyond-the-table/`):",
-                          pd.concat([bench_cells(root, f"{disf_start}/confirm/{sub}")
-                                     for sub in ("f-facility", "f-disf",
-                                                 "f-disf-beyond-the-table")])),
+                          bench_cells(root, f"{disf_start}/confirm", "f-facility", "f-disf",
+                                      "f-disf-beyond-the-table")),
                          ("DiSF weighed with quality from its batched start on the report's "
                           f"scale, not adopted (`{disf_start}/confirm/d/`), and DiSF at the "
                           f"defaults before where its cells had never run "
                           f"(`{disf_start}/confirm/disf-today/`):",
-                          pd.concat([bench_cells(root, f"{disf_start}/confirm/{sub}")
-                                     for sub in ("d", "disf-today")])),
+                          bench_cells(root, f"{disf_start}/confirm", "d", "disf-today")),
                          ("The cheaper starts' confirmation runs, on families not used to frame "
                           f"them (`{cheap_starts}/confirm/`: Pair_simi's batched start with the "
                           "certificate's stop, Facility's sampled scale at lamb 0.5, DiSF's budget "
                           "at lamb 0):",
-                          pd.concat([bench_cells(root, f"{cheap_starts}/confirm/{sub}")
-                                     for sub in ("pair", "pair-beyond-the-table", "facility",
-                                                 "disf")])),
+                          bench_cells(root, f"{cheap_starts}/confirm", "pair",
+                                      "pair-beyond-the-table", "facility", "disf")),
                          ("DiSF at lamb 0 at the defaults before, on the families its budget was "
                           f"confirmed on (`{cheap_starts}/confirm/disf-today/`):",
                           bench_cells(root, f"{cheap_starts}/confirm/disf-today")),
                          ("Pair_simi's exact start on the report's scale at lamb 0.5 "
                           f"(`{after_start}/candidate-c4/`), and today's defaults run beside it "
                           f"on the families it was confirmed on (`{after_start}/today-c4/`):",
-                          pd.concat([bench_cells(root, f"{after_start}/{sub}")
-                                     for sub in ("candidate-c4", "today-c4")])),
+                          bench_cells(root, after_start, "candidate-c4", "today-c4")),
                          ("Pair_simi alone (lamb 0) from its exact start on the families it was "
                           f"confirmed on (`{pair_start}/confirm/`), and the defaults before it "
                           f"beside (`{pair_start}/today/`):",
-                          pd.concat([bench_cells(root, f"{pair_start}/{sub}")
-                                     for sub in ("confirm", "today")])),
+                          bench_cells(root, pair_start, "confirm", "today")),
                          (f"Facility at its defaults before (`{facility}/today/`):",
                           bench_cells(root, f"{facility}/today")),
                          (f"The first round's candidate changes (`{candidates}/`):",
