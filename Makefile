@@ -301,9 +301,9 @@ scale-pair: install
 		--budget_s 300 --init greedy --output $(SCALE_DIR)/pair-init-greedy
 
 scale-facility: install
-	$(EXP).timing --sizes 1000 2000 1000000 --metrics Facility $(SCALE_STOP) --budget_s 60 \
+	$(EXP).timing --sizes 1000 2000 1000000 --metrics Facility $(SCALE_STOP) --budget_s 1200 \
 		--learner_blocks Facility=20000 --block_plan neighbourhood --start_optimizer lazy \
-		--output $(SCALE_DIR)/facility-lazy-start-1m
+		--greedies "facility-knn-greedy stochastic" --output $(SCALE_DIR)/facility-defaults-1m
 
 # select's defaults on a GPU (reproduce/results/timing-gpu/defaults/): each metric against its
 # greedies, everything on cuda, greedy budget 20 s; Facility's learner to 20,000 rows

@@ -129,11 +129,13 @@ def test_neighbourhood_blocks_refuse_more_blocks_than_rows():
 
 
 def test_timing_runs_a_learner_in_blocks_past_learner_blocks(tmp_path):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(timing.GREEDIES, "Facility", timing.GREEDIES["Facility"][1:2])  # lazy
-        result = timing.main(["--sizes", "200", "300", "--metrics", "Facility", "--budget_s",
-                              "120", "--repeats", "1", "--stop_every", "2", "--learner_blocks",
-                              "Facility=250", "--output", str(tmp_path), *TOY])
+    """Past --learner_blocks the learner runs in blocks; --greedies times only the greedies it
+    names."""
+    result = timing.main(["--sizes", "200", "300", "--metrics", "Facility", "--budget_s",
+                          "120", "--repeats", "1", "--stop_every", "2", "--learner_blocks",
+                          "Facility=250", "--greedies", "facility-greedy lazy",
+                          "--output", str(tmp_path), *TOY])
+    assert {r.label for r in result.runs if r.role != "learner"} == {"facility-greedy lazy"}
     learner = {r.n: r for r in result.runs if r.role == "learner"}
     assert learner[200].curve and learner[200].block_s is None  # under the cap: one run
     assert learner[300].curve is None and len(learner[300].block_s) == 2

@@ -113,6 +113,11 @@ def build_parser():
                              "many covered rows")
     parser.add_argument("--greedy_points", type=int, default=10,
                         help="points on each greedy's anytime curve")
+    parser.add_argument("--greedies", nargs="+", default=None, metavar="LABEL",
+                        choices=[label for greedies in GREEDIES.values()
+                                 for label, *_ in greedies],
+                        help="time only these greedies, by their tables' labels (e.g. "
+                             "'facility-knn-greedy stochastic'); default: every one")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu",
                         help="where the learner, every greedy and the scoring run: cpu or cuda[:N] "
@@ -174,6 +179,8 @@ def run(args) -> TimingResult:
                                   seed=args.seed)
             random_value = score(greedy_run(data, args.ratio, "random", seed=args.seed)["selected"])
             for label, name, params, role in GREEDIES[metric]:
+                if args.greedies and label not in args.greedies:
+                    continue
                 fit = fit_of(runs, metric, label)
                 over = any(r.wall_s > args.budget_s for r in measured(runs, metric, label)) or any(
                     (r.metric, r.label, r.status) == (metric, label, "killed") for r in runs)
