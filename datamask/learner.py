@@ -690,7 +690,7 @@ class Progress:
     best: dict | None = None  # the stopping rule's best check: step, objective, logits, rows
     start_objective: float | None = None  # the start's read-off on the joint objective
     start_rows: torch.Tensor | None = None  # its rows (candidates), for its certificate
-    check_scale: TermScale | None = None  # --start_scale input: the start's and checks' scale
+    check_scale: TermScale | None = None  # --start_scale input, sampled: the checks' scale
     start_s: float | None = None  # the start's time (greedy and scoring), for --give_up_after
     settled: bool = False  # --stop_share: the start's certificate ended the run before a step
 
@@ -715,8 +715,10 @@ class MaskLearner:
         and its logits the scores. With --best_from start (or auto on a greedy
         start) the starting read-off is scored first, the best for the checks to beat, and with
         --give_up (checks) or --give_up_after (time) a run whose checks do not beat it stops
-        early. With --start_scale input the start and the checks score on the joint objective
-        scaled as the report scales it, the steps on their own. A run
+        early, and with --stop_share a start whose certificate reaches it is written with no
+        step. With --start_scale input (or sampled) the start and the checks score on the joint
+        objective scaled as the report scales it (or from its first masks), the steps on their
+        own. A run
         reports what it did (`LearnResult.summary`): where no check scored the start or the
         written read-off, each is scored once on the same objective, outside the timed part.
 
@@ -799,11 +801,12 @@ class MaskLearner:
             run.start_objective = keep_if_best()
             run.elapsed_s += time.perf_counter() - start
             run.start_rows = run.best["rows"]
-            if cfg.stop_share_of(shape.n_total):  # timed: the stop reads it
+            stop_share = cfg.stop_share_of(shape.n_total)
+            if stop_share:  # timed: the stop reads it
                 start = time.perf_counter()
                 known["start"] = certificate(scoring, ground, run.start_rows)
                 share = known["start"].share_above_random()
-                run.settled = share is not None and share >= cfg.stop_share_of(shape.n_total)
+                run.settled = share is not None and share >= stop_share
                 run.elapsed_s += time.perf_counter() - start
             run.start_s = run.elapsed_s
         elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
