@@ -584,17 +584,18 @@ def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
     assert unscored.steps_taken > 20  # no scored start: nothing to give up on
 
 
-def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_disf_never():
+def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_check():
     """--give_up -1 (select's default): Facility, whose steps never beat its scored start on any
-    family measured, stops at its first check and writes its lazy start; DiSF, from its
-    stochastic start, runs on; an explicit value wins, and a resume compares the resolved
-    value."""
+    family measured, stops at its first check and writes its lazy start, as DiSF weighed alone
+    does; DiSF weighed with quality, from its stochastic start, runs on; an explicit value wins,
+    and a resume compares the resolved value."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, n_epochs=200, stop_every=10, n_rollout=8, seed=2, device="cpu")
     facility = LearnerConfig(algorithm="Facility", **config)
     assert (facility.give_up, facility.give_up_of(300), facility.start_optimizer_of(300)) == (
         -1, 1, "lazy")
-    assert LearnerConfig(algorithm="DiSF", lamb=0.0).give_up_of(300) == 0
+    assert LearnerConfig(algorithm="DiSF", lamb=0.0).give_up_of(300) == 1
+    assert LearnerConfig(algorithm="DiSF", lamb=0.5).give_up_of(300) == 0
     assert replace(facility, give_up=3).give_up_of(300) == 3
     assert learner.resolved(asdict(facility), 300)["give_up"] == 1
     assert learner.resolved(asdict(replace(facility, give_up=1)), 300) == learner.resolved(
@@ -605,8 +606,11 @@ def test_by_default_facility_gives_up_at_its_first_unbeaten_check_and_disf_never
     from baselines.joint_greedy import JointGreedy
     picks, *_ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
     np.testing.assert_array_equal(run.selected, picks)
-    disf = MaskLearner(LearnerConfig(algorithm="DiSF", **config)).fit(data, progress=False)
-    assert disf.steps_taken > 10
+    alone = MaskLearner(LearnerConfig(algorithm="DiSF", **config)).fit(data, progress=False)
+    assert (alone.steps_taken, alone.written_step) == (10, 0)
+    weighed = MaskLearner(LearnerConfig(algorithm="DiSF", **{**config, "lamb": 0.5})).fit(
+        data, progress=False)
+    assert weighed.steps_taken > 10
 
 
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():
