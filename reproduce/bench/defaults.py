@@ -44,7 +44,9 @@ DENSE_ROWS = 20_000  # largest input whose dense facility kernel the lazy greedi
 SYNTHETIC = {  # family -> (dim, clusters, sizes); the first two are the defaults' screen
     "synth-32d-30c": (32, 30, (3_000, 20_000)), "synth-384d-64c": (384, 64, (20_000, 100_000)),
     "synth-64d-24c": (64, 24, (3_000, 20_000)), "synth-768d-100c": (768, 100, (3_000, 20_000)),
-    "synth-384d-16c": (384, 16, (20_000, 100_000)), "synth-128d-40c": (128, 40, (3_000, 20_000))}
+    "synth-384d-16c": (384, 16, (20_000, 100_000)), "synth-128d-40c": (128, 40, (3_000, 20_000)),
+    # held out from every round up to DiSF's sampled start (defaults/disf-sampled-start/plan.md)
+    "synth-48d-36c": (48, 36, (3_000, 20_000)), "synth-192d-12c": (192, 12, (3_000, 20_000))}
 PREPARED = ("pool", "bbc")  # real text: a folder of prepared rows (--pool, --bbc)
 
 
