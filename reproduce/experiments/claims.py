@@ -594,10 +594,10 @@ def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
 
 
 def bench_cells(root: str, folder: str, *parts: str) -> pd.DataFrame:
-    """The cells of `make bench-defaults` runs, one results folder per family under `folder`,
-    or under each of its `parts` in turn."""
-    runs = [run for part in parts or ("",)
-            for run in sorted(Path(root, folder, part).glob("*/defaults.json"))]
+    """The cells of `make bench-defaults` runs: the run in `folder` or one results folder per
+    family under it, or under each of its `parts` in turn."""
+    runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
+            for run in sorted(Path(root, folder, part).glob(pattern))]
     return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
@@ -676,18 +676,14 @@ def taken(cell, entry: str) -> bool:
     return cell.metric == metric and (not lamb or cell.lamb == float(lamb))
 
 
-def defaults_against_greedies(root: str, today: str, facility: str, candidates: str,
-                              after_start: str, pair_start: str, cheap_starts: str,
-                              disf_start: str, keep_of_greedy: float,
-                              adopted: dict[str, list[str]]) -> Finding:
+def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greedy: float,
+                              adopted: dict[str, list[str]], beside: list[dict]) -> Finding:
     """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
-    the metrics later rounds adopted (`adopted`: a folder under the results -> its metrics, in
-    the order adopted; "Facility lamb 0.5" takes that lamb's cells alone), each replacing the
-    same cell run before; then the time budget's round's
-    candidates against the defaults before them, the confirmation runs of the budget read after
-    every step and of DiSF's batched start (`disf_start`), of the cheaper starts
-    (`cheap_starts`) and of Pair_simi's exact start at lamb 0 (`pair_start`), Facility's round
-    and the first round's candidates. Each run is a folder per family (and lamb)."""
+    the metrics later rounds (`rounds`, cited as evidence) adopted (`adopted`: a folder under the
+    results -> its metrics, in the order adopted; "Facility lamb 0.5" takes that lamb's cells
+    alone), each replacing the same cell run before; then each table of `beside` (its `title`,
+    and the cells of `folder`, or of each of its `parts`): the rounds' candidates and
+    confirmation runs. Each run is a folder per family (and lamb)."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
@@ -714,41 +710,12 @@ def defaults_against_greedies(root: str, today: str, facility: str, candidates: 
     lines = []
     from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
                            for folder, metrics in adopted.items())
-    for title, shown in ((f"At select's defaults (`{today}/`'s cells; then {from_round}, "
-                          "where each ran):", cells),
-                         (f"The time budget's round, every cell (`{after_start}/candidate/`):",
-                          bench_cells(root, f"{after_start}/candidate")),
-                         ("The budget read after every step, on families not used to frame it "
-                          f"(`{disf_start}/confirm/f-facility/`, `f-disf/` and "
-                          "`f-disf-beyond-the-table/`):",
-                          bench_cells(root, f"{disf_start}/confirm", "f-facility", "f-disf",
-                                      "f-disf-beyond-the-table")),
-                         ("DiSF weighed with quality from its batched start on the report's "
-                          f"scale, not adopted (`{disf_start}/confirm/d/`), and DiSF at the "
-                          f"defaults before where its cells had never run "
-                          f"(`{disf_start}/confirm/disf-today/`):",
-                          bench_cells(root, f"{disf_start}/confirm", "d", "disf-today")),
-                         ("The cheaper starts' confirmation runs, on families not used to frame "
-                          f"them (`{cheap_starts}/confirm/`: Pair_simi's batched start with the "
-                          "certificate's stop, Facility's sampled scale at lamb 0.5, DiSF's budget "
-                          "at lamb 0):",
-                          bench_cells(root, f"{cheap_starts}/confirm", "pair",
-                                      "pair-beyond-the-table", "facility", "disf")),
-                         ("DiSF at lamb 0 at the defaults before, on the families its budget was "
-                          f"confirmed on (`{cheap_starts}/confirm/disf-today/`):",
-                          bench_cells(root, f"{cheap_starts}/confirm/disf-today")),
-                         ("Pair_simi's exact start on the report's scale at lamb 0.5 "
-                          f"(`{after_start}/candidate-c4/`), and today's defaults run beside it "
-                          f"on the families it was confirmed on (`{after_start}/today-c4/`):",
-                          bench_cells(root, after_start, "candidate-c4", "today-c4")),
-                         ("Pair_simi alone (lamb 0) from its exact start on the families it was "
-                          f"confirmed on (`{pair_start}/confirm/`), and the defaults before it "
-                          f"beside (`{pair_start}/today/`):",
-                          bench_cells(root, pair_start, "confirm", "today")),
-                         (f"Facility at its defaults before (`{facility}/today/`):",
-                          bench_cells(root, f"{facility}/today")),
-                         (f"The first round's candidate changes (`{candidates}/`):",
-                          bench_cells(root, candidates))):
+    tables = [(f"At select's defaults (`{today}/`'s cells; then {from_round}, where each ran):",
+               cells)]
+    tables += [(table_of["title"], bench_cells(root, table_of["folder"],
+                                               *table_of.get("parts", ())))
+               for table_of in beside]
+    for title, shown in tables:
         if not shown.empty:
             lines += [title, "", *table({
                 "family": shown.family, "rows": shown.rows.map("{:,}".format),
