@@ -195,8 +195,8 @@ class LearnerConfig:
     def give_up_of(self, rows: int) -> int:
         """--give_up on `rows` input rows, -1 resolved: Facility's steps never beat its scored
         start on any family measured (reproduce/results/defaults/facility/), nor Pair_simi's
-        its greedy start (`pair_greedy_start`), nor DiSF's weighed alone (lamb 0;
-        defaults/stochastic-start/), so they give up at the first check."""
+        its greedy start (`pair_greedy_start`), nor DiSF's weighed alone (lamb 0) within its
+        time budget (defaults/stochastic-start/), so they give up at the first check."""
         if self.give_up >= 0:
             return self.give_up
         alone_disf = self.algorithm == "DiSF" and self.lamb == 0

@@ -384,3 +384,30 @@ def test_length_bias_holds_in_all_four_parts_or_names_those_that_hold(tmp_path):
     # a judged greedy that did not run is not short; quality short is not long
     write_length_bias(tmp_path, {"pool": {"quality-topk": [0.9], "pair-greedy": [0.8]}})
     assert claim.finding(str(tmp_path)).verdict == "does not hold"
+
+
+def test_defaults_table_takes_adopted_cells_over_older_ones_and_shows_each_side_table(tmp_path):
+    """The defaults claim: an adopted round's cells replace the same cells run before (only the
+    metric and lamb it names), and each side table reads its folder, a run held directly there
+    or one folder per family."""
+    def cell(family, metric, lamb, passes, time_ratio=1.0):
+        return {"family": family, "rows": 3000, "metric": metric, "lamb": lamb,
+                "greedy": "g", "gain_ratio": 1.0, "time_ratio": time_ratio, "written_step": 0,
+                "passes": passes, "share_above_random_start": None,
+                "share_above_random_written": None, "no_bound_reason": "no bound"}
+
+    def write(folder, *rows):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "defaults.json").write_text(json.dumps({"rows": list(rows)}))
+
+    write("today/a", cell("a", "DiSF", 0.0, False), cell("a", "DiSF", 0.5, False))
+    write("round/screen/g", cell("a", "DiSF", 0.0, True, 0.5), cell("a", "DiSF", 0.5, True))
+    write("round/screen/s", cell("a", "Facility", 0.0, False, 9.0))
+    found = claims.defaults_against_greedies(
+        str(tmp_path), "today", "round", keep_of_greedy=0.99,
+        adopted={"round/screen": ["DiSF lamb 0"]},
+        beside=[{"title": "Not adopted:", "folder": "round", "parts": ["screen/s"]}])
+    assert found.here.startswith("1 of 2 cells pass")
+    text = "\n".join(found.lines)
+    assert "| a | 3,000 | DiSF | 0 | g | 1.000 | 0.50 |" in text  # the adopted cell
+    assert "Not adopted:" in text and "| a | 3,000 | Facility | 0 | g | 1.000 | 9.00 |" in text
