@@ -3,6 +3,8 @@ greedy's gain and time and a verdict that follows them, and the table is written
 
 import json
 
+import pytest
+
 from reproduce.bench import defaults
 
 
@@ -49,3 +51,20 @@ def test_the_table_shows_each_certificate_or_no_bound():
                            {**row, "share_above_random_start": None,
                             "share_above_random_written": None}])
     assert "| 0.9877 | 0.9900 |" in text and "| no bound | no bound |" in text
+
+
+def test_repeats_time_each_run_in_turn_and_take_the_median(tmp_path):
+    """--repeats 3: select and its greedy run three times each, their times and gains kept,
+    the cell's each the median."""
+    rows = defaults.main(["--families", "synth-32d-30c", "--sizes", "300", "--metrics",
+                          "DiSF", "--lambs", "0", "--set", "n_epochs=50", "--repeats", "3"])
+    times = rows[0]["repeats"]
+    assert sorted(times) == ["datamask", "disf-greedy-fast"]
+    assert all(len(runs) == 3 for runs in times.values())
+    assert rows[0]["select_s"] == sorted(times["datamask"])[1]
+    assert rows[0]["greedy_s"] == sorted(times["disf-greedy-fast"])[1]
+    assert rows[0]["time_ratio"] == rows[0]["select_s"] / rows[0]["greedy_s"]
+    assert rows[0]["gain"] == sorted(rows[0]["repeat_gains"]["datamask"])[1]
+    assert rows[0]["greedy_gain"] == sorted(rows[0]["repeat_gains"]["disf-greedy-fast"])[1]
+    with pytest.raises(SystemExit):
+        defaults.build_parser().parse_args(["--repeats", "0"])

@@ -3,14 +3,16 @@ family by family (reproduce/results/defaults/plan.md)?
 
     python -m reproduce.bench.defaults [--families synth-32d-30c pool ...] [--metrics ...]
         [--lambs 0 0.5] [--pool runs/pool/prepared] [--bbc runs/pipeline-demo/prepared]
-        [--set start_optimizer=lazy Pair_simi:give_up=4 ...]
+        [--set start_optimizer=lazy Pair_simi:give_up=4 ...] [--repeats 3]
         [--output reproduce/results/defaults/screen]
 
 For each family, size, lamb and metric, select at its defaults (with --set's overrides) and each
 reference greedy run back to back in this process on the same rows; `datamask.report.Report`
 scores every selection on the run's joint objective over all rows, beside a random selection's.
-A cell passes when select gains at least 0.99 of the best greedy's gain over random, in at most
-that greedy's time from 20,000 rows up and at most its time plus one second below. Beside the
+With --repeats N, select and each greedy run N times in turn, and each time is the median of
+its runs (a shared machine's time moves between runs of one computation). A cell passes when
+select gains at least 0.99 of the best greedy's gain over random, in at most that greedy's time
+from 20,000 rows up and at most its time plus one second below. Beside the
 verdict: how near the optimum select's start and written selection are (the share of the room
 between a random selection and the certificate's upper bound, or "no bound") and the time of the
 whole select call seen from here. Printed as a table; with --output also written as
@@ -81,27 +83,48 @@ def datasets(args) -> list[tuple[str, object]]:
 
 
 def cell(family: str, data, metric: str, lamb: float, report: Report, random_value: dict,
-         overrides: dict, seed: int) -> dict:
-    """Select at its defaults and each reference greedy on `data`; gains on the joint."""
+         overrides: dict, seed: int, repeats: int = 1) -> dict:
+    """Select at its defaults and each reference greedy on `data`, `repeats` times in turn
+    (select, then each greedy, then again); each one's time and gain on the joint are the
+    medians of its runs (a seeded run repeats its selection, unless a time budget ends it at
+    another step, so each distinct selection is scored once)."""
     objective = f"joint_{metric}"
-    began = time.perf_counter()
-    select = make_selector("datamask", algorithm=metric, lamb=lamb, seed=seed, device="cpu",
-                           **overrides).select(data, RATIO)
-    outer = time.perf_counter() - began  # the scale fit and the untimed scoring included
-    gain = report(select.selected)[objective] - random_value[objective]
-    greedies = []
-    for name, options in references(metric, lamb, len(data)):
-        run = make_selector(name, device="cpu", seed=seed, **options).select(data, RATIO)
-        greedies.append((name, run.wall_time_s,
-                         report(run.selected)[objective] - random_value[objective]))
+    names = references(metric, lamb, len(data))
+    runs = {name: [] for name in ["datamask", *(name for name, _ in names)]}
+    outer = []  # select's whole call: the scale fit and the untimed scoring included
+    for _ in range(repeats):
+        began = time.perf_counter()
+        runs["datamask"].append(make_selector(
+            "datamask", algorithm=metric, lamb=lamb, seed=seed, device="cpu",
+            **overrides).select(data, RATIO))
+        outer.append(time.perf_counter() - began)
+        for name, options in names:
+            runs[name].append(make_selector(name, device="cpu", seed=seed, **options).select(
+                data, RATIO))
+    scored = {}  # a selection's bytes -> its gain over random
+
+    def gain_of(run) -> float:
+        key = np.ascontiguousarray(run.selected).tobytes()
+        if key not in scored:
+            scored[key] = report(run.selected)[objective] - random_value[objective]
+        return scored[key]
+
+    seconds = {name: [run.wall_time_s for run in repeated] for name, repeated in runs.items()}
+    gains = {name: [gain_of(run) for run in repeated] for name, repeated in runs.items()}
+    gain = float(np.median(gains["datamask"]))
+    greedies = [(name, float(np.median(seconds[name])), float(np.median(gains[name])))
+                for name, _ in names]
     row = {"family": family, "rows": len(data), "metric": metric, "lamb": lamb,
-           "select_s": select.wall_time_s, "select_call_s": outer, **select.run}
+           "select_s": float(np.median(seconds["datamask"])),
+           "select_call_s": float(np.median(outer)), **runs["datamask"][0].run}
+    if repeats > 1:
+        row.update(repeats=seconds, repeat_gains=gains)
     if greedies:
         name, wall, best = max(greedies, key=lambda g: g[2])
         grace = 0.0 if len(data) >= TIMED_FROM else GRACE_S
         row.update(greedy=name, greedy_s=wall, gain=gain, greedy_gain=best,
-                   gain_ratio=gain / best, time_ratio=select.wall_time_s / wall,
-                   passes=bool(gain >= KEEP * best and select.wall_time_s <= wall + grace))
+                   gain_ratio=gain / best, time_ratio=row["select_s"] / wall,
+                   passes=bool(gain >= KEEP * best and row["select_s"] <= wall + grace))
     return row
 
 
@@ -147,6 +170,17 @@ def table(rows: list[dict]) -> str:
                                   "written share"))
 
 
+def positive_int(value: str) -> int:
+    """argparse type for a count of at least 1 (--repeats)."""
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return count
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=list(SYNTHETIC)[:2],
@@ -164,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="select options to override, e.g. start_optimizer=lazy; "
                              "METRIC:KEY=VALUE for one metric only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=positive_int, default=1,
+                        help="time select and each greedy this many times, in turn, and take "
+                             "each one's median (default: %(default)s)")
     parser.add_argument("--output", default=None,
                         help="folder for defaults.json and defaults.md (default: print only)")
     return parser
@@ -184,10 +221,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 data, RATIO).selected)
             for metric in args.metrics:
                 rows.append(cell(family, data, metric, lamb, report, random_value,
-                                 overrides[metric], args.seed))
+                                 overrides[metric], args.seed, args.repeats))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
+    timed = f", each time the median of {args.repeats} runs" if args.repeats > 1 else ""
     text = (f"select's defaults{' with ' + ' '.join(args.set) if args.set else ''} against the "
-            f"best reference greedy, ratio {RATIO}, seed {args.seed}, "
+            f"best reference greedy{timed}, ratio {RATIO}, seed {args.seed}, "
             f"{torch.get_num_threads()} torch threads\n\n" + table(rows))
     print("\n" + text)
     if args.output:
