@@ -402,3 +402,10 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
     assert chain["selection"] == str(root / "select" / "random" / "selection.parquet")
     assert chain["train"]["tokens"] == str(root / "relative" / "tokens")
     assert chain["select"] and chain["tokens"]["documents"] > 0
+
+
+def test_select_refuses_a_negative_block_size_before_writing(tmp_path, prepared):
+    out = tmp_path / "select"
+    with pytest.raises(UserError, match="--block_size must be 0"):
+        run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=-5)
+    assert not out.exists()

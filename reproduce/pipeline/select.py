@@ -280,6 +280,9 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
                strata_from: list[str] | None = None) -> dict:
     """Plan the blocks, run them as executor tasks, merge; returns summary.json's content
     (for Slurm, which returns at submission, the submission instead)."""
+    if block_size < 0:
+        raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
+                        f"{block_size}")
     name, params = parse_method(method_spec)
     params = selector_params(name, params)
     files = parquet_files(inputs)
