@@ -674,7 +674,8 @@ def closing_line(cfg: LearnerConfig, result: LearnResult) -> str:
             f"({STOP_WORDS[result.stop_reason]}); wrote step {written}"
             f"{' (the start)' if written == 0 else ''}: objective "
             f"{value(result.objective_written)}, start {value(result.objective_start)}; "
-            + ("certificate off" if cfg.certificate == "off" else "no bound" if bound is None else
+            + ("no bound" if bound is None and cfg.certificate == "on" else
+               "certificate off" if bound is None else
                f"bound {value(bound)}, share above random: written "
                f"{share(result.certificate['share_above_random_written'])}, start "
                f"{share(result.certificate['share_above_random_start'])}"))
@@ -875,11 +876,13 @@ class MaskLearner:
                        else "stopping_rule" if cfg.stop_every else "patience")
         written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
         # how near the optimum start and written selection are: untimed, on the same objective
-        certificates = certify(scoring, ground, {"start": run.start_rows,
-                                                   "written": torch.as_tensor(rows)}, known
-                               ) if cfg.certificate == "on" else {}
+        if cfg.certificate == "on":
+            certificates = certify(scoring, ground, {"start": run.start_rows,
+                                                     "written": torch.as_tensor(rows)}, known)
+        else:  # none computed for it: only the start's, where --stop_share read it
+            certificates = {**known, **({"written": known["start"]} if run.settled else {})}
         certified = certificate_fields(certificates, ["start", "written"])
-        if cfg.certificate == "off":
+        if not certificates:
             certified["no_bound_reason"] = "not computed: --certificate off"
         result = LearnResult(
             selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,

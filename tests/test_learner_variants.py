@@ -806,10 +806,18 @@ def test_by_default_pair_simi_writes_its_certified_greedy_start_or_gives_up_afte
         np.testing.assert_array_equal(run.selected, picks)
         assert (run.steps_taken, run.written_step, run.stop_reason) == (0, 0, "certificate")
         assert run.certificate["share_above_random_start"] >= learner.STOP_SHARE
+        # --certificate off computes no bound, but reports the one the stop read
+        off = MaskLearner(replace(config, lamb=lamb, certificate="off")).fit(data, progress=False)
+        assert off.certificate == run.certificate
         uncertified = MaskLearner(replace(config, lamb=lamb, stop_share=1.0)).fit(
             data, progress=False)
         np.testing.assert_array_equal(uncertified.selected, picks)
         assert (uncertified.steps_taken, uncertified.written_step) == (10, 0)
+        unread = MaskLearner(replace(config, lamb=lamb, stop_share=1.0, certificate="off")).fit(
+            data, progress=False)
+        assert unread.certificate["share_above_random_start"] == pytest.approx(
+            uncertified.certificate["share_above_random_start"])
+        assert unread.certificate["share_above_random_written"] is None
     big = learner.PAIR_START_ROWS + 1
     for lamb in (0.0, 0.5):
         assert (replace(config, lamb=lamb).start_optimizer_of(big),
