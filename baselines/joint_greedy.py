@@ -25,9 +25,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from datamask.data import Dataset
-from datamask.greedy import greedy
 from datamask.learner import LearnerConfig
-from datamask.objectives import CoverageGains, JointGains, diversity_gains, exact_optimizer
+from datamask.objectives import joint_greedy
 from datamask.report import Report
 from datamask.options import option
 from datamask.selectors import Selector
@@ -67,15 +66,9 @@ class JointGreedy(Selector):
         report = Report(data, k / len(data), p.lamb, resolve_device(p.device), p.seed,
                         metrics=(p.algorithm,))
         ground = report.ground
-        diversity = (diversity_gains(p.algorithm, ground, p.memory_gb * 2**30)
-                     if p.lamb < 1 else None)
-        term = JointGains(report.joint(p.algorithm), ground, diversity)
-        optimiser = optimiser_arguments(p, ground.device)
-        if optimiser["optimizer"] == "lazy":
-            optimiser["optimizer"] = exact_optimizer(diversity)
-        picks, history = greedy(  # only Facility's steps are small ops
-            term, k, score=term.value_with, single_thread=isinstance(diversity, CoverageGains),
-            **optimiser,
+        picks, history = joint_greedy(
+            report.joint(p.algorithm), ground, p.algorithm, k, p.memory_gb * 2**30,
+            **optimiser_arguments(p, ground.device),
             record=lambda s: {"step": s.step, "row": s.row, "joint": s.value.item(),
                               "gains_evaluated": s.gains_evaluated,
                               "elapsed_s": s.elapsed_s})

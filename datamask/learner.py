@@ -26,11 +26,10 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
-from .greedy import BATCHED_ROUNDS, greedy
-from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, JointGains, Quality,
-                         SetFunction, TermScale, certificate, certificate_fields, certify,
-                         diversity, diversity_gains, exact_optimizer, probing_saves_work,
-                         random_probes)
+from .greedy import BATCHED_ROUNDS
+from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality, SetFunction,
+                         TermScale, certificate, certificate_fields, certify, diversity,
+                         joint_greedy, probing_saves_work, random_probes)
 from .objectives.joint import SCALE_GROUNDS
 from .options import option, validate
 from .paths import remove_temporaries
@@ -346,14 +345,8 @@ def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
     ln(N/k), every other row 0. The
     picks then hold about half the policy's mass (k e^c = N), so the first steps still sample
     outside them, and a top-k read-off gives the greedy's set."""
-    gains = diversity_gains(algorithm, ground, GREEDY_KERNEL_BYTES) if objective.lamb < 1 else None
-    term = JointGains(objective, ground, gains)
-    if gains is None:  # quality alone (lamb 1) is modular and free to score: exact top-k
-        optimizer = "naive"
-    elif optimizer == "lazy":
-        optimizer = exact_optimizer(gains)
-    picks, _ = greedy(term, k, optimizer=optimizer, score=term.value_with, generator=gen,
-                      single_thread=algorithm == "Facility", rounds=rounds)
+    picks, _ = joint_greedy(objective, ground, algorithm, k, GREEDY_KERNEL_BYTES, optimizer,
+                            generator=gen, rounds=rounds)
     logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
     logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
     return logits

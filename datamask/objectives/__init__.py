@@ -1,6 +1,7 @@
 """The single source of truth for every objective: the learner, each greedy baseline and every
 report evaluate selections through these set functions (one file per function)."""
 
+from ..greedy import greedy
 from .base import GroundSet, SetFunction, as_batch
 from .certificates import (Certificate, certificate, certificate_fields, certify,
                           optimised_fields)
@@ -44,12 +45,31 @@ def exact_optimizer(gains) -> str:
     return "lazy" if isinstance(gains, CoverageGains) else "naive"
 
 
+def joint_greedy(objective: Joint, ground: GroundSet, algorithm: str, k: int,
+                 memory_bytes: float, optimizer: str = "lazy", **options):
+    """k picks of `datamask.greedy.greedy` on the joint objective (quality beside the
+    --algorithm metric's incremental form, Facility's kernel held within `memory_bytes`), the
+    picks and history it returns. `optimizer` lazy is the exact greedy's picks (`exact_optimizer`);
+    quality alone (lamb 1) is modular, so its exact top-k is taken whatever the optimiser.
+    Facility's steps are small ops and run on one thread. `options`: the engine's (epsilon,
+    generator, rounds, record)."""
+    gains = diversity_gains(algorithm, ground, memory_bytes) if objective.lamb < 1 else None
+    term = JointGains(objective, ground, gains)
+    if gains is None:
+        optimizer = "naive"
+    elif optimizer == "lazy":
+        optimizer = exact_optimizer(gains)
+    return greedy(term, k, optimizer=optimizer, score=term.value_with,
+                  single_thread=isinstance(gains, CoverageGains), **options)
+
+
 __all__ = [
     "DIVERSITY", "Certificate", "CollapseGains", "CoverageGains", "DiSF", "FacilityLocation",
     "GroundSet", "Joint", "JointGains", "KnnKernel", "PairGains", "PairSimilarity", "Quality",
     "QualityGains", "ScatterState", "SetFunction", "SparseCoverageGains",
     "SparseFacilityLocation", "TermScale", "as_batch", "certificate", "certificate_fields",
     "certify", "clipped_cosine", "collapse_score", "diversity", "diversity_gains",
-    "exact_optimizer", "kernel_rows", "knn_kernel", "optimised_fields", "pair_cosine_sum",
+    "exact_optimizer", "joint_greedy", "kernel_rows", "knn_kernel", "optimised_fields",
+    "pair_cosine_sum",
     "probing_saves_work", "random_masks", "random_probes", "similarity_rows",
 ]
