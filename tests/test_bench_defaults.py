@@ -68,3 +68,15 @@ def test_repeats_time_each_run_in_turn_and_take_the_median(tmp_path):
     assert rows[0]["greedy_gain"] == sorted(rows[0]["repeat_gains"]["disf-greedy-fast"])[1]
     with pytest.raises(SystemExit):
         defaults.build_parser().parse_args(["--repeats", "0"])
+
+
+def test_a_greedy_below_random_shows_no_ratio():
+    """A negative gain ratio (the greedy lost to random) would read as select losing: the table
+    says the greedy was below random, and the verdict column what select did."""
+    row = {"family": "f", "rows": 300, "metric": "DiSF", "lamb": 0.0, "select_s": 1.0,
+           "steps_run": 50, "stop_reason": "stopping_rule", "written_step": 0,
+           "objective_start": 1.0, "objective_written": 1.0, "greedy": "disf-greedy-fast",
+           "greedy_s": 1.0, "passes": True}
+    text = defaults.table([{**row, "gain_ratio": -1.8, "greedy_gain": -2.0},
+                           {**row, "gain_ratio": 1.25, "greedy_gain": 2.0}])
+    assert "| greedy below random |" in text and "| 1.250 |" in text and "-1.8" not in text

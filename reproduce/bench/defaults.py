@@ -128,6 +128,14 @@ def cell(family: str, data, metric: str, lamb: float, report: Report, random_val
     return row
 
 
+def gain_ratio_text(ratio, greedy_gain) -> str:
+    """A cell's gain ratio as shown: "greedy below random" where the best greedy gained nothing
+    over random, whose ratio says nothing (the verdict still says whether select gained)."""
+    if pd.isna(ratio):
+        return "-"
+    return "greedy below random" if greedy_gain is not None and greedy_gain <= 0 else f"{ratio:.3f}"
+
+
 def share(value) -> str:
     """A certificate's share above random, or "no bound" where the run had none."""
     return "no bound" if value is None or pd.isna(value) else f"{value:.4f}"
@@ -152,8 +160,9 @@ def table(rows: list[dict]) -> str:
     shown = pd.DataFrame({
         "family": frame.family, "rows": frame.rows.map("{:,}".format), "metric": frame.metric,
         "lamb": frame.lamb.map("{:g}".format), "greedy": frame.get("greedy", "-"),
-        "gain ratio": frame.get("gain_ratio", np.nan).map(lambda r: "-" if pd.isna(r)
-                                                           else f"{r:.3f}"),
+        "gain ratio": [gain_ratio_text(r, g) for r, g in zip(
+            frame.get("gain_ratio", pd.Series(np.nan, frame.index)),
+            frame.get("greedy_gain", pd.Series(None, frame.index)))],
         "select s": frame.select_s.map("{:.3g}".format),
         "greedy s": frame.get("greedy_s", np.nan).map(lambda s: "-" if pd.isna(s)
                                                        else f"{s:.3g}"),

@@ -20,6 +20,7 @@ import yaml
 
 from datamask.errors import UserError
 from eval.tables import markdown
+from reproduce.bench.defaults import gain_ratio_text
 
 from .common import lr_setting
 from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
@@ -720,7 +721,9 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
             lines += [title, "", *table({
                 "family": shown.family, "rows": shown.rows.map("{:,}".format),
                 "metric": shown.metric, "lamb": shown.lamb.map("{:g}".format),
-                "greedy": shown.greedy, "gain ratio": shown.gain_ratio.map("{:.3f}".format),
+                "greedy": shown.greedy,
+                "gain ratio": [gain_ratio_text(r, g) for r, g in zip(
+                    shown.gain_ratio, shown.get("greedy_gain", pd.Series(None, shown.index)))],
                 "time ratio": shown.time_ratio.map("{:.2f}".format),
                 "written at": shown.written_step,
                 "start share": share(shown, "start"), "written share": share(shown, "written"),
