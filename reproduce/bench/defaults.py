@@ -89,8 +89,8 @@ def cell(family: str, data, metric: str, lamb: float, report: Report, random_val
     medians of its runs (a seeded run repeats its selection, unless a time budget ends it at
     another step, so each distinct selection is scored once)."""
     objective = f"joint_{metric}"
-    names = references(metric, lamb, len(data))
-    runs = {name: [] for name in ["datamask", *(name for name, _ in names)]}
+    greedy_specs = references(metric, lamb, len(data))
+    runs = {name: [] for name in ["datamask", *(name for name, _ in greedy_specs)]}
     outer = []  # select's whole call: the scale fit and the untimed scoring included
     for _ in range(repeats):
         began = time.perf_counter()
@@ -98,7 +98,7 @@ def cell(family: str, data, metric: str, lamb: float, report: Report, random_val
             "datamask", algorithm=metric, lamb=lamb, seed=seed, device="cpu",
             **overrides).select(data, RATIO))
         outer.append(time.perf_counter() - began)
-        for name, options in names:
+        for name, options in greedy_specs:
             runs[name].append(make_selector(name, device="cpu", seed=seed, **options).select(
                 data, RATIO))
     scored = {}  # a selection's bytes -> its gain over random
@@ -113,7 +113,7 @@ def cell(family: str, data, metric: str, lamb: float, report: Report, random_val
     gains = {name: [gain_of(run) for run in repeated] for name, repeated in runs.items()}
     gain = float(np.median(gains["datamask"]))
     greedies = [(name, float(np.median(seconds[name])), float(np.median(gains[name])))
-                for name, _ in names]
+                for name, _ in greedy_specs]
     row = {"family": family, "rows": len(data), "metric": metric, "lamb": lamb,
            "select_s": float(np.median(seconds["datamask"])),
            "select_call_s": float(np.median(outer)), **runs["datamask"][0].run}
