@@ -29,9 +29,11 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
   verdict   verdict.md, printed last: the verdict on one screen and where the full tables are
 The calibration selections, token sets and training runs go `--jobs` at a time, each in its own
 process; the methods' selections one at a time, on two torch threads each (a selection depends
-on the thread count). A run trains and is scored in one process with one torch thread (on the
-2-core box two one-thread jobs train ~4x faster each than one two-thread job beside other load;
-training does not depend on the thread count, see docs/downstream.md "Determinism").
+on the thread count). Runs are trained and scored in `--jobs` long-lived workers with one torch
+thread each (reproduce/pipeline/stage_worker.py: torch, transformers and lm-eval imported once a
+worker, not once a run; on the 2-core box two one-thread jobs train ~4x faster each than one
+two-thread job beside other load; training does not depend on the thread count, see
+docs/downstream.md "Determinism").
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
 
 from ..cli import chain_stages
 from .common import parse_sets
+from .stage_worker import StageWorker
 
 # label -> selector spec: datamask with each diversity metric at select's defaults, the paper's
 # own settings and the greedy start they begin from, quality-topk, quality-threshold, semdedup,
@@ -346,14 +349,24 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             stages.append(["evaluate", "--checkpoints", str(ckpt), "--tasks", *tasks,
                            "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
                            *target, *docs, "--output", str(output / "eval")])
-        if stages:  # one process: torch and transformers are imported once per run
-            python("reproduce", *chain_stages(stages), log=log)
+        if stages:  # in this thread's worker: torch and transformers are imported once
+            worker = getattr(workers, "mine", None)
+            if worker is None:
+                worker = workers.mine = StageWorker()
+                started_workers.append(worker)
+            worker.run(chain_stages(stages), log)
         training.tick(f"{label} seed {seed}", bool(stages))
+
+    workers, started_workers = threading.local(), []
 
     def train_all():
         # seeds outermost: a run stopped early still holds every method at the first seeds
-        in_parallel([partial(train_and_evaluate, label, seed)
-                     for seed in seeds for label in runs], jobs)
+        try:
+            in_parallel([partial(train_and_evaluate, label, seed)
+                         for seed in seeds for label in runs], jobs)
+        finally:
+            for worker in started_workers:
+                worker.close()
     timed("train+evaluate", train_all)
 
     def tables_and_figures():
