@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -204,11 +204,9 @@ def test_table2_with_random_drawn_five_times_reads_the_paper_row_on_each_eligibl
     stratified["verdict"] = verdict(stratified, "random@strat", primary=["P", "Q"],
                                     calibrated_by=("the free arm", free))
 
-    question = "Table 2 against five random draws"
-    claim = claims.Claim(question=question, paper="+3.2 points", evidence=[
-        "downstream/third", "downstream/V512-d64"], target="downstream", rule="the plan's",
-        decide="table2_bound", parameters={"paper_row": "datamask-paper",
-                                           "today_row": "datamask-Pair_simi"})
+    claim = next(c for c in claims.load_claims() if c.decide == "table2_bound")
+    question = claim.question
+    assert claim.evidence[:2] == ["downstream/third", "downstream/V512-d64"]
 
     def write(free: dict) -> str:
         for folder, table in (("tables", free), ("tables-stratified", stratified)):
@@ -403,10 +401,11 @@ def test_defaults_table_takes_adopted_cells_over_older_ones_and_shows_each_side_
     write("today/a", cell("a", "DiSF", 0.0, False), cell("a", "DiSF", 0.5, False))
     write("round/screen/g", cell("a", "DiSF", 0.0, True, 0.5), cell("a", "DiSF", 0.5, True))
     write("round/screen/s", cell("a", "Facility", 0.0, False, 9.0))
-    found = claims.defaults_against_greedies(
-        str(tmp_path), "today", "round", keep_of_greedy=0.99,
-        adopted={"round/screen": ["DiSF lamb 0"]},
-        beside=[{"title": "Not adopted:", "folder": "round", "parts": ["screen/s"]}])
+    declared = next(c for c in claims.load_claims() if c.decide == "defaults_against_greedies")
+    found = replace(declared, evidence=["today", "round"], parameters=dict(
+        keep_of_greedy=0.99, adopted={"round/screen": ["DiSF lamb 0"]},
+        beside=[{"title": "Not adopted:", "folder": "round", "parts": ["screen/s"]}])).finding(
+            str(tmp_path))
     assert found.here.startswith("1 of 2 cells pass")
     text = "\n".join(found.lines)
     assert "| a | 3,000 | DiSF | 0 | g | 1.000 | 0.50 |" in text  # the adopted cell

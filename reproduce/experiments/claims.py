@@ -1,18 +1,20 @@
-"""The rules of `make findings`: claims.yaml declares each claim (its question, the paper's
-figure, the results folders it reads, the Make target that writes them, the rule in words and
-its parameters) and names the function here that applies the rule. That function takes the
-results root, the claim's folders in their declared order and its parameters by name; where the
-files it needs are missing, the claim is not measured. The rules shared by claims come first.
+"""The rules of `make findings`, as data: claims.yaml declares each claim (its question, the
+paper's figure, the results folders it reads, the Make target that writes them, its rule as data
+and its sentence and table templates) and names its measure, a function here that reads the
+folders into values. `Claim.finding` checks the rule on those values and fills the templates;
+where the files a measure needs are missing, the claim is not measured. The schema is in
+docs/experiments.md; the measures shared by claims come first.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import os
+import string
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -34,6 +36,12 @@ COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
                 "probes": ("wall_s", "fewest mean seconds")}
 SCORED_START = ("best-from-start", "start")  # Facility's start as select takes it: folder, value
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
+WORDS = {True: "holds", False: "does not hold"}
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+       "==": operator.eq, "!=": operator.ne}
+RULE_KEYS = {"measure", "op", "value", "times"}
+PART_KEYS = {"each": {"each", "line"}, "table": {"table", "columns", "right"},
+             "tables": {"tables", "columns", "right"}}
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class Finding:
 
 
 class NotMeasured(Exception):
-    """The files a rule needs are missing."""
+    """The files a measure needs are missing."""
 
 
 def needed(found):
@@ -55,18 +63,72 @@ def needed(found):
     return found
 
 
+class Template(string.Formatter):
+    """str.format, where a list is formatted entry by entry and joined by ", ", a missing value
+    (None, NaN) shows as "-", text shows as it is, and a yes-or-no value takes the word its spec gives: "{ok:met|not
+    met}"."""
+    def format_field(self, value, spec: str) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (bool, np.bool_)) and "|" in spec:
+            return spec.split("|")[0 if value else 1]
+        if isinstance(value, (list, tuple)):
+            return ", ".join(self.format_field(v, spec) for v in value)
+        if value is None or isinstance(value, float) and np.isnan(value):
+            return "-"
+        return super().format_field(value, spec)
+
+
+def fill(template: str, values) -> str:
+    return Template().vformat(template, (), values if isinstance(values, dict) else vars(values))
+
+
+def check(rule: dict, values: dict) -> bool:
+    """A rule as data: `measure` `op` `value` (times `times`), where `value`, `op` and `times`
+    may name other measures; `all` or `any` of a list of rules."""
+    if "all" in rule or "any" in rule:
+        return (all if "all" in rule else any)(check(r, values) for r in next(iter(rule.values())))
+    def get(key):
+        found = rule.get(key, 1)
+        return values.get(found, found) if isinstance(found, str) else found
+    return bool(OPS[get("op")](values[rule["measure"]], get("value") * get("times")))
+
+
+def rule_errors(rule: dict) -> list[str]:
+    if "all" in rule or "any" in rule:
+        return [e for r in next(iter(rule.values())) for e in rule_errors(r)]
+    unknown = [f"rule key {key!r}" for key in rule if key not in RULE_KEYS]
+    return unknown + [f"rule without {key!r}" for key in ("measure", "op") if key not in rule]
+
+
+def table(rows, columns: dict, right=()) -> list[str]:
+    return markdown(pd.DataFrame([{header: fill(template, row) for header, template
+                                   in columns.items()} for row in rows], columns=list(columns)),
+                    right=right).splitlines()
+
+
 @dataclass(frozen=True)
 class Claim:
     question: str
     paper: str  # the paper's figure ("-": a question this project adds)
     evidence: list[str]  # folders under the results root; the first is linked
     target: str  # the Make target that writes the first folder
-    rule: str
-    decide: str  # the name of the function here that applies the rule
+    rule: str  # the rule in words
+    decide: str  # the measure: the function here reading the folders and `parameters`
     caveat: str = ""
     figures: list[str] = field(default_factory=list)  # PNGs under the root, shown if there
-    parameters: dict = field(default_factory=dict)  # the rule's own: targets, rows, sentences
+    parameters: dict = field(default_factory=dict)  # the measure's own inputs, by name
     commit: str = ""  # where the target has changed since: the commit whose target wrote it
+    holds: dict = field(default_factory=dict)  # the rule as data, checked on each item
+    checks: dict = field(default_factory=dict)  # named rules, checked where their measures are
+    goals: list = field(default_factory=list)  # items made of rules: name, holds and text each
+    words: tuple = ("holds", "does not hold")  # an item's word where the rule holds, and not
+    verdict: str = "tally"  # tally (all, none or which), all, or first (the first item's word)
+    verdict_words: tuple = ()  # the verdict's words, where not the items'
+    by: str = "name"  # the item field a tally names
+    each: str = ""  # the template `listed` joins over the items
+    here: str = ""  # the claims table's figure
+    lines: list = field(default_factory=list)  # the section: templates, lists, tables
 
     @property
     def regenerate(self) -> str:
@@ -75,52 +137,98 @@ class Claim:
 
     def finding(self, root: str) -> Finding | None:
         try:
-            return globals()[self.decide](root, *self.evidence, **self.parameters)
+            values = globals()[self.decide](root, *self.evidence, **self.parameters)
         except NotMeasured:
             return None
+        if self.goals:
+            values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"], values),
+                                "ok": check(goal["holds"], values)} for goal in self.goals]
+        items = values.get("items") or [values]
+        for target in [values, *(d for v in values.values() if isinstance(v, list)
+                                 for d in v if isinstance(d, dict))]:
+            for name, rule in self.checks.items():
+                with suppress(KeyError):
+                    target[name] = check(rule, target)
+        yes, no = self.words
+        oks = {}
+        for item in items:
+            if self.holds:
+                item["ok"] = check(self.holds, item)
+            if "ok" in item:
+                item["word"] = yes if item["ok"] else no
+                oks[item.get(self.by)] = oks.get(item.get(self.by), True) and item["ok"]
+        good = [str(item.get("name")) for item in items if item.get("ok")]
+        values.update(first=items[0], held=len(good), total=len(items),
+                      holding=", ".join(good) or "none",
+                      listed=", ".join(fill(self.each, item) for item in items))
+        return Finding(values.get("here") or fill(self.here, values),
+                       values.get("verdict") or self.verdict_of(oks, items[0]),
+                       self.section(values))
+
+    def verdict_of(self, oks: dict, first: dict) -> str:
+        yes, no = self.verdict_words or self.words
+        good = [name for name, ok in oks.items() if ok]
+        if self.verdict == "first":
+            return first["word"]
+        if len(good) in (0, len(oks)) or self.verdict == "all":
+            return yes if len(good) == len(oks) else no
+        return f"{yes} for {', '.join(good)} only"
+
+    def section(self, values: dict) -> list[str]:
+        lines = []
+        for part in self.lines:
+            if isinstance(part, dict) and "each" in part:
+                lines += [fill(part["line"], row) for row in values[part["each"]]]
+            elif isinstance(part, dict) and "table" in part:
+                lines += table(values[part["table"]], part["columns"], part.get("right", ()))
+            elif isinstance(part, dict):
+                for title, rows in values[part["tables"]]:
+                    lines += [title, "", *table(rows, part["columns"], part["right"]), ""]
+            elif isinstance(values.get(part), list):
+                lines += values[part]
+            else:
+                with suppress(KeyError):  # a line naming a value not found is left out
+                    lines.append(fill(part, values))
+        while lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+
+def claim_errors(claim: dict) -> list[str]:
+    """What is wrong with one declared claim: a key not in the schema, a required key missing, no
+    measure by its name, a rule or a section part of unknown keys."""
+    known = {f.name: f for f in fields(Claim)}
+    errors = [f"unknown key {key!r}" for key in claim if key not in known]
+    errors += [f"missing key {name!r}" for name, f in known.items() if name not in claim
+               and f.default is f.default_factory is MISSING]
+    if not callable(globals().get(claim.get("decide"))):
+        errors.append(f"no measure {claim.get('decide')!r}")
+    rules = [claim.get("holds") or {}, *(claim.get("checks") or {}).values()]
+    for goal in claim.get("goals") or []:
+        errors += [f"goal key {key!r}" for key in goal if key not in ("name", "holds", "text")]
+        rules.append(goal.get("holds") or {"measure": None})
+    for rule in rules:
+        errors += rule_errors(rule) if rule else []
+    for part in claim.get("lines") or []:
+        kind = next((k for k in PART_KEYS if isinstance(part, dict) and k in part), None)
+        if isinstance(part, dict):
+            errors += [f"line key {key!r}" for key in part
+                       if key not in PART_KEYS.get(kind, ())]
+    return errors
 
 
 def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
-    """claims.yaml as Claims; a claim naming no function of this module is refused by name."""
+    """claims.yaml as Claims; a malformed claim is refused, naming the claim and the key."""
     with open(path) as f:
-        claims = tuple(Claim(**claim) for claim in yaml.safe_load(f))
-    for claim in claims:
-        if not callable(globals().get(claim.decide)):
-            raise UserError(f"{path}: claim {claim.question!r}: no rule {claim.decide!r}")
-    return claims
+        declared = yaml.safe_load(f)
+    for claim in declared:
+        errors = claim_errors(claim)
+        if errors:
+            raise UserError(f"{path}: claim {claim.get('question')!r}: {'; '.join(errors)}")
+    return tuple(Claim(**claim) for claim in declared)
 
 
-# ------------------------------------------------------------------ shared rules and readers
-
-def holds(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "not met"
-
-
-def tally(verdicts: dict[str, bool], word: Callable[[bool], str] = holds) -> str:
-    """One verdict over several metrics or targets: all, none, or which."""
-    good = [name for name, ok in verdicts.items() if ok]
-    if len(good) in (0, len(verdicts)):
-        return word(bool(good))
-    return f"{word(True)} for {', '.join(good)} only"
-
-
-def bullets(verdicts: dict[str, tuple[bool, str]], word=holds) -> list[str]:
-    return [f"- {name}: {text}: **{word(ok)}**." for name, (ok, text) in verdicts.items()]
-
-
-def judged(here: str, verdicts: dict[str, tuple[bool, str]], word=holds) -> Finding:
-    """A finding whose verdict is the tally of one verdict per metric or goal, each a bullet."""
-    return Finding(here, tally({m: ok for m, (ok, _) in verdicts.items()}, word),
-                   bullets(verdicts, word))
-
-
-def table(rows: list[dict] | dict | pd.DataFrame, right: tuple[str, ...] = ()) -> list[str]:
-    return markdown(pd.DataFrame(rows), right=right).splitlines()
-
+# ------------------------------------------------------------------ readers shared by claims
 
 def sweep(root: str, folder: str, name: str | None = None) -> SweepResult | None:
     return read_result(os.path.join(root, folder), name or os.path.basename(folder))
@@ -173,27 +281,28 @@ def compared(root: str, folder: str, metric: str, n: int, greedy: str,
 
 
 def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
-                timed: bool = False, above: bool = False, greedy_folder: str | None = None,
-                time_limit: float = 1.0) -> tuple[bool, str] | None:
-    """A gain target: the learner's gain over random at least (or, `above`, more than) `least`
-    of `greedy`'s and, when `timed`, its final time at most `time_limit` times the greedy's."""
+                timed: bool = False, op: str = ">=", greedy_folder: str | None = None,
+                time_limit: float = 1.0) -> dict | None:
+    """The learner against `greedy` at (metric, n): its gain over random as a share of the
+    greedy's and its time over the greedy's, beside the target (`op` `least`, and at most
+    `time_limit` of the time where `timed`)."""
     runs = compared(root, folder, metric, n, greedy, greedy_folder)
     if runs is None:
         return None
-    (learner, other), c = runs, comparison(*runs)
-    gained = c.gain_ratio > least if above else c.gain_ratio >= least
-    return gained and (not timed or c.time_ratio <= time_limit), (
-        f"gain {c.gain_ratio:.3f}, time {c.time_ratio:.2f}x ({learner.wall_s:.4g} s, "
-        f"{learner_steps(learner)}, against {other.wall_s:.4g} s)")
+    c = comparison(*runs)
+    return {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]), "op": op,
+            "gain": c.gain_ratio, "time": c.time_ratio, "least": least,
+            "time_limit": time_limit if timed else np.inf}
 
 
 def sweep_table(result: SweepResult) -> list[str]:
     """A sweep's summary per metric and value: objective, gain ratio, time and steps."""
-    return table([{"metric": s.metric, "value": str(s.value),
-                   "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
-                   **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
-                   "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary],
-                 right=("objective", "gain ratio", "steps", "wall s"))
+    return markdown(pd.DataFrame([{
+        "metric": s.metric, "value": str(s.value),
+        "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
+        **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
+        "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary]),
+        right=("objective", "gain ratio", "steps", "wall s")).splitlines()
 
 
 def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
@@ -206,132 +315,117 @@ def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
     return [(r.objective / result.greedy[0].objective, r) for r in result.runs if r.value == value]
 
 
-def scored_start(folder: str, least: float) -> tuple[bool, str] | None:
-    """Facility's start as select takes it, at least `least` of the lazy greedy's gain by its
-    median over the 3,000-row seeds and at 20,000 rows; None unless both ran."""
+def scored_start(folder: str, least: float) -> dict | None:
+    """Facility's start as select takes it against the lazy greedy: its gain ratio by the median
+    over the 3,000-row seeds and at 20,000 rows, the smaller judged; None unless both ran."""
     sub, value = SCORED_START
     screen = learner_ratios(os.path.join(folder, sub), value)
     confirm = learner_ratios(os.path.join(folder, "confirm-20k", sub), value)
     if not (screen and confirm):
         return None
     at_3k, at_20k = float(np.median([ratio for ratio, _ in screen])), confirm[0][0]
-    return min(at_3k, at_20k) >= least, f"{at_3k:.3f} at 3,000 rows, {at_20k:.3f} at 20,000"
+    return {"at_3k": at_3k, "at_20k": at_20k, "gain": min(at_3k, at_20k), "least": least,
+            "op": ">=", "time": 0.0, "time_limit": np.inf}
 
 
-def per_metric(here: Callable):
-    """A claim judged metric by metric on its folder's sweep: the decorated function gives
-    (ok, text) from the sweep, a metric's summary rows and the metric; `here(result, holding)`
-    the claims table's figure from the sweep and the metrics that hold."""
-    def rule(judge: Callable) -> Callable:
-        def decide(root: str, folder: str) -> Finding:
-            result = needed(sweep(root, folder))
-            verdicts = {m: judge(result, of_metric(result.summary, m), m) for m in result.metrics}
-            holding = ", ".join(m for m, (ok, _) in verdicts.items() if ok) or "none"
-            return judged(here(result, holding), verdicts)
-        return decide
-    return rule
-
-
-# ------------------------------------------------------------------ the paper's claims
-
-def selection_time(root: str, folder: str) -> Finding:
-    result = timing(root, folder)
-    learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
-                          for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
-    needed(learner and ref)
-    share, fit = learner.wall_s / ref.wall_s, result.fits["DiSF"]["disf-greedy"]
-    how = "measured" if ref.status == "measured" else (
-        f"extrapolated as N^{fit.exponent:.2f} from " + " and ".join(f"{n:,}" for n in fit.sizes)
-        + " rows")
-    lines = [f"- The learner at select's defaults: {learner.wall_s:.0f} s ({learner_steps(learner)}"
-             f"); the greedy DiSF of the paper's code: ~{ref.wall_s:,.0f} s ({how}); "
-             f"{share:.2%} of its time: **{holds(share < 0.1)}**."]
-    if fast:
-        c = comparison(learner, fast)
-        lines.append(f"- Against this project's fast DiSF greedy (the same picks by rank-1 "
-                     f"updates, {fast.wall_s:.0f} s): {c.time_ratio:.2f}x its time, "
-                     f"{c.gain_ratio:.2f}x its gain over random.")
-    return Finding(f"{share:.1%} ({learner.wall_s:.0f} s against ~{ref.wall_s:,.0f} s)",
-                   holds(share < 0.1), lines)
-
-
-def objective_targets(root: str, *folders: str, targets: dict) -> Finding:
-    """The declared targets, each naming its folder, as a table; a metric holds where every
-    target of it that ran is met."""
-    rows = []
-    for name, target in targets.items():
-        if "scored_start" in target:
-            row = scored_start(os.path.join(root, target["scored_start"]), target["least"])
-        else:
-            row = gain_target(root, **target)
-        rows += [(name, target["metric"], *row)] if row else []
-    frame = pd.DataFrame(needed(rows), columns=["target", "metric", "ok", "measured"])
-    return Finding(f"{frame.ok.sum()} of {len(frame)} targets met",
-                   tally(frame.groupby("metric", sort=False).ok.all().to_dict()),
-                   table(frame.assign(verdict=[f"**{met(ok)}**" for ok in frame.ok])
-                         [["target", "measured", "verdict"]]))
-
-
-@per_metric(lambda result, holding: "smallest stable G: " + ", ".join(
-    f"{m} {result.smallest_stable[m] or 'none'}" for m in result.metrics))
-def g_stability(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
-    unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
-    return (any(g < 128 for g in unstable) and all(g < 128 for g in unstable),
-            f"smallest stable G {'none' if smallest is None else f'{smallest:g}'}"
-            + (f", unstable at {', '.join(f'{g:g}' for g in unstable)}" if unstable else "")
-            + "; objective by G " + ", ".join(f"{s.value:g}: {s.objective_mean:.3f}" for s in rows))
-
-
-@per_metric(lambda result, holding: f"quality up, diversity down for {holding}")
-def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
-    """Objectives at different lamb are different functions: the claim is the trade itself."""
-    low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
-    return (high.means["quality"] > low.means["quality"] and low.means[metric] > high.means[metric],
-            f"lamb {low.value:g} -> {high.value:g}: mean quality {low.means['quality']:.3f} -> "
-            f"{high.means['quality']:.3f}, {metric} {low.means[metric]:.4g} -> "
-            f"{high.means[metric]:.4g}")
-
-
-@per_metric(lambda result, holding: f"within one std for {holding}")
-def logprob_cost(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
-    simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
-    gap = exact.objective_mean - simple.objective_mean
-    noise = max(simple.objective_std, exact.objective_std)
-    return gap <= noise, (f"exact {exact.objective_mean:.3f} against simple "
-                          f"{simple.objective_mean:.3f} (difference {gap:+.3f}, seed std "
-                          f"{noise:.3f}; time exact / simple "
-                          f"{exact.wall_s_mean / simple.wall_s_mean:.2f})")
-
-
-@per_metric(lambda result, holding: f"a one-shot within one std for {holding}")
-def one_shot(result, rows: list, metric: str) -> tuple[bool, str]:
-    by = {s.method: s for s in rows}
-    learner, greedy = by["datamask"], by.get("joint-greedy")
-    best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
-    return (best.objective_mean >= learner.objective_mean - learner.objective_std,
-            f"learner {learner.objective_mean:.3f} in {learner.wall_s_mean:.3g} s; best one-shot "
-            f"{best.method} {best.objective_mean:.3f} in {best.wall_s_mean:.3g} s"
-            + (f"; joint greedy {greedy.objective_mean:.3f} in {greedy.wall_s_mean:.3g} s"
-               if greedy else ""))
+def metric_rows(root: str, folder: str):
+    """A sweep's result and its summary rows, metric by metric."""
+    result = needed(sweep(root, folder))
+    return result, [(m, of_metric(result.summary, m)) for m in result.metrics]
 
 
 def reported_knob(root: str, folder: str) -> Finding:
     """A knob the paper reports without a rule this project fixed before its sweep: the best
     value per metric, the range of final objectives and each value's time, no verdict."""
-    result = needed(sweep(root, folder))
-    lines = []
-    for metric in result.metrics:
-        rows = of_metric(result.summary, metric)
-        values = [s.objective_mean for s in rows]
-        times = ", ".join(f"{s.value}: {s.wall_s_mean:.3g} s" for s in rows)
-        lines.append(f"- {metric}: best {result.knob} = {result.best[metric]}; final objective "
-                     f"from {min(values):.3f} to {max(values):.3f}; time {times}.")
+    result, by_metric = metric_rows(root, folder)
+    lines = [f"- {metric}: best {result.knob} = {result.best[metric]}; final objective from "
+             f"{min(s.objective_mean for s in rows):.3f} to "
+             f"{max(s.objective_mean for s in rows):.3f}; time "
+             + ", ".join(f"{s.value}: {s.wall_s_mean:.3g} s" for s in rows) + "."
+             for metric, rows in by_metric]
     best = " / ".join(str(result.best[m]) for m in result.metrics)
     return Finding(f"best {result.knob}: {best} ({' / '.join(result.metrics)})",
                    "reported, no rule", lines)
 
 
-def length_bias(root: str, folder: str, least: float) -> Finding:
+# ------------------------------------------------------------------ the paper's claims
+
+def selection_time(root: str, folder: str) -> dict:
+    result = timing(root, folder)
+    learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
+                          for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
+    needed(learner and ref)
+    fit = result.fits["DiSF"]["disf-greedy"]
+    values = {"learner": learner, "ref": ref, "share": learner.wall_s / ref.wall_s,
+              "steps": learner_steps(learner), "how": "measured" if ref.status == "measured"
+              else f"extrapolated as N^{fit.exponent:.2f} from "
+              + " and ".join(f"{n:,}" for n in fit.sizes) + " rows"}
+    return {**values, "fast": fast, "against": comparison(learner, fast)} if fast else values
+
+
+def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -> dict:
+    """The declared targets, each naming its folder: a gain target, or Facility's scored start;
+    `measured` the sentence of each kind."""
+    items = []
+    for name, target in targets.items():
+        kind = "scored_start" if "scored_start" in target else "gain"
+        found = (scored_start(os.path.join(root, target["scored_start"]), target["least"])
+                 if kind == "scored_start" else gain_target(root, **target))
+        if found:
+            items.append({**found, "name": name, "metric": target["metric"],
+                          "measured": fill(measured[kind], found)})
+    return {"items": needed(items)}
+
+
+def g_stability(root: str, folder: str) -> dict:
+    result, by_metric = metric_rows(root, folder)
+    items = []
+    for metric, rows in by_metric:
+        unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
+        items.append({"name": metric, "smallest": "none" if smallest is None else smallest,
+                      "unstable_low": min(unstable, default=np.inf),
+                      "unstable_high": max(unstable, default=-np.inf),
+                      "unstable_at": f", unstable at {', '.join(f'{g:g}' for g in unstable)}"
+                      if unstable else "",
+                      "objectives": [f"{s.value:g}: {s.objective_mean:.3f}" for s in rows]})
+    return {"items": items}
+
+
+def lamb_tradeoff(root: str, folder: str) -> dict:
+    """Objectives at different lamb are different functions: the claim is the trade itself."""
+    items = []
+    for metric, rows in metric_rows(root, folder)[1]:
+        low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
+        items.append({"name": metric, "low": low.value, "high": high.value,
+                      "quality_low": low.means["quality"], "quality_high": high.means["quality"],
+                      "metric_low": low.means[metric], "metric_high": high.means[metric]})
+    return {"items": items}
+
+
+def logprob_cost(root: str, folder: str) -> dict:
+    items = []
+    for metric, rows in metric_rows(root, folder)[1]:
+        simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
+        items.append({"name": metric, "simple": simple, "exact": exact,
+                      "gap": exact.objective_mean - simple.objective_mean,
+                      "noise": max(simple.objective_std, exact.objective_std),
+                      "time": exact.wall_s_mean / simple.wall_s_mean})
+    return {"items": items}
+
+
+def one_shot(root: str, folder: str) -> dict:
+    items = []
+    for metric, rows in metric_rows(root, folder)[1]:
+        by = {s.method: s for s in rows}
+        learner, greedy = by["datamask"], by.get("joint-greedy")
+        best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
+        items.append({"name": metric, "learner": learner, "best": best,
+                      "floor": learner.objective_mean - learner.objective_std,
+                      "best_objective": best.objective_mean,
+                      "joint": f"; joint greedy {greedy.objective_mean:.3f} in "
+                               f"{greedy.wall_s_mean:.3g} s" if greedy else ""})
+    return {"items": items}
+def length_bias(root: str, folder: str, least: float) -> dict:
     """Per corpus: the quality selection long (at least `least` of the mean length and above the
     chance band), each diversity greedy short (every seed below the band); the claim holds where
     all four parts hold, in part where some do (reproduce/results/length-bias/plan.md)."""
@@ -350,19 +444,19 @@ def length_bias(root: str, folder: str, least: float) -> Finding:
                     ", greedies " + ", ".join(percent(s.ratio_mean) for s in shown))
         lines += [f"`{corpus.name}` ({corpus.rows:,} rows, mean {corpus.mean_length:,.0f} "
                   f"characters; a random selection's chance band {band(corpus)}):", "",
-                  *table([{"selection": s.selection, "role": s.role,
+                  *tabled([{"selection": s.selection, "role": s.role,
                            "seeds (distinct)": f"{s.seeds} ({s.distinct})",
                            "length ratio": spread(s), "against chance": s.against_chance}
                           for s in by.values()], right=("seeds (distinct)", "length ratio")), "",
                   f"- {QUALITY} at least {percent(least)} and above the band: "
-                  f"**{holds(parts['quality long', corpus.name])}**"
+                  f"**{WORDS[parts['quality long', corpus.name]]}**"
                   + (f" ({percent(quality.ratio_mean)}; the paper: " + ", ".join(
                       f"{name} {percent(ratio)}" for name, ratio in PAPER.items()) + ")."
                      if quality else " (not run)."),
                   "- every seed of each diversity greedy below the band: "
                   + ", ".join(f"{name} {'short' if ok else 'not short'}"
                               for name, ok in greedies.items())
-                  + f": **{holds(parts['diversity short', corpus.name])}**.", ""]
+                  + f": **{WORDS[parts['diversity short', corpus.name]]}**.", ""]
     good = [part for part, ok in parts.items() if ok]
     if len(good) == len(parts):
         word = "holds"
@@ -373,7 +467,7 @@ def length_bias(root: str, folder: str, least: float) -> Finding:
                                              for kind, names in held.items() if names)
     else:
         word = "does not hold"
-    return Finding("; ".join(here), word, lines[:-1])
+    return {"here": "; ".join(here), "verdict": word, "body": lines}
 
 
 def seed_spread(values: np.ndarray, form: str = ".3g") -> str:
@@ -408,7 +502,7 @@ def level_times(by_value: dict[object, list], compared: list, levels: list[float
 
 
 def time_to_objective(root: str, folder: str, fixed: str, chain: list[list], levels: list[float],
-                      cut: float) -> Finding:
+                      cut: float) -> dict:
     """An --equal_time sweep (`folder`; its file is named as the fixed-steps sweep of the same
     knob, `fixed`, whose lines follow) judged by the time to objectives: per metric, the window
     is its shortest run's span, the reference the best median objective at the window's end
@@ -453,7 +547,7 @@ def time_to_objective(root: str, folder: str, fixed: str, chain: list[list], lev
     order = " -> ".join("/".join(map(str, group)) for group in chain)
     lines = [f"Median [min, max] over seeds; `-`: not reached in the window. The order claimed: "
              f"{order}; a cut: at most {cut:g} of the earlier's time.", "",
-             *table(rows, right=("steps", "objective at the window",
+             *tabled(rows, right=("steps", "objective at the window",
                                  *(f"s to {level:.0%}" for level in levels))), "", *lines]
     with suppress(NotMeasured):
         lines += ["", f"At fixed steps (`{fixed}/`):", "", *reported_knob(root, fixed).lines]
@@ -462,10 +556,9 @@ def time_to_objective(root: str, folder: str, fixed: str, chain: list[list], lev
         metrics_of.setdefault(word, []).append(metric)
     verdict = (next(iter(metrics_of)) if len(metrics_of) == 1 else "; ".join(
         f"{word} for {', '.join(metrics)}" for word, metrics in metrics_of.items()))
-    return Finding(f"time to {levels[-1]:.0%}, {'/'.join(map(str, chain[-1]))} against "
-                   f"{'/'.join(map(str, chain[0]))}: " + ", ".join(here), verdict, lines)
-
-
+    return {"body": lines, "verdict": verdict, "here": f"time to {levels[-1]:.0%}, "
+            f"{'/'.join(map(str, chain[-1]))} against {'/'.join(map(str, chain[0]))}: "
+            + ", ".join(here)}
 
 def arms_lines(root: str, run: str) -> list[str]:
     """The run's arms.md below its title (each method in both arms), or nothing."""
@@ -475,7 +568,9 @@ def arms_lines(root: str, run: str) -> list[str]:
     return arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
 
 
-def table2_gain(root: str, run: str, first: str) -> Finding:
+
+
+def table2_gain(root: str, run: str, first: str) -> dict:
     """Both arms of the calibrated proxy's run, then the first proxy's verdict by the same rule."""
     arms = {arm: table_json(root, run, folder, "table2.json")
             for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))}
@@ -496,8 +591,8 @@ def table2_gain(root: str, run: str, first: str) -> Finding:
                   *(f"- {line}" for line in point_c["verdict"]["lines"])]
     word = ("contradicted" if "contradicted" in outcomes else
             "holds" if set(outcomes) == {"holds"} else "unresolved")
-    return Finding("; ".join(here), word if word == "holds"
-                   else f"not reproduced at this scale ({word})", lines)
+    return {"here": "; ".join(here), "body": lines,
+            "verdict": word if word == "holds" else f"not reproduced at this scale ({word})"}
 
 
 # the paper's claim per eligible primary, from datamask-paper's outcome against random (free arm)
@@ -516,7 +611,7 @@ def shown(line: str, arm: str) -> bool:
     return "this arm has no calibration rows" in line
 
 
-def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str) -> Finding:
+def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str) -> dict:
     """The drawn design: on each primary, each arm's verdict lines and arms.md's table; the
     verdict is `paper_row`'s outcome against random in the free arm on each eligible primary,
     with its bound, `today_row` beside it; the earlier design's datamask rows in one line."""
@@ -555,35 +650,26 @@ def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: s
         word = ("partly reproduced (" if "holds" in words.values() else
                 "not reproduced at this scale (") + "; ".join(
             f"{w} on `{p}`" for p, w in words.items()) + ")"
-    return Finding("; ".join(here), word, lines)
+    return {"here": "; ".join(here), "verdict": word, "body": lines}
+
+
 
 
 # ------------------------------------------------------------------ questions this project adds
 
-def by_rows(root: str, folder: str) -> Finding:
+def by_rows(root: str, folder: str, least: float) -> dict:
     result = needed(timing(root, folder))
-    verdicts = {}
+    items = []
     for metric in result.metrics:
         done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
-        good = sum(c.gain_ratio >= 0.95 for c in done)
-        cross = result.crossover.get(metric)
-        verdicts[metric] = (good == len(done), f"gain ratio >= 0.95 in {good} of {len(done)} "
-                            "comparisons; faster than the fast greedy "
-                            + (f"from N = {cross:,} on" if cross else "at no N from which it "
-                               "stays faster"))
+        items.append({"name": metric, "least": least, "done": len(done),
+                      "good": sum(c.gain_ratio >= least for c in done),
+                      "faster": f"from N = {cross:,} on" if (cross := result.crossover.get(metric))
+                      else "at no N from which it stays faster"})
     reference = max((c for c in of_metric(result.comparisons, "DiSF")
                      if c.greedy_role == "reference"), key=lambda c: c.n)
-    rows = [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy,
-             "greedy time": c.greedy_status, "learner / greedy time": f"{c.time_ratio:.3g}",
-             "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
-            for c in result.comparisons]
-    lines = [*table(rows, right=("N", "learner / greedy time", "gain ratio")), "",
-             *bullets(verdicts),
-             f"- DiSF at N = {reference.n:,}: {reference.time_ratio:.2%} of the reference greedy's "
-             f"time ({reference.greedy_status}): **{holds(reference.time_ratio < 0.1)}** under "
-             "10%."]
-    return Finding(", ".join(f"{m} {'>=' if ok else '<'} 0.95" for m, (ok, _) in verdicts.items()),
-                   tally({m: ok for m, (ok, _) in verdicts.items()}), lines)
+    return {"items": items, "comparisons": result.comparisons, "reference": reference,
+            "reference_share": reference.time_ratio}
 
 
 def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
@@ -622,53 +708,41 @@ def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(runs, columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
 
 
-def gradient_adds(root: str, *folders: str) -> Finding:
+def gradient_adds(root: str, *folders: str) -> dict:
     """Folders: the stopping rule's sweeps, the timing runs at select's defaults, Facility's
-    start, `make bench-defaults` at select's defaults."""
+    start, `make bench-defaults` at select's defaults; an item per metric and lamb."""
     runs = start_outcomes(root, folders)
     needed(not runs.empty)
-    rows, adds = [], {}
+    items = []
     for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False):
         rule, fixed = group[group.rule], group[~group.rule]
-        adds[f"{metric} at lamb {lamb:g}"] = bool(rule.later.any())
-        rows.append({"metric": metric, "lamb": f"{lamb:g}",
-                     "rows": ", ".join(f"{n:,}" for n in sorted(set(group.rows))),
-                     "written later than the start": f"{rule.later.sum()} of {len(rule)}",
-                     "written / start": "-" if rule.ratio.isna().all()
-                     else f"{rule.ratio.mean():.4f}",
-                     "fixed 2,000 steps / start": f"{fixed.ratio.mean():.4f}" if len(fixed)
-                     else "-"})
+        items.append({"name": f"{metric} at lamb {lamb:g}", "metric": metric, "lamb": lamb,
+                      "rows": sorted(set(group.rows)), "later": int(rule.later.sum()),
+                      "runs": len(rule), "ratio": rule.ratio.mean(), "fixed": fixed.ratio.mean()})
     rule = runs[runs.rule]
-    return Finding(f"a later step is written in {rule.later.sum()} of {len(rule)} runs",
-                   tally(adds, lambda ok: "adds" if ok else "adds nothing"),
-                   table(rows, right=("written / start", "fixed 2,000 steps / start")))
+    return {"items": items, "later": int(rule.later.sum()), "runs": len(rule)}
 
 
-def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
+def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
     """Folders: pairs of timing runs (from equal logits, from the greedy start) on the same rows,
-    then the run holding the greedy at 1,000,000 rows."""
+    then the run holding the greedy at 1,000,000 rows; an item per run, a row per comparison."""
     *pairs, greedy_1m = folders
     rows = []
     for equal, start in zip(pairs[::2], pairs[1::2]):
         result = timing(root, start)
-        learners = [r for r in result.runs if r.label == "datamask"] if result else []
-        for r in learners:
+        for r in [r for r in result.runs if r.label == "datamask"] if result else []:
             far = greedy_1m if r.n >= 1_000_000 else None
             runs = [compared(root, f, r.metric, r.n, greedies[r.metric], far)
                     for f in (equal, start)]
-            if None in runs:
-                continue
-            before, after = (comparison(*pair) for pair in runs)
-            rows.append({"run": f"{r.metric} at {r.n:,} rows"
-                                + (" (40c)" if start.endswith("-40c") else ""),
-                         "greedy": greedies[r.metric],
-                         **{f"{name}: gain, time": f"{c.gain_ratio:.3f}, {c.time_ratio:.2f}x"
-                            for name, c in (("equal logits", before), ("greedy start", after))},
-                         "gains": after.gain_ratio >= before.gain_ratio})
-    frame = pd.DataFrame(needed(rows))
-    gains = frame.groupby("run").gains.last()  # a run repeated on the same rows counts once
-    return Finding(f"the start gains at least as much in {gains.sum()} of {len(gains)} runs",
-                   holds(gains.all()), table(frame.drop(columns="gains")))
+            if None not in runs:
+                before, after = (comparison(*pair) for pair in runs)
+                rows.append({"name": f"{r.metric} at {r.n:,} rows"
+                             + (" (40c)" if start.endswith("-40c") else ""),
+                             "greedy": greedies[r.metric], "before": before, "after": after,
+                             "gain_equal": before.gain_ratio, "gain_start": after.gain_ratio})
+    # a run repeated on the same rows counts once, by its last
+    return {"rows": needed(rows), "items": sorted({row["name"]: row for row in rows}.values(),
+                                                  key=lambda row: row["name"])}
 
 
 def taken(cell, entry: str) -> bool:
@@ -677,14 +751,28 @@ def taken(cell, entry: str) -> bool:
     return cell.metric == metric and (not lamb or cell.lamb == float(lamb))
 
 
+def shown_cells(frame: pd.DataFrame) -> list[dict]:
+    """Bench cells as the tables show them: the gain ratio's words where the greedy lost to
+    random, and each certificate's share ("no bound" where the run had none, "-" where it was
+    made before certificates were reported)."""
+    none = pd.Series(None, frame.index)
+    frame = frame.assign(gain_text=[gain_ratio_text(r, g) for r, g in zip(
+        frame.gain_ratio, frame.get("greedy_gain", none))])
+    for which in ("start", "written"):
+        frame[f"{which}_share"] = [
+            f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str) else "-"
+            for v, r in zip(frame.get(f"share_above_random_{which}", none),
+                            frame.get("no_bound_reason", none))]
+    return frame.to_dict("records")
+
+
 def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greedy: float,
-                              adopted: dict[str, list[str]], beside: list[dict]) -> Finding:
+                              adopted: dict[str, list[str]], beside: list[dict]) -> dict:
     """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
     the metrics later rounds (`rounds`, cited as evidence) adopted (`adopted`: a folder under the
     results -> its metrics, in the order adopted; "Facility lamb 0.5" takes that lamb's cells
     alone), each replacing the same cell run before; then each table of `beside` (its `title`,
-    and the cells of `folder`, or of each of its `parts`): the rounds' candidates and
-    confirmation runs. Each run is a folder per family (and lamb)."""
+    and the cells of `folder`, or of each of its `parts`). Each run is a folder per family."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
@@ -699,93 +787,55 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
     order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
     cells = cells.sort_values(key[:2] + ["lamb", "metric"], key=lambda c: c.map(order)
                               if c.name == "metric" else c, kind="stable")
-
-    def share(frame: pd.DataFrame, which: str) -> pd.Series:
-        """A certificate's share above random; "no bound" where the run had none, "-" where
-        the run was made before certificates were reported."""
-        values = frame.get(f"share_above_random_{which}", pd.Series(np.nan, frame.index))
-        reasons = frame.get("no_bound_reason", pd.Series(None, frame.index))
-        return pd.Series([f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str)
-                          else "-" for v, r in zip(values, reasons)], frame.index)
-
-    lines = []
     from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
                            for folder, metrics in adopted.items())
     tables = [(f"At select's defaults (`{today}/`'s cells; then {from_round}, where each ran):",
-               cells)]
-    tables += [(table_of["title"], bench_cells(root, table_of["folder"],
-                                               *table_of.get("parts", ())))
-               for table_of in beside]
-    for title, shown in tables:
-        if not shown.empty:
-            lines += [title, "", *table({
-                "family": shown.family, "rows": shown.rows.map("{:,}".format),
-                "metric": shown.metric, "lamb": shown.lamb.map("{:g}".format),
-                "greedy": shown.greedy,
-                "gain ratio": [gain_ratio_text(r, g) for r, g in zip(
-                    shown.gain_ratio, shown.get("greedy_gain", pd.Series(None, shown.index)))],
-                "time ratio": shown.time_ratio.map("{:.2f}".format),
-                "written at": shown.written_step,
-                "start share": share(shown, "start"), "written share": share(shown, "written"),
-                "passes": shown.passes.map({True: "**yes**", False: "no"})},
-                right=("rows", "gain ratio", "time ratio", "written at", "start share",
-                       "written share")), ""]
-    passed = int(cells.passes.sum())
+               cells)] + [(side["title"], bench_cells(root, side["folder"], *side.get("parts", ())))
+                          for side in beside]
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
-    kept = int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())
-    return Finding(f"{passed} of {len(cells)} cells pass; the gain in {kept}",
-                   met(passed == len(cells)), lines[:-1])
+    return {"tables": [(title, shown_cells(frame)) for title, frame in tables if not frame.empty],
+            "cells": len(cells), "passed": int(cells.passes.sum()),
+            "kept": int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())}
 
 
-def stopping_rule(root: str, folder: str, least_kept: float) -> Finding:
+def stopping_rule(root: str, folder: str) -> dict:
     """The rule's mean objective and time over the fixed steps', per sweep and metric."""
     kept = []
     for n, result in stop_sweeps(root, folder):
         fixed, rule = result.config["values"]
         means = pd.DataFrame(result.summary).set_index(["value", "metric"])[
             ["objective_mean", "wall_s_mean"]]
-        kept.append((means.loc[rule] / means.loc[fixed]).assign(rows=f"{n:,}").reset_index())
+        kept.append((means.loc[rule] / means.loc[fixed]).assign(rows=n).reset_index())
     frame = pd.concat(needed(kept))
-    worst = frame.objective_mean.min()
-    return Finding(f"worst objective kept {worst:.4f}", met(worst >= least_kept), table({
-        "rows": frame.rows, "metric": frame.metric,
-        "objective kept": frame.objective_mean.map("{:.4f}".format),
-        "time": frame.wall_s_mean.map("{:.2f}".format)}, right=("rows", "objective kept", "time")))
+    return {"rows": frame.to_dict("records"), "worst": frame.objective_mean.min()}
 
 
-def learning_rate(root: str, rates: str, steps: str) -> Finding:
-    """The rates' sweep (and its longer check in 1000-steps/), then the steps' sweep."""
-    result = needed(sweep(root, rates))
-    lines = []
-    for metric in result.metrics:
-        rows = of_metric(result.summary, metric)
+def learning_rate(root: str, rates: str, steps: str) -> dict:
+    """The rates' sweep (and its longer check in 1000-steps/), then the steps' sweep; an entry
+    per metric with the best rate, the highest and the lowest."""
+    result, by_metric = metric_rows(root, rates)
+    metrics = []
+    for metric, rows in by_metric:
         best = best_of(rows)
         high, low = (pick(rows, key=lambda s: float(s.value.split(":")[1])) for pick in (max, min))
-        gain, low_gain = best.objective_mean - best.start_mean, low.objective_mean - low.start_mean
-        lines.append(
-            f"- {metric}: best {best.value} ({best.objective_mean:.3f} +- "
-            f"{best.objective_std:.3f}); too high a rate ends more than one std below it "
-            f"({high.value}: {high.objective_mean:.3f}): "
-            f"**{holds(high.objective_mean < best.objective_mean - best.objective_std)}**; too "
-            f"low a rate gains under 10% of the best's gain ({low.value}: {low_gain:.3f} against "
-            f"{gain:.3f}): **{holds(low_gain < 0.1 * gain)}**.")
+        metrics.append({"name": metric, "best": best, "high": high, "low": low,
+                        "floor": best.objective_mean - best.objective_std,
+                        "high_objective": high.objective_mean,
+                        "gain": best.objective_mean - best.start_mean,
+                        "low_gain": low.objective_mean - low.start_mean})
+    values = {"metrics": metrics, "overall": mean_rank_best(result), "default": lr_setting(),
+              "rates": rates, "by_steps": []}
     longer = sweep(root, f"{rates}/1000-steps", "ablation-lr")
     if longer:
-        lines.append(f"- Over {longer.config['steps']:,} steps (`{rates}/1000-steps/`) the "
-                     f"best over all metrics is {mean_rank_best(longer)}.")
+        values.update(longer=longer, longer_best=mean_rank_best(longer))
     by_steps = sweep(root, steps)
-    if by_steps:
-        lines += ["", f"Steps (the value) against the final objective and wall time "
-                      f"(`{steps}/`):", "", *sweep_table(by_steps)]
-    overall, default = mean_rank_best(result), lr_setting()
-    return Finding(f"best over all metrics: {overall}; select's default: {default}",
-                   holds(overall == default), lines)
+    return {**values, "steps": steps, "by_steps": sweep_table(by_steps)} if by_steps else values
 
 
-def variants(root: str, *folders: str) -> Finding:
+def variants(root: str, *folders: str) -> dict:
     """Folders: each variant's sweep, scale_on's last (the paper has no value for it)."""
     *knobs, scale_on = folders
-    lines, winners = [], {}
+    lines, items = [], []
     for result in filter(None, (sweep(root, folder) for folder in knobs)):
         paper = result.config["values"][0]
         if result.knob in COST_CUTTERS:
@@ -794,7 +844,7 @@ def variants(root: str, *folders: str) -> Finding:
             rule = f"{words} among the values keeping {KEEPS:.0%} of {paper}'s objective"
         else:
             winner, rule = mean_rank_best(result), "lowest mean rank over the metrics"
-        winners[result.knob] = (winner, paper)
+        items.append({"name": f"{result.knob} {winner}", "kept": winner == paper})
         lines += [f"`--{result.knob}` ({result.paper}; {paper} is the paper's):", "",
                   *sweep_table(result), "",
                   f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
@@ -802,53 +852,48 @@ def variants(root: str, *folders: str) -> Finding:
     with suppress(NotMeasured):
         lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
                   *reported_knob(root, scale_on).lines]
-    changed = [f"{k} {w}" for k, (w, paper) in needed(winners).items() if w != paper]
-    return Finding(f"{len(winners) - len(changed)} of {len(winners)} keep the paper's value",
-                   "adopted: " + ", ".join(changed) if changed else "the paper's values stay",
-                   lines)
+    changed = [item["name"] for item in needed(items) if not item["kept"]]
+    return {"items": items, "body": lines, "changed": changed,
+            "verdict": "adopted: " + ", ".join(changed) if changed else "the paper's values stay"}
 
 
-def learners_against_greedy(root: str, *folders: str, labels: list[str],
-                            against: dict) -> Finding:
+def learners_against_greedy(root: str, *folders: str, labels: list[str], against: dict) -> dict:
     """Learner runs (`labels` name them, the adopted setting first) against the greedy run of
-    the last folder by one gain target; the adopted run gives the verdict."""
+    the last folder by one gain target."""
     *learners, greedy = folders
-    rows = {label: gain_target(root, folder, greedy_folder=greedy, **against)
-            for label, folder in zip(labels, learners)}
-    ok, text = needed(rows[labels[0]])
-    return Finding(text.split(" (")[0], met(ok),
-                   bullets({label: row for label, row in rows.items() if row}, met))
+    items = [{**found, "name": label} for label, folder in zip(labels, learners)
+             if (found := gain_target(root, folder, greedy_folder=greedy, **against))]
+    needed(items and items[0]["name"] == labels[0])
+    return {"items": items}
 
 
-def facility_start(root: str, folder: str, screen: dict, least: float) -> Finding:
-    """The screen's rows, each its folder and value (and its folder at 20,000 rows), and the
-    verdict on select's scored start."""
+def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
+    """Select's scored start, then the screen's rows, each its folder and value (and its folder
+    at 20,000 rows)."""
     folder = os.path.join(root, folder)
-    ok, text = needed(scored_start(folder, least))
+    values = needed(scored_start(folder, least))
     rows = []
     for label, (sub, value, *at_20k) in screen.items():
         ratios = [ratio for ratio, _ in learner_ratios(os.path.join(folder, sub), value) or []]
         confirm = at_20k and learner_ratios(os.path.join(folder, "confirm-20k", *at_20k), value)
         if ratios:
-            rows.append({"start and settings": label,
-                         "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
-                         "median": f"{np.median(ratios):.3f}",
-                         "20,000 rows, seed 0": f"{confirm[0][0]:.3f}" if confirm else "-"})
-    return Finding(text, met(ok), table(rows, right=("median", "20,000 rows, seed 0")))
+            rows.append({"label": label, "ratios": ratios, "median": np.median(ratios),
+                         "at_20k": confirm[0][0] if confirm else None})
+    return {**values, "rows": rows}
 
 
-def instrument(root: str, run: str, first: str) -> Finding:
+def instrument(root: str, run: str, first: str) -> dict:
     """The calibrated proxy's run against the first proxy's tables."""
     free = needed(table_json(root, run, "tables", "table2.json"))
     point_c = needed(table_json(root, first, "table2.json"))
     primary, calibration = free["verdict"]["primary"], free["verdict"]["calibration"]
-    noise, bound = free["snr"][primary]["noise"], point_c["power"]["bpb macro"]["paired_sd"] / 3
-    junk, null = calibration["smallest_resolved"].get("junk"), calibration["null"]["difference"]
-    goals = {f"paired sd of `{primary}` at most a third of the first proxy's ({bound:.4f})":
-             (noise <= bound, f"{noise:.4f}"),
-             "smallest resolved junk dose at most 0.25": (
-                 junk is not None and junk <= 0.25, "none" if junk is None else f"{junk:g}"),
-             "the null (a second random draw) unresolved": (
-                 not calibration["null"]["resolved"],
-                 f"{null['mean']:+.4f} [{null['low']:+.4f}, {null['high']:+.4f}]")}
-    return judged(f"paired sd {noise:.4f}, junk resolved from dose {junk:g}", goals, met)
+    junk = calibration["smallest_resolved"].get("junk")
+    return {"primary": primary, "noise": free["snr"][primary]["noise"],
+            "bound": point_c["power"]["bpb macro"]["paired_sd"] / 3,  # a third of the first's
+            "junk": "none" if junk is None else junk, "junk_dose": np.inf if junk is None else junk,
+            "null": calibration["null"]["difference"],
+            "null_resolved": calibration["null"]["resolved"]}
+
+
+def tabled(rows, right=()) -> list[str]:
+    return markdown(pd.DataFrame(rows), right=right).splitlines()
