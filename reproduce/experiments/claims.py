@@ -36,12 +36,11 @@ COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
                 "probes": ("wall_s", "fewest mean seconds")}
 SCORED_START = ("best-from-start", "start")  # Facility's start as select takes it: folder, value
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
-WORDS = {True: "holds", False: "does not hold"}
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
        "==": operator.eq, "!=": operator.ne}
-RULE_KEYS = {"measure", "op", "value", "times"}
-PART_KEYS = {"each": {"each", "line"}, "table": {"table", "columns", "right"},
-             "tables": {"tables", "columns", "right"}}
+RULE_KEYS = ("measure", "op", "value", "times")
+LIST_RULE_KEYS = (("every", "holds"), ("some", "holds"))
+PART_KEYS = (("each", "lines", "line", "join"), ("table", "columns", "right"))
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,9 @@ def needed(found):
 
 
 class Template(string.Formatter):
-    """str.format, where a list is formatted entry by entry and joined by ", ", a missing value
-    (None, NaN) shows as "-", text shows as it is, and a yes-or-no value takes the word its spec gives: "{ok:met|not
-    met}"."""
+    """str.format, where text shows as it is, a missing value (None, NaN) as "-", a yes-or-no
+    value as the word its spec gives ("{ok:met|not met}"), and a list entry by entry, joined by
+    ", "."""
     def format_field(self, value, spec: str) -> str:
         if isinstance(value, str):
             return value
@@ -83,28 +82,50 @@ def fill(template: str, values) -> str:
     return Template().vformat(template, (), values if isinstance(values, dict) else vars(values))
 
 
-def check(rule: dict, values: dict) -> bool:
-    """A rule as data: `measure` `op` `value` (times `times`), where `value`, `op` and `times`
-    may name other measures; `all` or `any` of a list of rules."""
-    if "all" in rule or "any" in rule:
-        return (all if "all" in rule else any)(check(r, values) for r in next(iter(rule.values())))
+def check(rule, values: dict) -> bool:
+    """A rule as data: `measure` `op` `value` (times `times`), where `op`, `value` and `times`
+    may name other measures; the name of a yes-or-no measure; `all` or `any` of a list of rules;
+    `every` or `some` entry of a list of the measure's meeting the rule `holds`."""
+    if isinstance(rule, str):
+        return bool(values[rule])
+    for key, combine in (("all", all), ("any", any)):
+        if key in rule:
+            return combine(check(r, values) for r in rule[key])
+    for key, combine in (("every", all), ("some", any)):
+        if key in rule:
+            return combine(check(rule["holds"], entry) for entry in values[rule[key]])
     def get(key):
         found = rule.get(key, 1)
         return values.get(found, found) if isinstance(found, str) else found
     return bool(OPS[get("op")](values[rule["measure"]], get("value") * get("times")))
 
 
-def rule_errors(rule: dict) -> list[str]:
-    if "all" in rule or "any" in rule:
+def rule_errors(rule) -> list[str]:
+    if isinstance(rule, str):
+        return []
+    if {"all", "any"} & set(rule):
         return [e for r in next(iter(rule.values())) for e in rule_errors(r)]
-    unknown = [f"rule key {key!r}" for key in rule if key not in RULE_KEYS]
-    return unknown + [f"rule without {key!r}" for key in ("measure", "op") if key not in rule]
+    keys = next((keys for keys in LIST_RULE_KEYS if keys[0] in rule), RULE_KEYS)
+    errors = [f"rule key {key!r}" for key in rule if key not in keys]
+    return errors + rule_errors(rule.get("holds", ""))
 
 
-def table(rows, columns: dict, right=()) -> list[str]:
-    return markdown(pd.DataFrame([{header: fill(template, row) for header, template
-                                   in columns.items()} for row in rows], columns=list(columns)),
-                    right=right).splitlines()
+def table(rows, columns: dict, right=(), values: dict | None = None) -> list[str]:
+    """A Markdown table, a row an entry of `rows`, a column a header (a template of `values`)
+    and the template of its cells."""
+    headers = [fill(header, values or {}) for header in columns]
+    return markdown(pd.DataFrame([[fill(template, row) for template in columns.values()]
+                                  for row in rows], columns=headers),
+                    right=[fill(header, values or {}) for header in right]).splitlines()
+
+
+def nested(values: dict):
+    """The dicts in `values`' lists, the deepest first, then `values`."""
+    for entries in [v for v in values.values() if isinstance(v, list)]:
+        for entry in entries:
+            if isinstance(entry, dict):
+                yield from nested(entry)
+    yield values
 
 
 @dataclass(frozen=True)
@@ -119,14 +140,16 @@ class Claim:
     figures: list[str] = field(default_factory=list)  # PNGs under the root, shown if there
     parameters: dict = field(default_factory=dict)  # the measure's own inputs, by name
     commit: str = ""  # where the target has changed since: the commit whose target wrote it
-    holds: dict = field(default_factory=dict)  # the rule as data, checked on each item
-    checks: dict = field(default_factory=dict)  # named rules, checked where their measures are
-    goals: list = field(default_factory=list)  # items made of rules: name, holds and text each
-    words: tuple = ("holds", "does not hold")  # an item's word where the rule holds, and not
-    verdict: str = "tally"  # tally (all, none or which), all, or first (the first item's word)
-    verdict_words: tuple = ()  # the verdict's words, where not the items'
+    checks: dict = field(default_factory=dict)  # named rules, checked wherever their measures are
+    goals: list = field(default_factory=list)  # items made of rules: a name, holds and text each
+    holds: dict | str = field(default_factory=dict)  # the rule checked on each item
+    partly: dict | str = field(default_factory=dict)  # where it fails, the rule of the middle word
+    words: list = ("holds", "does not hold")  # an item's words: holds, (partly,) does not
+    verdict: str = "tally"  # how the items' words make the verdict (docs/experiments.md)
+    verdict_words: list = ()  # the verdict's words, where not the items'
+    cases: list = field(default_factory=list)  # the verdict: the first case whose `when` holds
     by: str = "name"  # the item field a tally names
-    each: str = ""  # the template `listed` joins over the items
+    texts: dict = field(default_factory=dict)  # named texts, each a template joined over a list
     here: str = ""  # the claims table's figure
     lines: list = field(default_factory=list)  # the section: templates, lists, tables
 
@@ -141,79 +164,101 @@ class Claim:
         except NotMeasured:
             return None
         if self.goals:
-            values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"], values),
-                                "ok": check(goal["holds"], values)} for goal in self.goals]
-        items = values.get("items") or [values]
-        for target in [values, *(d for v in values.values() if isinstance(v, list)
-                                 for d in v if isinstance(d, dict))]:
+            values["items"] = [{"name": fill(goal["name"], values), "ok": check(goal["holds"], values),
+                                "text": fill(goal["text"], values)} for goal in self.goals]
+        for entry in nested(values):
             for name, rule in self.checks.items():
                 with suppress(KeyError):
-                    target[name] = check(rule, target)
-        yes, no = self.words
-        oks = {}
+                    entry[name] = check(rule, entry)
+        items = values.get("items") or [values]
         for item in items:
-            if self.holds:
-                item["ok"] = check(self.holds, item)
-            if "ok" in item:
-                item["word"] = yes if item["ok"] else no
-                oks[item.get(self.by)] = oks.get(item.get(self.by), True) and item["ok"]
-        good = [str(item.get("name")) for item in items if item.get("ok")]
+            item["ok"] = check(self.holds, item) if self.holds else item.get("ok")
+            partly = not item["ok"] and self.partly and check(self.partly, item)
+            item["word"] = self.words[1 if partly else -1 if not item["ok"] else 0]
+        for entry in nested(values):
+            for name, text in self.texts.items():
+                with suppress(KeyError):
+                    entry[name] = text.get("join", ", ").join(
+                        fill(text["line"], each) for each in entry[text["each"]])
+        good = [str(item.get("name")) for item in items if item["ok"]]
         values.update(first=items[0], held=len(good), total=len(items),
-                      holding=", ".join(good) or "none",
-                      listed=", ".join(fill(self.each, item) for item in items))
-        return Finding(values.get("here") or fill(self.here, values),
-                       values.get("verdict") or self.verdict_of(oks, items[0]),
-                       self.section(values))
+                      holding=", ".join(good) or "none")
+        lines = self.section(self.lines, values)
+        verdict = values.get("verdict") or next(
+            (fill(case["word"], values) for case in self.cases
+             if check(case.get("when", {"all": []}), values)), None) or self.verdict_of(items)
+        while lines and not lines[-1]:
+            lines.pop()
+        return Finding(fill(self.here, values), verdict, lines)
 
-    def verdict_of(self, oks: dict, first: dict) -> str:
-        yes, no = self.verdict_words or self.words
-        good = [name for name, ok in oks.items() if ok]
+    def verdict_of(self, items: list[dict]) -> str:
+        """tally: the word where every item (or group of items by `by`) holds or none does,
+        else which hold; all: the word of all holding; first: the first item's; grouped: the
+        items named by their word; parts: which checks held on which items."""
+        yes, *_, no = words = self.verdict_words or self.words
+        groups = {}
+        for item in items:
+            groups.setdefault(item.get(self.by), []).append(item["ok"])
+        good = [name for name, oks in groups.items() if all(oks)]
         if self.verdict == "first":
-            return first["word"]
-        if len(good) in (0, len(oks)) or self.verdict == "all":
-            return yes if len(good) == len(oks) else no
+            return items[0]["word"]
+        if self.verdict == "grouped":
+            named = {}
+            for item in items:
+                named.setdefault(item["word"], []).append(item["name"])
+            return next(iter(named)) if len(named) == 1 else "; ".join(
+                f"{word} for {', '.join(names)}" for word, names in named.items())
+        if self.verdict == "parts":
+            held = {part: [i["name"] for i in items if i[part]] for part in self.checks}
+            if all(len(names) == len(items) for names in held.values()):
+                return yes
+            return f"{words[1]}: " + "; ".join(f"{part} on {', '.join(names)}" for part, names
+                                               in held.items() if names) if any(held.values()) else no
+        if len(good) in (0, len(groups)) or self.verdict == "all":
+            return yes if len(good) == len(groups) else no
         return f"{yes} for {', '.join(good)} only"
 
-    def section(self, values: dict) -> list[str]:
+    def section(self, parts: list, values: dict) -> list[str]:
         lines = []
-        for part in self.lines:
+        for part in parts:
             if isinstance(part, dict) and "each" in part:
-                lines += [fill(part["line"], row) for row in values[part["each"]]]
-            elif isinstance(part, dict) and "table" in part:
-                lines += table(values[part["table"]], part["columns"], part.get("right", ()))
+                for entry in values[part["each"]]:
+                    lines += self.section(part["lines"], entry)
             elif isinstance(part, dict):
-                for title, rows in values[part["tables"]]:
-                    lines += [title, "", *table(rows, part["columns"], part["right"]), ""]
+                lines += table(values[part["table"]], part["columns"], part.get("right", ()),
+                               values)
             elif isinstance(values.get(part), list):
                 lines += values[part]
             else:
                 with suppress(KeyError):  # a line naming a value not found is left out
                     lines.append(fill(part, values))
-        while lines and not lines[-1]:
-            lines.pop()
         return lines
 
 
 def claim_errors(claim: dict) -> list[str]:
     """What is wrong with one declared claim: a key not in the schema, a required key missing, no
-    measure by its name, a rule or a section part of unknown keys."""
+    measure by its name, a rule, text or section part of unknown keys."""
     known = {f.name: f for f in fields(Claim)}
     errors = [f"unknown key {key!r}" for key in claim if key not in known]
-    errors += [f"missing key {name!r}" for name, f in known.items() if name not in claim
-               and f.default is f.default_factory is MISSING]
+    errors += [f"missing key {name!r}" for name, f in known.items()
+               if name not in claim and f.default is f.default_factory is MISSING]
     if not callable(globals().get(claim.get("decide"))):
         errors.append(f"no measure {claim.get('decide')!r}")
-    rules = [claim.get("holds") or {}, *(claim.get("checks") or {}).values()]
-    for goal in claim.get("goals") or []:
+    rules = [claim.get("holds", ""), claim.get("partly", ""), *claim.get("checks", {}).values()]
+    for case in claim.get("cases", []):
+        errors += [f"case key {key!r}" for key in case if key not in ("when", "word")]
+        rules.append(case.get("when", ""))
+    for goal in claim.get("goals", []):
         errors += [f"goal key {key!r}" for key in goal if key not in ("name", "holds", "text")]
-        rules.append(goal.get("holds") or {"measure": None})
-    for rule in rules:
-        errors += rule_errors(rule) if rule else []
-    for part in claim.get("lines") or []:
-        kind = next((k for k in PART_KEYS if isinstance(part, dict) and k in part), None)
+        rules.append(goal.get("holds", ""))
+    errors += [error for rule in rules for error in rule_errors(rule)]
+    parts = [*claim.get("lines", []), *claim.get("texts", {}).values()]
+    while parts:
+        part = parts.pop()
         if isinstance(part, dict):
-            errors += [f"line key {key!r}" for key in part
-                       if key not in PART_KEYS.get(kind, ())]
+            keys = next((keys for keys in PART_KEYS if keys[0] in part), ())
+            errors += [f"line key {key!r}" for key in part if key not in keys]
+            parts += part.get("lines", [])
     return errors
 
 
@@ -426,48 +471,26 @@ def one_shot(root: str, folder: str) -> dict:
                                f"{greedy.wall_s_mean:.3g} s" if greedy else ""})
     return {"items": items}
 def length_bias(root: str, folder: str, least: float) -> dict:
-    """Per corpus: the quality selection long (at least `least` of the mean length and above the
-    chance band), each diversity greedy short (every seed below the band); the claim holds where
-    all four parts hold, in part where some do (reproduce/results/length-bias/plan.md)."""
+    """Per corpus: the quality selection's mean length ratio (the judged `least` beside it) and
+    chance word, each diversity greedy's, and every selection's row."""
     result = needed(read_result(os.path.join(root, folder), "length-bias"))
-    parts, lines, here = {}, [], []
+    items = []
     for corpus in result.corpora:
         by = result.of(corpus.name)
         quality = by.get(QUALITY)
-        greedies = {name: by[name].against_chance == "short" if name in by else False
-                    for name in DIVERSITY}
-        parts["quality long", corpus.name] = bool(
-            quality and quality.ratio_mean >= least and quality.against_chance == "long")
-        parts["diversity short", corpus.name] = all(greedies.values())
-        shown = [by[name] for name in DIVERSITY if name in by]
-        here.append(f"{corpus.name}: {QUALITY} {percent(quality.ratio_mean) if quality else '-'}"
-                    ", greedies " + ", ".join(percent(s.ratio_mean) for s in shown))
-        lines += [f"`{corpus.name}` ({corpus.rows:,} rows, mean {corpus.mean_length:,.0f} "
-                  f"characters; a random selection's chance band {band(corpus)}):", "",
-                  *tabled([{"selection": s.selection, "role": s.role,
-                           "seeds (distinct)": f"{s.seeds} ({s.distinct})",
-                           "length ratio": spread(s), "against chance": s.against_chance}
-                          for s in by.values()], right=("seeds (distinct)", "length ratio")), "",
-                  f"- {QUALITY} at least {percent(least)} and above the band: "
-                  f"**{WORDS[parts['quality long', corpus.name]]}**"
-                  + (f" ({percent(quality.ratio_mean)}; the paper: " + ", ".join(
-                      f"{name} {percent(ratio)}" for name, ratio in PAPER.items()) + ")."
-                     if quality else " (not run)."),
-                  "- every seed of each diversity greedy below the band: "
-                  + ", ".join(f"{name} {'short' if ok else 'not short'}"
-                              for name, ok in greedies.items())
-                  + f": **{WORDS[parts['diversity short', corpus.name]]}**.", ""]
-    good = [part for part, ok in parts.items() if ok]
-    if len(good) == len(parts):
-        word = "holds"
-    elif good:
-        held = {kind: [name for part, name in good if part == kind]
-                for kind in ("quality long", "diversity short")}
-        word = "holds in part: " + "; ".join(f"{kind} on {', '.join(names)}"
-                                             for kind, names in held.items() if names)
-    else:
-        word = "does not hold"
-    return {"here": "; ".join(here), "verdict": word, "body": lines}
+        items.append({
+            "name": corpus.name, "corpus": corpus, "band": band(corpus), "judged": QUALITY,
+            "least": least, "least_text": percent(least),
+            "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
+            "quality_ratio": quality.ratio_mean if quality else -np.inf,
+            "quality_against": quality.against_chance if quality else None,
+            "quality": percent(quality.ratio_mean) if quality else None,
+            **({"ran": ""} if quality else {"not_run": ""}),  # each names its line
+            "greedies": [{"name": name, "short": name in by and by[name].against_chance == "short"}
+                         for name in DIVERSITY],
+            "greedy_ratios": [percent(by[name].ratio_mean) for name in DIVERSITY if name in by],
+            "selections": [{**vars(s), "spread": spread(s)} for s in by.values()]})
+    return {"items": items}
 
 
 def seed_spread(values: np.ndarray, form: str = ".3g") -> str:
@@ -488,171 +511,102 @@ def seconds(time: float) -> str:
     return f"{time:.3g} s" if np.isfinite(time) else "not reached"
 
 
-def level_times(by_value: dict[object, list], compared: list, levels: list[float]):
-    """Runs of one metric by value, at equal wall time: the window (their shortest span), the
-    reference (the best median objective at its end among the `compared` values), each value's
-    objectives at the window's end and, per (value, level), its runs' times to level x
-    reference (inf: not reached within the window)."""
-    window = window_s([run for runs in by_value.values() for run in runs])
-    at = {v: np.array([objective_at(r, window) for r in runs]) for v, runs in by_value.items()}
-    reference = max(float(np.median(at[v])) for v in compared)
-    times = {(v, level): np.array([time_to(r, level * reference, window) for r in runs])
-             for v, runs in by_value.items() for level in levels}
-    return window, reference, at, times
-
-
-def time_to_objective(root: str, folder: str, fixed: str, chain: list[list], levels: list[float],
-                      cut: float) -> dict:
+def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
+                      levels: list[float]) -> dict:
     """An --equal_time sweep (`folder`; its file is named as the fixed-steps sweep of the same
-    knob, `fixed`, whose lines follow) judged by the time to objectives: per metric, the window
-    is its shortest run's span, the reference the best median objective at the window's end
-    among `chain`'s values, and a run's time to `level` x reference its curve's first point
-    there. `chain` lists groups of values, each expected to reach a level sooner than the group
-    before: a link cuts the time at a level where the later group's faster value (by median over
-    seeds) takes at most `cut` x the earlier group's faster value's (a level neither reaches is no
-    cut). A metric holds where every link cuts at every level, holds in part where some do, and
-    does not hold where none does."""
-    result = needed(sweep(root, folder, os.path.basename(fixed)))
+    knob, `fixed`, whose lines follow) by metric: the window (its shortest run's span), the
+    reference (the best median objective at the window's end among `chain`'s values), each
+    value's objective there and times to each level x reference (inf: not reached), and per
+    level each link of `chain` (groups of values, each claimed faster than the group before): the
+    faster value of each group by median over seeds, and their median times."""
+    result, fixed_lines = needed(sweep(root, folder, os.path.basename(fixed))), []
     compared = [value for group in chain for value in group]
-    rows, lines, words, here = [], [], {}, []
+    items, rows = [], []
     for metric in result.metrics:
         by_value = {v: [r for r in of_metric(result.runs, metric) if r.value == v]
                     for v in result.config["values"]}
-        window, reference, at, times = level_times(by_value, compared, levels)
+        window = window_s([run for runs in by_value.values() for run in runs])
+        at = {v: np.array([objective_at(r, window) for r in runs]) for v, runs in by_value.items()}
+        reference = max(float(np.median(at[v])) for v in compared)
+        times = {(v, level): np.array([time_to(r, level * reference, window) for r in runs])
+                 for v, runs in by_value.items() for level in levels}
         median = {key: float(np.median(t)) for key, t in times.items()}
-        rows += [{"metric": metric, result.knob: str(v), "steps": group[0].params["n_epochs"],
-                  "objective at the window": seed_spread(at[v], ".3f"),
-                  **{f"s to {level:.0%}": seed_spread(times[v, level]) for level in levels}}
-                 for v, group in by_value.items()]
+        rows += [{"metric": metric, "value": str(v), "steps": runs[0].params["n_epochs"],
+                  "objective": seed_spread(at[v], ".3f"),
+                  "times": [seed_spread(times[v, level]) for level in levels]}
+                 for v, runs in by_value.items()]
 
-        def fastest(group: list, level: float):
-            return min(group, key=lambda v: median[v, level])
-        cuts = []
-        for level in levels:
-            for earlier, later in zip(chain, chain[1:]):
-                before, after = fastest(earlier, level), fastest(later, level)
-                t_before, t_after = median[before, level], median[after, level]
-                cuts.append((bool(np.isfinite(t_after) and t_after <= cut * t_before),
-                             f"to {level:.0%}, {after} against {before}: "
-                             f"{times_over(after, t_after, before, t_before)} "
-                             f"({seconds(t_after)} against {seconds(t_before)})"))
-        words[metric] = ("holds" if all(ok for ok, _ in cuts) else
-                         "holds in part" if any(ok for ok, _ in cuts) else "does not hold")
-        first, last = fastest(chain[0], levels[-1]), fastest(chain[-1], levels[-1])
-        here.append(f"{metric} " + times_over(last, median[last, levels[-1]], first,
-                                              median[first, levels[-1]]))
-        lines.append(f"- {metric} (window {window:.3g} s, reference {reference:.3f}): "
-                     + "; ".join(f"{text} ({'a cut' if ok else 'no cut'})" for ok, text in cuts)
-                     + f": **{words[metric]}**.")
-    order = " -> ".join("/".join(map(str, group)) for group in chain)
-    lines = [f"Median [min, max] over seeds; `-`: not reached in the window. The order claimed: "
-             f"{order}; a cut: at most {cut:g} of the earlier's time.", "",
-             *tabled(rows, right=("steps", "objective at the window",
-                                 *(f"s to {level:.0%}" for level in levels))), "", *lines]
+        def link(level: float, earlier: list, later: list) -> dict:
+            before, after = (min(group, key=lambda v: median[v, level]) for group in (earlier, later))
+            t_before, t_after = median[before, level], median[after, level]
+            return {"level": level, "before": before, "after": after, "t_before": t_before,
+                    "t_after": t_after, "ratio": times_over(after, t_after, before, t_before),
+                    "s_before": seconds(t_before), "s_after": seconds(t_after)}
+        items.append({"name": metric, "window": window, "reference": reference,
+                      "cuts": [link(level, *pair) for level in levels
+                               for pair in zip(chain, chain[1:])],
+                      "last": link(levels[-1], chain[0], chain[-1])})
     with suppress(NotMeasured):
-        lines += ["", f"At fixed steps (`{fixed}/`):", "", *reported_knob(root, fixed).lines]
-    metrics_of = {}
-    for metric, word in words.items():
-        metrics_of.setdefault(word, []).append(metric)
-    verdict = (next(iter(metrics_of)) if len(metrics_of) == 1 else "; ".join(
-        f"{word} for {', '.join(metrics)}" for word, metrics in metrics_of.items()))
-    return {"body": lines, "verdict": verdict, "here": f"time to {levels[-1]:.0%}, "
-            f"{'/'.join(map(str, chain[-1]))} against {'/'.join(map(str, chain[0]))}: "
-            + ", ".join(here)}
+        fixed_lines = reported_knob(root, fixed).lines
+    groups = ["/".join(map(str, group)) for group in chain]
+    return {"items": items, "rows": rows, "knob": result.knob, "top": levels[-1],
+            "order": " -> ".join(groups), "earliest": groups[0], "latest": groups[-1],
+            "fixed_lines": fixed_lines, **({"fixed": fixed} if fixed_lines else {})}
 
-def arms_lines(root: str, run: str) -> list[str]:
-    """The run's arms.md below its title (each method in both arms), or nothing."""
+
+def arms(root: str, run: str, show: dict | None = None) -> dict:
+    """Both arms' tables of a downstream run, each with its verdict lines (those containing one
+    of its `show` phrases, where given) and its datamask rows against random, then arms.md's
+    table below its title (each method in both arms)."""
+    found = [{"arm": arm, "Arm": arm.capitalize(), "verdict": table["verdict"],
+              "shown": [{"line": line} for line in table["verdict"]["lines"]
+                        if show is None or any(phrase in line for phrase in show[arm])]}
+             for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))
+             if (table := table_json(root, run, folder, "table2.json"))]
+    needed(found and found[0]["arm"] == "free")
     arms_md = Path(root, run, "arms.md")
-    if not arms_md.exists():
-        return []
-    return arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
-
-
+    return {"arms": found, "arms_md": arms_md.read_text().split("\n", 2)[2].strip().splitlines()
+            + [""] if arms_md.exists() else []}
 
 
 def table2_gain(root: str, run: str, first: str) -> dict:
-    """Both arms of the calibrated proxy's run, then the first proxy's verdict by the same rule."""
-    arms = {arm: table_json(root, run, folder, "table2.json")
-            for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))}
-    needed(arms["free"])
-    lines, here, outcomes = [], [], []
-    for arm, verdict in ((arm, t["verdict"]) for arm, t in arms.items() if t):
-        lines += [f"{arm.capitalize()} arm (primary metric `{verdict['primary']}`):", "",
-                  *(f"- {line}" for line in verdict["lines"]), ""]
-        ours = {m.split("@")[0].removeprefix("datamask-"): v
-                for m, v in verdict["vs_random"].items() if m.startswith("datamask-")}
-        here.append(f"{arm}: " + ", ".join(f"{m} {v}" for m, v in ours.items()))
-        outcomes += [o["outcome"] for o in verdict["ordering"].values()]
-    lines += arms_lines(root, run)
+    """Both arms of the calibrated proxy's run, with the paper's ordering's outcome for each
+    datamask row, then the first proxy's verdict lines."""
+    values = arms(root, run)
+    for arm in values["arms"]:
+        arm["ours"] = [f"{m.split('@')[0].removeprefix('datamask-')} {v}"
+                       for m, v in arm["verdict"]["vs_random"].items() if m.startswith("datamask-")]
     point_c = table_json(root, first, "table2.json")
-    if point_c:
-        lines += [f"The first proxy (`{first}/`, a larger model at fewer tokens, before "
-                  "calibration), by the same rule:", "",
-                  *(f"- {line}" for line in point_c["verdict"]["lines"])]
-    word = ("contradicted" if "contradicted" in outcomes else
-            "holds" if set(outcomes) == {"holds"} else "unresolved")
-    return {"here": "; ".join(here), "body": lines,
-            "verdict": word if word == "holds" else f"not reproduced at this scale ({word})"}
+    return {**values, **({"first_proxy": first} if point_c else {}),
+            "first_lines": [{"line": line} for line in point_c["verdict"]["lines"]]
+            if point_c else [], "outcomes": [{"outcome": o["outcome"]} for arm in values["arms"]
+                                             for o in arm["verdict"]["ordering"].values()]}
 
 
-# the paper's claim per eligible primary, from datamask-paper's outcome against random (free arm)
-CLAIM_WORDS = {"beats random": "holds", "worse than random": "contradicted",
-               "unresolved": "unresolved"}
-
-
-def shown(line: str, arm: str) -> bool:
-    """Whether findings shows a verdict line: the free arm's calibration, the claim's bound and
-    what the policy gradient adds; the stratified arm's own null and what the policy gradient
-    adds there (its other calibration lines repeat the free arm's)."""
-    if line.startswith("What the policy gradient adds"):
-        return True
-    if arm == "free":
-        return line.startswith(("Calibration:", "The paper's claim"))
-    return "this arm has no calibration rows" in line
-
-
-def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str) -> dict:
-    """The drawn design: on each primary, each arm's verdict lines and arms.md's table; the
-    verdict is `paper_row`'s outcome against random in the free arm on each eligible primary,
-    with its bound, `today_row` beside it; the earlier design's datamask rows in one line."""
-    free = needed(table_json(root, run, "tables", "table2.json"))
-    stratified = table_json(root, run, "tables-stratified", "table2.json")
-    verdict = needed(free["verdict"].get("by_primary"))
-    words, here = {}, []
-    for primary, judged_on in verdict.items():
-        eligible = judged_on["calibration"]["eligible"]
-        outcomes = judged_on["vs_random"]
-        bound = judged_on["bounds"].get(paper_row)
-        limit = (f" (gain below {bound['most']:.4f})" if bound and bound["most"] is not None
-                 and bound["most"] > 0 and not bound["resolved_better"] else "")
-        here.append(f"`{primary}`" + ("" if eligible else " (not eligible)") + ": "
-                    f"{paper_row} {outcomes.get(paper_row, 'not run')}{limit}, "
-                    f"{today_row} {outcomes.get(today_row, 'not run')}")
-        if eligible and paper_row in outcomes:
-            words[primary] = CLAIM_WORDS[outcomes[paper_row]]
-    lines = []
-    for arm, table in (("free", free), ("stratified", stratified)):
-        if table:  # each method's outcome is in arms.md's table below
-            lines += [f"{arm.capitalize()} arm:", "", *(
-                f"- {line}" for line in table["verdict"]["lines"] if shown(line, arm)), ""]
-    lines += arms_lines(root, run)
+def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str,
+                 show: dict, claim_words: dict) -> dict:
+    """The drawn design: per primary, `paper_row`'s and `today_row`'s outcomes against random in
+    the free arm, the paper row's bound where unresolved, whether the primary is eligible, and
+    the claim's word there (`claim_words` of the paper row's outcome); each arm's `show`n verdict
+    lines and arms.md's table; the earlier design's datamask rows."""
+    values = arms(root, run, show)
+    primaries = needed(values["arms"][0]["verdict"].get("by_primary"))
+    values["primaries"] = [{
+        "name": primary, "eligible": on["calibration"]["eligible"], "paper_row": paper_row,
+        "today_row": today_row,
+        "paper": on["vs_random"].get(paper_row, "not run"),
+        "today": on["vs_random"].get(today_row, "not run"),
+        "limit": f" (gain below {bound['most']:.4f})" if (bound := on["bounds"].get(paper_row))
+        and bound["most"] is not None and bound["most"] > 0 and not bound["resolved_better"]
+        else ""} for primary, on in primaries.items()]
+    values["judged"] = [{"name": p["name"], "word": claim_words[p["paper"]]}
+                        for p in values["primaries"] if p["eligible"] and p["paper"] != "not run"]
     before = table_json(root, earlier, "tables", "table2.json")
     if before:
-        ours = ", ".join(f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
-                         if m.startswith("datamask-"))
-        lines.append(f"The earlier design (`{earlier}/`: the learner before its greedy starts, "
-                     f"one selection per method, the pool's macro alone), free arm: {ours}.")
-    if not words:
-        word = "not judged: no primary eligible"
-    elif set(words.values()) == {"holds"}:
-        word = "holds"
-    else:
-        word = ("partly reproduced (" if "holds" in words.values() else
-                "not reproduced at this scale (") + "; ".join(
-            f"{w} on `{p}`" for p, w in words.items()) + ")"
-    return {"here": "; ".join(here), "verdict": word, "body": lines}
-
-
+        values.update(earlier=earlier, earlier_ours=[
+            f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
+            if m.startswith("datamask-")])
+    return values
 
 
 # ------------------------------------------------------------------ questions this project adds
@@ -793,7 +747,8 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
                cells)] + [(side["title"], bench_cells(root, side["folder"], *side.get("parts", ())))
                           for side in beside]
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
-    return {"tables": [(title, shown_cells(frame)) for title, frame in tables if not frame.empty],
+    return {"tables": [{"title": title, "cells": shown_cells(frame)} for title, frame in tables
+                       if not frame.empty],
             "cells": len(cells), "passed": int(cells.passes.sum()),
             "kept": int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())}
 
