@@ -3,7 +3,7 @@ paper's figure, the results folders it reads, the Make target that writes them, 
 and its sentence and table templates) and names its measure, a function here that reads the
 folders into values. `Claim.finding` checks the rule on those values and fills the templates;
 where the files a measure needs are missing, the claim is not measured. The schema is in
-docs/experiments.md; the measures shared by claims come first.
+docs/experiments.md; the readers shared by measures come first.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ SCORED_START = ("best-from-start", "start")  # Facility's start as select takes 
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
        "==": operator.eq, "!=": operator.ne}
-RULE_KEYS = ("measure", "op", "value", "times")
-LIST_RULE_KEYS = (("every", "holds"), ("some", "holds"))
-PART_KEYS = (("each", "lines", "line", "join"), ("table", "columns", "right"))
+COMBINE = {"all": all, "any": any, "every": all, "some": any}
+# the keys of rules, cases, goals, texts and section parts (docs/experiments.md)
+FORM_KEYS = {"measure", "op", "value", "times", *COMBINE, "holds", "when", "word", "name", "text",
+             "each", "lines", "line", "join", "table", "columns", "right"}
 
 
 @dataclass(frozen=True)
@@ -63,19 +64,23 @@ def needed(found):
 
 
 class Template(string.Formatter):
-    """str.format, where text shows as it is, a missing value (None, NaN) as "-", a yes-or-no
-    value as the word its spec gives ("{ok:met|not met}"), and a list entry by entry, joined by
-    ", "."""
+    """str.format, where a spec "yes|no" picks by the value's truth (its branches may hold
+    fields), text shows as it is, a missing value (None, NaN, a field of one) as "-", and a list
+    entry by entry, joined by ", "."""
+    def get_field(self, name: str, args, kwargs):
+        try:
+            return super().get_field(name, args, kwargs)
+        except (AttributeError, TypeError):  # a field of a missing value
+            return None, name
+
     def format_field(self, value, spec: str) -> str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (bool, np.bool_)) and "|" in spec:
+        if "|" in spec:
             return spec.split("|")[0 if value else 1]
         if isinstance(value, (list, tuple)):
             return ", ".join(self.format_field(v, spec) for v in value)
         if value is None or isinstance(value, float) and np.isnan(value):
             return "-"
-        return super().format_field(value, spec)
+        return value if isinstance(value, str) else super().format_field(value, spec)
 
 
 def fill(template: str, values) -> str:
@@ -88,43 +93,31 @@ def check(rule, values: dict) -> bool:
     `every` or `some` entry of a list of the measure's meeting the rule `holds`."""
     if isinstance(rule, str):
         return bool(values[rule])
-    for key, combine in (("all", all), ("any", any)):
-        if key in rule:
-            return combine(check(r, values) for r in rule[key])
-    for key, combine in (("every", all), ("some", any)):
-        if key in rule:
-            return combine(check(rule["holds"], entry) for entry in values[rule[key]])
+    key = next((key for key in COMBINE if key in rule), None)
+    if key in ("all", "any"):
+        return COMBINE[key](check(r, values) for r in rule[key])
+    if key:
+        return COMBINE[key](check(rule["holds"], entry) for entry in values[rule[key]])
+
     def get(key):
         found = rule.get(key, 1)
         return values.get(found, found) if isinstance(found, str) else found
     return bool(OPS[get("op")](values[rule["measure"]], get("value") * get("times")))
 
 
-def rule_errors(rule) -> list[str]:
-    if isinstance(rule, str):
-        return []
-    if {"all", "any"} & set(rule):
-        return [e for r in next(iter(rule.values())) for e in rule_errors(r)]
-    keys = next((keys for keys in LIST_RULE_KEYS if keys[0] in rule), RULE_KEYS)
-    errors = [f"rule key {key!r}" for key in rule if key not in keys]
-    return errors + rule_errors(rule.get("holds", ""))
-
-
 def table(rows, columns: dict, right=(), values: dict | None = None) -> list[str]:
-    """A Markdown table, a row an entry of `rows`, a column a header (a template of `values`)
+    """A Markdown table: a row an entry of `rows`, a column a header (a template of `values`)
     and the template of its cells."""
-    headers = [fill(header, values or {}) for header in columns]
-    return markdown(pd.DataFrame([[fill(template, row) for template in columns.values()]
-                                  for row in rows], columns=headers),
+    return markdown(pd.DataFrame([[fill(cell, row) for cell in columns.values()] for row in rows],
+                                 columns=[fill(header, values or {}) for header in columns]),
                     right=[fill(header, values or {}) for header in right]).splitlines()
 
 
 def nested(values: dict):
     """The dicts in `values`' lists, the deepest first, then `values`."""
     for entries in [v for v in values.values() if isinstance(v, list)]:
-        for entry in entries:
-            if isinstance(entry, dict):
-                yield from nested(entry)
+        for entry in (e for e in entries if isinstance(e, dict)):
+            yield from nested(entry)
     yield values
 
 
@@ -143,11 +136,11 @@ class Claim:
     checks: dict = field(default_factory=dict)  # named rules, checked wherever their measures are
     goals: list = field(default_factory=list)  # items made of rules: a name, holds and text each
     holds: dict | str = field(default_factory=dict)  # the rule checked on each item
-    partly: dict | str = field(default_factory=dict)  # where it fails, the rule of the middle word
+    partly: dict | str = field(default_factory=dict)  # where it fails, the middle word's rule
     words: list = ("holds", "does not hold")  # an item's words: holds, (partly,) does not
-    verdict: str = "tally"  # how the items' words make the verdict (docs/experiments.md)
+    verdict: str = "tally"  # how the items' words make the verdict: tally, grouped or parts
     verdict_words: list = ()  # the verdict's words, where not the items'
-    cases: list = field(default_factory=list)  # the verdict: the first case whose `when` holds
+    cases: list = field(default_factory=list)  # else the verdict: the first case whose `when` holds
     by: str = "name"  # the item field a tally names
     texts: dict = field(default_factory=dict)  # named texts, each a template joined over a list
     here: str = ""  # the claims table's figure
@@ -164,8 +157,8 @@ class Claim:
         except NotMeasured:
             return None
         if self.goals:
-            values["items"] = [{"name": fill(goal["name"], values), "ok": check(goal["holds"], values),
-                                "text": fill(goal["text"], values)} for goal in self.goals]
+            values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"],
+                                values), "ok": check(goal["holds"], values)} for goal in self.goals]
         for entry in nested(values):
             for name, rule in self.checks.items():
                 with suppress(KeyError):
@@ -184,81 +177,78 @@ class Claim:
         values.update(first=items[0], held=len(good), total=len(items),
                       holding=", ".join(good) or "none")
         lines = self.section(self.lines, values)
-        verdict = values.get("verdict") or next(
-            (fill(case["word"], values) for case in self.cases
-             if check(case.get("when", {"all": []}), values)), None) or self.verdict_of(items)
         while lines and not lines[-1]:
             lines.pop()
-        return Finding(fill(self.here, values), verdict, lines)
+        return Finding(fill(self.here, values), next(
+            (fill(case["word"], values) for case in self.cases
+             if check(case.get("when", {"all": []}), values)), None) or self.verdict_of(items),
+            lines)
 
     def verdict_of(self, items: list[dict]) -> str:
         """tally: the word where every item (or group of items by `by`) holds or none does,
-        else which hold; all: the word of all holding; first: the first item's; grouped: the
-        items named by their word; parts: which checks held on which items."""
+        else which hold; grouped: the items named by their word; parts: which checks held on
+        which items."""
         yes, *_, no = words = self.verdict_words or self.words
-        groups = {}
-        for item in items:
-            groups.setdefault(item.get(self.by), []).append(item["ok"])
-        good = [name for name, oks in groups.items() if all(oks)]
-        if self.verdict == "first":
-            return items[0]["word"]
+        named = {}
         if self.verdict == "grouped":
-            named = {}
             for item in items:
                 named.setdefault(item["word"], []).append(item["name"])
             return next(iter(named)) if len(named) == 1 else "; ".join(
                 f"{word} for {', '.join(names)}" for word, names in named.items())
         if self.verdict == "parts":
             held = {part: [i["name"] for i in items if i[part]] for part in self.checks}
-            if all(len(names) == len(items) for names in held.values()):
-                return yes
-            return f"{words[1]}: " + "; ".join(f"{part} on {', '.join(names)}" for part, names
-                                               in held.items() if names) if any(held.values()) else no
-        if len(good) in (0, len(groups)) or self.verdict == "all":
-            return yes if len(good) == len(groups) else no
+            if not any(held.values()) or all(len(n) == len(items) for n in held.values()):
+                return yes if any(held.values()) else no
+            return f"{words[1]}: " + "; ".join(f"{part} on {', '.join(names)}"
+                                               for part, names in held.items() if names)
+        for item in items:
+            named[item.get(self.by)] = named.get(item.get(self.by), True) and item["ok"]
+        good = [name for name, ok in named.items() if ok]
+        if len(good) in (0, len(named)):
+            return yes if good else no
         return f"{yes} for {', '.join(good)} only"
 
     def section(self, parts: list, values: dict) -> list[str]:
+        """Lines from a section's parts: a template (left out where it names a value not
+        found), the name of a list of lines, a table, or the parts again for each entry."""
         lines = []
         for part in parts:
             if isinstance(part, dict) and "each" in part:
-                for entry in values[part["each"]]:
-                    lines += self.section(part["lines"], entry)
-            elif isinstance(part, dict):
+                lines += [line for entry in values[part["each"]]
+                          for line in self.section(part["lines"], entry)]
+            elif isinstance(part, dict):  # a table, left out where it has no rows
                 lines += table(values[part["table"]], part["columns"], part.get("right", ()),
-                               values)
+                               values) if values[part["table"]] else []
             elif isinstance(values.get(part), list):
                 lines += values[part]
             else:
-                with suppress(KeyError):  # a line naming a value not found is left out
+                with suppress(KeyError):
                     lines.append(fill(part, values))
         return lines
 
 
+def unknown_keys(part) -> list[str]:
+    """The keys all through a rule, case, goal, text or section part that none of them has."""
+    if isinstance(part, list):
+        return [key for entry in part for key in unknown_keys(entry)]
+    return [key for key in part if key not in FORM_KEYS] + [
+        key for name, entry in part.items() if name != "columns"
+        for key in unknown_keys(entry)] if isinstance(part, dict) else []
+
+
 def claim_errors(claim: dict) -> list[str]:
-    """What is wrong with one declared claim: a key not in the schema, a required key missing, no
-    measure by its name, a rule, text or section part of unknown keys."""
+    """What is wrong with one declared claim: a key not in the schema or one missing, no measure
+    by its name, a key unknown in its rules, cases, goals, texts or section."""
     known = {f.name: f for f in fields(Claim)}
-    errors = [f"unknown key {key!r}" for key in claim if key not in known]
-    errors += [f"missing key {name!r}" for name, f in known.items()
-               if name not in claim and f.default is f.default_factory is MISSING]
+    errors = [f"unknown key {key!r}" for key in claim if key not in known] + [
+        f"missing key {name!r}" for name, f in known.items()
+        if name not in claim and f.default is f.default_factory is MISSING]
     if not callable(globals().get(claim.get("decide"))):
         errors.append(f"no measure {claim.get('decide')!r}")
-    rules = [claim.get("holds", ""), claim.get("partly", ""), *claim.get("checks", {}).values()]
-    for case in claim.get("cases", []):
-        errors += [f"case key {key!r}" for key in case if key not in ("when", "word")]
-        rules.append(case.get("when", ""))
-    for goal in claim.get("goals", []):
-        errors += [f"goal key {key!r}" for key in goal if key not in ("name", "holds", "text")]
-        rules.append(goal.get("holds", ""))
-    errors += [error for rule in rules for error in rule_errors(rule)]
-    parts = [*claim.get("lines", []), *claim.get("texts", {}).values()]
-    while parts:
-        part = parts.pop()
-        if isinstance(part, dict):
-            keys = next((keys for keys in PART_KEYS if keys[0] in part), ())
-            errors += [f"line key {key!r}" for key in part if key not in keys]
-            parts += part.get("lines", [])
+    for name in ("holds", "partly", "checks", "cases", "goals", "texts", "lines"):
+        part = claim.get(name) or {}
+        errors += [f"unknown key {key!r} in {name}" for key in unknown_keys(
+            list(part.values()) if name in ("checks", "texts") else part)]
     return errors
 
 
@@ -273,7 +263,7 @@ def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
     return tuple(Claim(**claim) for claim in declared)
 
 
-# ------------------------------------------------------------------ readers shared by claims
+# ------------------------------------------------------------------ readers shared by measures
 
 def sweep(root: str, folder: str, name: str | None = None) -> SweepResult | None:
     return read_result(os.path.join(root, folder), name or os.path.basename(folder))
@@ -332,22 +322,16 @@ def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least:
     greedy's and its time over the greedy's, beside the target (`op` `least`, and at most
     `time_limit` of the time where `timed`)."""
     runs = compared(root, folder, metric, n, greedy, greedy_folder)
-    if runs is None:
-        return None
-    c = comparison(*runs)
-    return {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]), "op": op,
-            "gain": c.gain_ratio, "time": c.time_ratio, "least": least,
-            "time_limit": time_limit if timed else np.inf}
+    c = runs and comparison(*runs)
+    return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]), "op": op,
+                     "gain": c.gain_ratio, "time": c.time_ratio, "least": least,
+                     "time_limit": time_limit if timed else np.inf}
 
 
-def sweep_table(result: SweepResult) -> list[str]:
-    """A sweep's summary per metric and value: objective, gain ratio, time and steps."""
-    return markdown(pd.DataFrame([{
-        "metric": s.metric, "value": str(s.value),
-        "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
-        **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
-        "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary]),
-        right=("objective", "gain ratio", "steps", "wall s")).splitlines()
+def sweep_rows(result: SweepResult) -> list[dict]:
+    """A sweep's summary rows, each with its gain ratio and mean steps as table cells."""
+    return [{**vars(s), **dict(zip(("ratio", "steps"), ratio_and_steps(result, s)))}
+            for s in result.summary]
 
 
 def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
@@ -373,24 +357,29 @@ def scored_start(folder: str, least: float) -> dict | None:
             "op": ">=", "time": 0.0, "time_limit": np.inf}
 
 
-def metric_rows(root: str, folder: str):
-    """A sweep's result and its summary rows, metric by metric."""
-    result = needed(sweep(root, folder))
-    return result, [(m, of_metric(result.summary, m)) for m in result.metrics]
+def per_metric(measure):
+    """A measure of a sweep, metric by metric: `measure(result, rows, metric)` gives the
+    metric's item from its summary rows."""
+    def measured(root: str, folder: str) -> dict:
+        result = needed(sweep(root, folder))
+        return {"result": result, "items": [
+            {"name": m, **measure(result, of_metric(result.summary, m), m)}
+            for m in result.metrics]}
+    return measured
 
 
-def reported_knob(root: str, folder: str) -> Finding:
+@per_metric
+def reported_knob(result: SweepResult, rows: list, metric: str) -> dict:
     """A knob the paper reports without a rule this project fixed before its sweep: the best
-    value per metric, the range of final objectives and each value's time, no verdict."""
-    result, by_metric = metric_rows(root, folder)
-    lines = [f"- {metric}: best {result.knob} = {result.best[metric]}; final objective from "
-             f"{min(s.objective_mean for s in rows):.3f} to "
-             f"{max(s.objective_mean for s in rows):.3f}; time "
-             + ", ".join(f"{s.value}: {s.wall_s_mean:.3g} s" for s in rows) + "."
-             for metric, rows in by_metric]
-    best = " / ".join(str(result.best[m]) for m in result.metrics)
-    return Finding(f"best {result.knob}: {best} ({' / '.join(result.metrics)})",
-                   "reported, no rule", lines)
+    value, the range of final objectives and each value's time."""
+    return {"knob": result.knob, "best": result.best[metric], "rows": [vars(s) for s in rows],
+            "low": min(s.objective_mean for s in rows), "high": max(s.objective_mean for s in rows)}
+
+
+def reported(root: str, folder: str) -> list[dict]:
+    with suppress(NotMeasured):
+        return reported_knob(root, folder)["items"]
+    return []
 
 
 # ------------------------------------------------------------------ the paper's claims
@@ -401,11 +390,10 @@ def selection_time(root: str, folder: str) -> dict:
                           for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
     needed(learner and ref)
     fit = result.fits["DiSF"]["disf-greedy"]
-    values = {"learner": learner, "ref": ref, "share": learner.wall_s / ref.wall_s,
-              "steps": learner_steps(learner), "how": "measured" if ref.status == "measured"
-              else f"extrapolated as N^{fit.exponent:.2f} from "
-              + " and ".join(f"{n:,}" for n in fit.sizes) + " rows"}
-    return {**values, "fast": fast, "against": comparison(learner, fast)} if fast else values
+    return {"learner": learner, "ref": ref, "share": learner.wall_s / ref.wall_s, "fit": fit,
+            "steps": learner_steps(learner), "measured": ref.status == "measured",
+            "sizes": " and ".join(f"{n:,}" for n in fit.sizes),
+            **({"fast": fast, "against": comparison(learner, fast)} if fast else {})}
 
 
 def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -> dict:
@@ -416,60 +404,46 @@ def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -
         kind = "scored_start" if "scored_start" in target else "gain"
         found = (scored_start(os.path.join(root, target["scored_start"]), target["least"])
                  if kind == "scored_start" else gain_target(root, **target))
-        if found:
-            items.append({**found, "name": name, "metric": target["metric"],
-                          "measured": fill(measured[kind], found)})
+        items += [{**found, "name": name, "metric": target["metric"],
+                   "measured": fill(measured[kind], found)}] if found else []
     return {"items": needed(items)}
 
 
-def g_stability(root: str, folder: str) -> dict:
-    result, by_metric = metric_rows(root, folder)
-    items = []
-    for metric, rows in by_metric:
-        unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
-        items.append({"name": metric, "smallest": "none" if smallest is None else smallest,
-                      "unstable_low": min(unstable, default=np.inf),
-                      "unstable_high": max(unstable, default=-np.inf),
-                      "unstable_at": f", unstable at {', '.join(f'{g:g}' for g in unstable)}"
-                      if unstable else "",
-                      "objectives": [f"{s.value:g}: {s.objective_mean:.3f}" for s in rows]})
-    return {"items": items}
+@per_metric
+def g_stability(result: SweepResult, rows: list, metric: str) -> dict:
+    unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
+    return {"smallest": "none" if smallest is None else smallest, "unstable": unstable,
+            "unstable_low": min(unstable, default=np.inf),
+            "unstable_high": max(unstable, default=-np.inf), "rows": [vars(s) for s in rows]}
 
 
-def lamb_tradeoff(root: str, folder: str) -> dict:
+@per_metric
+def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> dict:
     """Objectives at different lamb are different functions: the claim is the trade itself."""
-    items = []
-    for metric, rows in metric_rows(root, folder)[1]:
-        low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
-        items.append({"name": metric, "low": low.value, "high": high.value,
-                      "quality_low": low.means["quality"], "quality_high": high.means["quality"],
-                      "metric_low": low.means[metric], "metric_high": high.means[metric]})
-    return {"items": items}
+    low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
+    return {"low": low.value, "high": high.value, "quality_low": low.means["quality"],
+            "quality_high": high.means["quality"], "metric_low": low.means[metric],
+            "metric_high": high.means[metric]}
 
 
-def logprob_cost(root: str, folder: str) -> dict:
-    items = []
-    for metric, rows in metric_rows(root, folder)[1]:
-        simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
-        items.append({"name": metric, "simple": simple, "exact": exact,
-                      "gap": exact.objective_mean - simple.objective_mean,
-                      "noise": max(simple.objective_std, exact.objective_std),
-                      "time": exact.wall_s_mean / simple.wall_s_mean})
-    return {"items": items}
+@per_metric
+def logprob_cost(result: SweepResult, rows: list, metric: str) -> dict:
+    simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
+    return {"simple": simple, "exact": exact, "gap": exact.objective_mean - simple.objective_mean,
+            "noise": max(simple.objective_std, exact.objective_std),
+            "time": exact.wall_s_mean / simple.wall_s_mean}
 
 
-def one_shot(root: str, folder: str) -> dict:
-    items = []
-    for metric, rows in metric_rows(root, folder)[1]:
-        by = {s.method: s for s in rows}
-        learner, greedy = by["datamask"], by.get("joint-greedy")
-        best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
-        items.append({"name": metric, "learner": learner, "best": best,
-                      "floor": learner.objective_mean - learner.objective_std,
-                      "best_objective": best.objective_mean,
-                      "joint": f"; joint greedy {greedy.objective_mean:.3f} in "
-                               f"{greedy.wall_s_mean:.3g} s" if greedy else ""})
-    return {"items": items}
+@per_metric
+def one_shot(result, rows: list, metric: str) -> dict:
+    by = {s.method: s for s in rows}
+    learner = by["datamask"]
+    best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
+    return {"learner": learner, "best": best, "joint": by.get("joint-greedy"),
+            "floor": learner.objective_mean - learner.objective_std,
+            "best_objective": best.objective_mean}
+
+
 def length_bias(root: str, folder: str, least: float) -> dict:
     """Per corpus: the quality selection's mean length ratio (the judged `least` beside it) and
     chance word, each diversity greedy's, and every selection's row."""
@@ -483,9 +457,8 @@ def length_bias(root: str, folder: str, least: float) -> dict:
             "least": least, "least_text": percent(least),
             "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
             "quality_ratio": quality.ratio_mean if quality else -np.inf,
-            "quality_against": quality.against_chance if quality else None,
-            "quality": percent(quality.ratio_mean) if quality else None,
-            **({"ran": ""} if quality else {"not_run": ""}),  # each names its line
+            "quality_against": quality and quality.against_chance,
+            "quality": quality and percent(quality.ratio_mean),
             "greedies": [{"name": name, "short": name in by and by[name].against_chance == "short"}
                          for name in DIVERSITY],
             "greedy_ratios": [percent(by[name].ratio_mean) for name in DIVERSITY if name in by],
@@ -519,15 +492,14 @@ def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
     value's objective there and times to each level x reference (inf: not reached), and per
     level each link of `chain` (groups of values, each claimed faster than the group before): the
     faster value of each group by median over seeds, and their median times."""
-    result, fixed_lines = needed(sweep(root, folder, os.path.basename(fixed))), []
-    compared = [value for group in chain for value in group]
+    result = needed(sweep(root, folder, os.path.basename(fixed)))
     items, rows = [], []
     for metric in result.metrics:
         by_value = {v: [r for r in of_metric(result.runs, metric) if r.value == v]
                     for v in result.config["values"]}
         window = window_s([run for runs in by_value.values() for run in runs])
         at = {v: np.array([objective_at(r, window) for r in runs]) for v, runs in by_value.items()}
-        reference = max(float(np.median(at[v])) for v in compared)
+        reference = max(float(np.median(at[v])) for group in chain for v in group)
         times = {(v, level): np.array([time_to(r, level * reference, window) for r in runs])
                  for v, runs in by_value.items() for level in levels}
         median = {key: float(np.median(t)) for key, t in times.items()}
@@ -546,18 +518,16 @@ def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
                       "cuts": [link(level, *pair) for level in levels
                                for pair in zip(chain, chain[1:])],
                       "last": link(levels[-1], chain[0], chain[-1])})
-    with suppress(NotMeasured):
-        fixed_lines = reported_knob(root, fixed).lines
     groups = ["/".join(map(str, group)) for group in chain]
     return {"items": items, "rows": rows, "knob": result.knob, "top": levels[-1],
             "order": " -> ".join(groups), "earliest": groups[0], "latest": groups[-1],
-            "fixed_lines": fixed_lines, **({"fixed": fixed} if fixed_lines else {})}
+            "fixed": fixed, "reported": reported(root, fixed)}
 
 
 def arms(root: str, run: str, show: dict | None = None) -> dict:
     """Both arms' tables of a downstream run, each with its verdict lines (those containing one
-    of its `show` phrases, where given) and its datamask rows against random, then arms.md's
-    table below its title (each method in both arms)."""
+    of its `show` phrases, where given), then arms.md's table below its title (each method in
+    both arms)."""
     found = [{"arm": arm, "Arm": arm.capitalize(), "verdict": table["verdict"],
               "shown": [{"line": line} for line in table["verdict"]["lines"]
                         if show is None or any(phrase in line for phrase in show[arm])]}
@@ -590,23 +560,19 @@ def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: s
     the claim's word there (`claim_words` of the paper row's outcome); each arm's `show`n verdict
     lines and arms.md's table; the earlier design's datamask rows."""
     values = arms(root, run, show)
-    primaries = needed(values["arms"][0]["verdict"].get("by_primary"))
     values["primaries"] = [{
         "name": primary, "eligible": on["calibration"]["eligible"], "paper_row": paper_row,
-        "today_row": today_row,
-        "paper": on["vs_random"].get(paper_row, "not run"),
+        "paper": on["vs_random"].get(paper_row, "not run"), "today_row": today_row,
         "today": on["vs_random"].get(today_row, "not run"),
-        "limit": f" (gain below {bound['most']:.4f})" if (bound := on["bounds"].get(paper_row))
-        and bound["most"] is not None and bound["most"] > 0 and not bound["resolved_better"]
-        else ""} for primary, on in primaries.items()]
+        "bound": (bound := on["bounds"].get(paper_row)) and bound["most"] is not None
+        and bound["most"] > 0 and not bound["resolved_better"] and bound["most"]}
+        for primary, on in needed(values["arms"][0]["verdict"].get("by_primary")).items()]
     values["judged"] = [{"name": p["name"], "word": claim_words[p["paper"]]}
                         for p in values["primaries"] if p["eligible"] and p["paper"] != "not run"]
     before = table_json(root, earlier, "tables", "table2.json")
-    if before:
-        values.update(earlier=earlier, earlier_ours=[
-            f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
-            if m.startswith("datamask-")])
-    return values
+    return {**values, **({"earlier": earlier, "earlier_ours": [
+        f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
+        if m.startswith("datamask-")]} if before else {})}
 
 
 # ------------------------------------------------------------------ questions this project adds
@@ -618,8 +584,7 @@ def by_rows(root: str, folder: str, least: float) -> dict:
         done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
         items.append({"name": metric, "least": least, "done": len(done),
                       "good": sum(c.gain_ratio >= least for c in done),
-                      "faster": f"from N = {cross:,} on" if (cross := result.crossover.get(metric))
-                      else "at no N from which it stays faster"})
+                      "cross": result.crossover.get(metric)})
     reference = max((c for c in of_metric(result.comparisons, "DiSF")
                      if c.greedy_role == "reference"), key=lambda c: c.n)
     return {"items": items, "comparisons": result.comparisons, "reference": reference,
@@ -667,14 +632,12 @@ def gradient_adds(root: str, *folders: str) -> dict:
     start, `make bench-defaults` at select's defaults; an item per metric and lamb."""
     runs = start_outcomes(root, folders)
     needed(not runs.empty)
-    items = []
-    for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False):
-        rule, fixed = group[group.rule], group[~group.rule]
-        items.append({"name": f"{metric} at lamb {lamb:g}", "metric": metric, "lamb": lamb,
-                      "rows": sorted(set(group.rows)), "later": int(rule.later.sum()),
-                      "runs": len(rule), "ratio": rule.ratio.mean(), "fixed": fixed.ratio.mean()})
-    rule = runs[runs.rule]
-    return {"items": items, "later": int(rule.later.sum()), "runs": len(rule)}
+    return {"later": int(runs[runs.rule].later.sum()), "runs": int(runs.rule.sum()), "items": [
+        {"name": f"{metric} at lamb {lamb:g}", "metric": metric, "lamb": lamb,
+         "rows": sorted(set(group.rows)), "later": int(group[group.rule].later.sum()),
+         "runs": int(group.rule.sum()), "ratio": group[group.rule].ratio.mean(),
+         "fixed": group[~group.rule].ratio.mean()}
+        for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False)]}
 
 
 def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
@@ -748,8 +711,7 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
                           for side in beside]
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
     return {"tables": [{"title": title, "cells": shown_cells(frame)} for title, frame in tables
-                       if not frame.empty],
-            "cells": len(cells), "passed": int(cells.passes.sum()),
+                       if not frame.empty], "cells": len(cells), "passed": int(cells.passes.sum()),
             "kept": int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())}
 
 
@@ -766,11 +728,12 @@ def stopping_rule(root: str, folder: str) -> dict:
 
 
 def learning_rate(root: str, rates: str, steps: str) -> dict:
-    """The rates' sweep (and its longer check in 1000-steps/), then the steps' sweep; an entry
-    per metric with the best rate, the highest and the lowest."""
-    result, by_metric = metric_rows(root, rates)
+    """The rates' sweep by metric (the best rate, the highest and the lowest), its longer check
+    in 1000-steps/, then the steps' sweep."""
+    result = needed(sweep(root, rates))
     metrics = []
-    for metric, rows in by_metric:
+    for metric in result.metrics:
+        rows = of_metric(result.summary, metric)
         best = best_of(rows)
         high, low = (pick(rows, key=lambda s: float(s.value.split(":")[1])) for pick in (max, min))
         metrics.append({"name": metric, "best": best, "high": high, "low": low,
@@ -778,38 +741,27 @@ def learning_rate(root: str, rates: str, steps: str) -> dict:
                         "high_objective": high.objective_mean,
                         "gain": best.objective_mean - best.start_mean,
                         "low_gain": low.objective_mean - low.start_mean})
-    values = {"metrics": metrics, "overall": mean_rank_best(result), "default": lr_setting(),
-              "rates": rates, "by_steps": []}
-    longer = sweep(root, f"{rates}/1000-steps", "ablation-lr")
-    if longer:
-        values.update(longer=longer, longer_best=mean_rank_best(longer))
-    by_steps = sweep(root, steps)
-    return {**values, "steps": steps, "by_steps": sweep_table(by_steps)} if by_steps else values
+    longer, by_steps = sweep(root, f"{rates}/1000-steps", "ablation-lr"), sweep(root, steps)
+    return {"metrics": metrics, "overall": mean_rank_best(result), "default": lr_setting(),
+            "rates": rates, "steps": steps, "by_steps": sweep_rows(by_steps) if by_steps else [],
+            **({"longer": longer, "longer_best": mean_rank_best(longer)} if longer else {})}
 
 
 def variants(root: str, *folders: str) -> dict:
-    """Folders: each variant's sweep, scale_on's last (the paper has no value for it)."""
+    """Folders: each variant's sweep, then scale_on's (the paper has no value for it): per
+    variant the winner by its rule, the paper's value first."""
     *knobs, scale_on = folders
-    lines, items = [], []
+    items = []
     for result in filter(None, (sweep(root, folder) for folder in knobs)):
         paper = result.config["values"][0]
-        if result.knob in COST_CUTTERS:
-            cost, words = COST_CUTTERS[result.knob]
-            winner = cheapest_keeping(result, cost)
-            rule = f"{words} among the values keeping {KEEPS:.0%} of {paper}'s objective"
-        else:
-            winner, rule = mean_rank_best(result), "lowest mean rank over the metrics"
-        items.append({"name": f"{result.knob} {winner}", "kept": winner == paper})
-        lines += [f"`--{result.knob}` ({result.paper}; {paper} is the paper's):", "",
-                  *sweep_table(result), "",
-                  f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
-                                             else f"**{winner} wins**."), ""]
-    with suppress(NotMeasured):
-        lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
-                  *reported_knob(root, scale_on).lines]
-    changed = [item["name"] for item in needed(items) if not item["kept"]]
-    return {"items": items, "body": lines, "changed": changed,
-            "verdict": "adopted: " + ", ".join(changed) if changed else "the paper's values stay"}
+        cost, words = COST_CUTTERS.get(result.knob, (None, None))
+        items.append({"knob": result.knob, "paper": result.paper, "first": paper,
+                      "rows": sweep_rows(result), "cost": words, "keeps": KEEPS,
+                      "winner": (winner := cheapest_keeping(result, cost) if cost
+                                 else mean_rank_best(result)), "kept": winner == paper,
+                      "name": f"{result.knob} {winner}"})
+    return {"items": needed(items), "reported": reported(root, scale_on),
+            "changed": [item["name"] for item in items if not item["kept"]]}
 
 
 def learners_against_greedy(root: str, *folders: str, labels: list[str], against: dict) -> dict:
@@ -826,15 +778,13 @@ def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
     """Select's scored start, then the screen's rows, each its folder and value (and its folder
     at 20,000 rows)."""
     folder = os.path.join(root, folder)
-    values = needed(scored_start(folder, least))
     rows = []
     for label, (sub, value, *at_20k) in screen.items():
         ratios = [ratio for ratio, _ in learner_ratios(os.path.join(folder, sub), value) or []]
         confirm = at_20k and learner_ratios(os.path.join(folder, "confirm-20k", *at_20k), value)
-        if ratios:
-            rows.append({"label": label, "ratios": ratios, "median": np.median(ratios),
-                         "at_20k": confirm[0][0] if confirm else None})
-    return {**values, "rows": rows}
+        rows += [{"label": label, "ratios": ratios, "median": np.median(ratios),
+                  "at_20k": confirm[0][0] if confirm else None}] if ratios else []
+    return {**needed(scored_start(folder, least)), "rows": rows}
 
 
 def instrument(root: str, run: str, first: str) -> dict:
@@ -848,7 +798,3 @@ def instrument(root: str, run: str, first: str) -> dict:
             "junk": "none" if junk is None else junk, "junk_dose": np.inf if junk is None else junk,
             "null": calibration["null"]["difference"],
             "null_resolved": calibration["null"]["resolved"]}
-
-
-def tabled(rows, right=()) -> list[str]:
-    return markdown(pd.DataFrame(rows), right=right).splitlines()
