@@ -1,10 +1,7 @@
-"""The rules of `make findings`, as data: claims.yaml declares each claim (its question, the
-paper's figure, the results folders it reads, the Make target that writes them, its rule as data
-and its sentence and table templates) and names its measure, a function here that reads the
-folders into values. `Claim.finding` checks the rule on those values and fills the templates;
-where the files a measure needs are missing, the claim is not measured. The schema is in
-docs/experiments.md; the readers shared by measures come first.
-"""
+"""The rules of `make findings`, as data: claims.yaml declares each claim (its folders, its rule,
+its sentence and table templates; the schema is in docs/experiments.md) and names its measure, a
+function here reading the folders into values, which `Claim.finding` checks and writes. Where
+the files a measure needs are missing, the claim is not measured."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import json
 import operator
 import os
 import string
+from collections import namedtuple
 from contextlib import suppress
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -44,12 +42,7 @@ FORM_KEYS = {"measure", "op", "value", "times", *COMBINE, "holds", "when", "word
              "each", "lines", "line", "join", "table", "columns", "right"}
 
 
-@dataclass(frozen=True)
-class Finding:
-    """What a rule found: the figure for the claims table, the verdict, the section's lines."""
-    here: str
-    verdict: str
-    lines: list[str]
+Finding = namedtuple("Finding", ["here", "verdict", "lines"])
 
 
 class NotMeasured(Exception):
@@ -64,14 +57,12 @@ def needed(found):
 
 
 class Template(string.Formatter):
-    """str.format, where a spec "yes|no" picks by the value's truth (its branches may hold
-    fields), text shows as it is, a missing value (None, NaN, a field of one) as "-", and a list
-    entry by entry, joined by ", "."""
+    """str.format, where a spec "yes|no" picks by the value's truth, text shows as it is, a
+    missing value (None, NaN, a field of one) as "-", a list entry by entry joined by ", "."""
     def get_field(self, name: str, args, kwargs):
-        try:
+        with suppress(AttributeError, TypeError):  # a field of a missing value is missing
             return super().get_field(name, args, kwargs)
-        except (AttributeError, TypeError):  # a field of a missing value
-            return None, name
+        return None, name
 
     def format_field(self, value, spec: str) -> str:
         if "|" in spec:
@@ -88,9 +79,8 @@ def fill(template: str, values) -> str:
 
 
 def check(rule, values: dict) -> bool:
-    """A rule as data: `measure` `op` `value` (times `times`), where `op`, `value` and `times`
-    may name other measures; the name of a yes-or-no measure; `all` or `any` of a list of rules;
-    `every` or `some` entry of a list of the measure's meeting the rule `holds`."""
+    """A rule as data: `measure` `op` `value` (times `times`; each may name a measure), a yes-or-no
+    measure's name, `all`/`any` of rules, or `every`/`some` entry of a list meeting `holds`."""
     if isinstance(rule, str):
         return bool(values[rule])
     key = next((key for key in COMBINE if key in rule), None)
@@ -98,16 +88,13 @@ def check(rule, values: dict) -> bool:
         return COMBINE[key](check(r, values) for r in rule[key])
     if key:
         return COMBINE[key](check(rule["holds"], entry) for entry in values[rule[key]])
-
-    def get(key):
-        found = rule.get(key, 1)
-        return values.get(found, found) if isinstance(found, str) else found
-    return bool(OPS[get("op")](values[rule["measure"]], get("value") * get("times")))
+    op, value, times = (values.get(x, x) if isinstance(x, str) else x
+                        for x in (rule["op"], rule["value"], rule.get("times", 1)))
+    return bool(OPS[op](values[rule["measure"]], value * times))
 
 
 def table(rows, columns: dict, right=(), values: dict | None = None) -> list[str]:
-    """A Markdown table: a row an entry of `rows`, a column a header (a template of `values`)
-    and the template of its cells."""
+    """A Markdown table: a row per entry of `rows`, a column per header and cell template."""
     return markdown(pd.DataFrame([[fill(cell, row) for cell in columns.values()] for row in rows],
                                  columns=[fill(header, values or {}) for header in columns]),
                     right=[fill(header, values or {}) for header in right]).splitlines()
@@ -115,9 +102,8 @@ def table(rows, columns: dict, right=(), values: dict | None = None) -> list[str
 
 def nested(values: dict):
     """The dicts in `values`' lists, the deepest first, then `values`."""
-    for entries in [v for v in values.values() if isinstance(v, list)]:
-        for entry in (e for e in entries if isinstance(e, dict)):
-            yield from nested(entry)
+    for entry in [e for v in values.values() if isinstance(v, list) for e in v]:
+        yield from nested(entry) if isinstance(entry, dict) else ()
     yield values
 
 
@@ -139,7 +125,6 @@ class Claim:
     partly: dict | str = field(default_factory=dict)  # where it fails, the middle word's rule
     words: list = ("holds", "does not hold")  # an item's words: holds, (partly,) does not
     verdict: str = "tally"  # how the items' words make the verdict: tally, grouped or parts
-    verdict_words: list = ()  # the verdict's words, where not the items'
     cases: list = field(default_factory=list)  # else the verdict: the first case whose `when` holds
     by: str = "name"  # the item field a tally names
     texts: dict = field(default_factory=dict)  # named texts, each a template joined over a list
@@ -159,20 +144,14 @@ class Claim:
         if self.goals:
             values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"],
                                 values), "ok": check(goal["holds"], values)} for goal in self.goals]
-        for entry in nested(values):
-            for name, rule in self.checks.items():
-                with suppress(KeyError):
-                    entry[name] = check(rule, entry)
+        self.name_all(values, self.checks, check)
         items = values.get("items") or [values]
         for item in items:
             item["ok"] = check(self.holds, item) if self.holds else item.get("ok")
             partly = not item["ok"] and self.partly and check(self.partly, item)
             item["word"] = self.words[1 if partly else -1 if not item["ok"] else 0]
-        for entry in nested(values):
-            for name, text in self.texts.items():
-                with suppress(KeyError):
-                    entry[name] = text.get("join", ", ").join(
-                        fill(text["line"], each) for each in entry[text["each"]])
+        self.name_all(values, self.texts, lambda text, entry: text.get("join", ", ").join(
+            fill(text["line"], each) for each in entry[text["each"]]))
         good = [str(item.get("name")) for item in items if item["ok"]]
         values.update(first=items[0], held=len(good), total=len(items),
                       holding=", ".join(good) or "none")
@@ -184,33 +163,39 @@ class Claim:
              if check(case.get("when", {"all": []}), values)), None) or self.verdict_of(items),
             lines)
 
+    @staticmethod
+    def name_all(values: dict, named: dict, value) -> None:
+        """Each named check or text, on every entry where its measures are found."""
+        for entry in nested(values):
+            for name, spec in named.items():
+                with suppress(KeyError):
+                    entry[name] = value(spec, entry)
+
     def verdict_of(self, items: list[dict]) -> str:
-        """tally: the word where every item (or group of items by `by`) holds or none does,
-        else which hold; grouped: the items named by their word; parts: which checks held on
-        which items."""
-        yes, *_, no = words = self.verdict_words or self.words
+        """tally: the word where every item (or group by `by`) holds or none does, else which
+        hold; grouped: the items named by their word; parts: which checks held on which items."""
+        yes, *_, no = words = self.words
         named = {}
-        if self.verdict == "grouped":
-            for item in items:
+        for item in items:
+            if self.verdict == "grouped":
                 named.setdefault(item["word"], []).append(item["name"])
+            else:
+                named[item.get(self.by)] = named.get(item.get(self.by), True) and item["ok"]
+        if self.verdict == "grouped":
             return next(iter(named)) if len(named) == 1 else "; ".join(
                 f"{word} for {', '.join(names)}" for word, names in named.items())
         if self.verdict == "parts":
-            held = {part: [i["name"] for i in items if i[part]] for part in self.checks}
-            if not any(held.values()) or all(len(n) == len(items) for n in held.values()):
-                return yes if any(held.values()) else no
-            return f"{words[1]}: " + "; ".join(f"{part} on {', '.join(names)}"
-                                               for part, names in held.items() if names)
-        for item in items:
-            named[item.get(self.by)] = named.get(item.get(self.by), True) and item["ok"]
+            named = {part: [i["name"] for i in items if i[part]] for part in self.checks}
+            if any(named.values()) and any(len(n) < len(items) for n in named.values()):
+                return f"{words[1]}: " + "; ".join(f"{part} on {', '.join(names)}"
+                                                   for part, names in named.items() if names)
         good = [name for name, ok in named.items() if ok]
         if len(good) in (0, len(named)):
             return yes if good else no
         return f"{yes} for {', '.join(good)} only"
 
     def section(self, parts: list, values: dict) -> list[str]:
-        """Lines from a section's parts: a template (left out where it names a value not
-        found), the name of a list of lines, a table, or the parts again for each entry."""
+        """A section's lines: templates, lists of lines, tables, the parts again per entry."""
         lines = []
         for part in parts:
             if isinstance(part, dict) and "each" in part:
@@ -237,8 +222,7 @@ def unknown_keys(part) -> list[str]:
 
 
 def claim_errors(claim: dict) -> list[str]:
-    """What is wrong with one declared claim: a key not in the schema or one missing, no measure
-    by its name, a key unknown in its rules, cases, goals, texts or section."""
+    """The keys of a declared claim that are unknown or missing, and a measure not here."""
     known = {f.name: f for f in fields(Claim)}
     errors = [f"unknown key {key!r}" for key in claim if key not in known] + [
         f"missing key {name!r}" for name, f in known.items()
@@ -284,8 +268,7 @@ def table_json(root: str, *parts: str) -> dict | None:
 
 
 def mean_rank_best(result: SweepResult):
-    """The value with the lowest mean rank of the final objective over the metrics; ties go to
-    the value listed first."""
+    """The value of the lowest mean rank over the metrics; ties go to the first listed."""
     rows = [s for s in result.summary if s.metric in result.metrics]
     frame = pd.DataFrame(rows)
     rank = frame.groupby("metric")["objective_mean"].rank(ascending=False, method="first")
@@ -293,8 +276,7 @@ def mean_rank_best(result: SweepResult):
 
 
 def cheapest_keeping(result: SweepResult, cost: str):
-    """The value (the first listed is the exact or never-stopping one) with the least mean
-    `cost` among those keeping KEEPS of the first value's objective on every metric."""
+    """The value of least mean `cost` keeping KEEPS of the first (exact) value's objective."""
     exact, *cheaper = result.config["values"]
     objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
     kept = [v for v in cheaper
@@ -305,11 +287,9 @@ def cheapest_keeping(result: SweepResult, cost: str):
 
 def compared(root: str, folder: str, metric: str, n: int, greedy: str,
              greedy_folder: str | None = None) -> tuple[TimingRun, TimingRun] | None:
-    """The learner's run and `greedy`'s at (metric, n): the greedy's from the learner's own run
-    where it was measured there, else from `greedy_folder`, where it ran apart; None unless both
-    are there."""
-    learner = run_of(timing(root, folder), metric, n, "datamask")
-    other = run_of(timing(root, folder), metric, n, greedy)
+    """The learner's run and `greedy`'s (from `greedy_folder` where not measured beside it)."""
+    learner, other = (run_of(timing(root, folder), metric, n, label)
+                      for label in ("datamask", greedy))
     if greedy_folder and not (other and other.status == "measured"):
         other = run_of(timing(root, greedy_folder), metric, n, greedy)
     return (learner, other) if learner and other else None
@@ -318,9 +298,7 @@ def compared(root: str, folder: str, metric: str, n: int, greedy: str,
 def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
                 timed: bool = False, op: str = ">=", greedy_folder: str | None = None,
                 time_limit: float = 1.0) -> dict | None:
-    """The learner against `greedy` at (metric, n): its gain over random as a share of the
-    greedy's and its time over the greedy's, beside the target (`op` `least`, and at most
-    `time_limit` of the time where `timed`)."""
+    """Gain and time ratios against `greedy`, beside the target (`time_limit` where `timed`)."""
     runs = compared(root, folder, metric, n, greedy, greedy_folder)
     c = runs and comparison(*runs)
     return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]), "op": op,
@@ -335,18 +313,14 @@ def sweep_rows(result: SweepResult) -> list[dict]:
 
 
 def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
-    """(gain ratio over the lazy greedy, run) per seed of a Facility sweep's value: random's
-    objective is 0 on the sweep's scale, so the ratio is the objectives'."""
-    files = sorted(Path(folder).glob("*.json"))
-    if not files:
-        return None
-    result = read_result(folder, files[0].stem)
-    return [(r.objective / result.greedy[0].objective, r) for r in result.runs if r.value == value]
+    """(gain ratio, run) per seed of a Facility sweep's value (random scores 0 there)."""
+    result = next((read_result(folder, p.stem) for p in sorted(Path(folder).glob("*.json"))), None)
+    return result and [(r.objective / result.greedy[0].objective, r)
+                       for r in result.runs if r.value == value]
 
 
 def scored_start(folder: str, least: float) -> dict | None:
-    """Facility's start as select takes it against the lazy greedy: its gain ratio by the median
-    over the 3,000-row seeds and at 20,000 rows, the smaller judged; None unless both ran."""
+    """Facility's start against the lazy greedy: median gain ratio at 3,000 rows, and at 20,000."""
     sub, value = SCORED_START
     screen = learner_ratios(os.path.join(folder, sub), value)
     confirm = learner_ratios(os.path.join(folder, "confirm-20k", sub), value)
@@ -358,28 +332,20 @@ def scored_start(folder: str, least: float) -> dict | None:
 
 
 def per_metric(measure):
-    """A measure of a sweep, metric by metric: `measure(result, rows, metric)` gives the
-    metric's item from its summary rows."""
-    def measured(root: str, folder: str) -> dict:
-        result = needed(sweep(root, folder))
-        return {"result": result, "items": [
-            {"name": m, **measure(result, of_metric(result.summary, m), m)}
-            for m in result.metrics]}
+    """A measure of a sweep, an item a metric (none where missing and `optional`)."""
+    def measured(root: str, folder: str, optional: bool = False) -> dict:
+        result = sweep(root, folder)
+        needed(result or optional)
+        return {"items": [{"name": m, **measure(result, of_metric(result.summary, m), m)}
+                          for m in result.metrics] if result else []}
     return measured
 
 
 @per_metric
 def reported_knob(result: SweepResult, rows: list, metric: str) -> dict:
-    """A knob the paper reports without a rule this project fixed before its sweep: the best
-    value, the range of final objectives and each value's time."""
+    """A knob the paper reports without a rule fixed here: best value, range, times."""
     return {"knob": result.knob, "best": result.best[metric], "rows": [vars(s) for s in rows],
             "low": min(s.objective_mean for s in rows), "high": max(s.objective_mean for s in rows)}
-
-
-def reported(root: str, folder: str) -> list[dict]:
-    with suppress(NotMeasured):
-        return reported_knob(root, folder)["items"]
-    return []
 
 
 # ------------------------------------------------------------------ the paper's claims
@@ -397,8 +363,7 @@ def selection_time(root: str, folder: str) -> dict:
 
 
 def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -> dict:
-    """The declared targets, each naming its folder: a gain target, or Facility's scored start;
-    `measured` the sentence of each kind."""
+    """The declared targets: gain targets, or Facility's start (`scored_start`)."""
     items = []
     for name, target in targets.items():
         kind = "scored_start" if "scored_start" in target else "gain"
@@ -445,8 +410,7 @@ def one_shot(result, rows: list, metric: str) -> dict:
 
 
 def length_bias(root: str, folder: str, least: float) -> dict:
-    """Per corpus: the quality selection's mean length ratio (the judged `least` beside it) and
-    chance word, each diversity greedy's, and every selection's row."""
+    """Per corpus: the quality selection's length ratio, each greedy's, each selection."""
     result = needed(read_result(os.path.join(root, folder), "length-bias"))
     items = []
     for corpus in result.corpora:
@@ -480,18 +444,11 @@ def times_over(later, t_later: float, earlier, t_earlier: float) -> str:
     return f"only {later} reached" if np.isfinite(t_later) else "neither reached"
 
 
-def seconds(time: float) -> str:
-    return f"{time:.3g} s" if np.isfinite(time) else "not reached"
-
-
 def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
                       levels: list[float]) -> dict:
-    """An --equal_time sweep (`folder`; its file is named as the fixed-steps sweep of the same
-    knob, `fixed`, whose lines follow) by metric: the window (its shortest run's span), the
-    reference (the best median objective at the window's end among `chain`'s values), each
-    value's objective there and times to each level x reference (inf: not reached), and per
-    level each link of `chain` (groups of values, each claimed faster than the group before): the
-    faster value of each group by median over seeds, and their median times."""
+    """An --equal_time sweep (named as the sweep `fixed`) by metric: the window (the shortest run's
+    span), the reference (the best median objective at its end in `chain`), times to level x
+    reference (inf: not reached), per level and link of `chain` each group's faster value."""
     result = needed(sweep(root, folder, os.path.basename(fixed)))
     items, rows = [], []
     for metric in result.metrics:
@@ -508,12 +465,11 @@ def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
                   "times": [seed_spread(times[v, level]) for level in levels]}
                  for v, runs in by_value.items()]
 
-        def link(level: float, earlier: list, later: list) -> dict:
-            before, after = (min(group, key=lambda v: median[v, level]) for group in (earlier, later))
+        def link(level: float, *groups: list) -> dict:
+            before, after = (min(group, key=lambda v: median[v, level]) for group in groups)
             t_before, t_after = median[before, level], median[after, level]
             return {"level": level, "before": before, "after": after, "t_before": t_before,
-                    "t_after": t_after, "ratio": times_over(after, t_after, before, t_before),
-                    "s_before": seconds(t_before), "s_after": seconds(t_after)}
+                    "t_after": t_after, "ratio": times_over(after, t_after, before, t_before)}
         items.append({"name": metric, "window": window, "reference": reference,
                       "cuts": [link(level, *pair) for level in levels
                                for pair in zip(chain, chain[1:])],
@@ -521,14 +477,14 @@ def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
     groups = ["/".join(map(str, group)) for group in chain]
     return {"items": items, "rows": rows, "knob": result.knob, "top": levels[-1],
             "order": " -> ".join(groups), "earliest": groups[0], "latest": groups[-1],
-            "fixed": fixed, "reported": reported(root, fixed)}
+            "fixed": fixed, "reported": reported_knob(root, fixed, optional=True)["items"]}
 
 
 def arms(root: str, run: str, show: dict | None = None) -> dict:
-    """Both arms' tables of a downstream run, each with its verdict lines (those containing one
-    of its `show` phrases, where given), then arms.md's table below its title (each method in
-    both arms)."""
-    found = [{"arm": arm, "Arm": arm.capitalize(), "verdict": table["verdict"],
+    """Both arms' tables of a downstream run, their verdict lines (`show`n ones), arms.md."""
+    found = [{"arm": arm, "Arm": arm.capitalize(), "verdict": table["verdict"], "ours": [
+                  f"{m.split('@')[0].removeprefix('datamask-')} {v}"
+                  for m, v in table["verdict"]["vs_random"].items() if m.startswith("datamask-")],
               "shown": [{"line": line} for line in table["verdict"]["lines"]
                         if show is None or any(phrase in line for phrase in show[arm])]}
              for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))
@@ -540,12 +496,8 @@ def arms(root: str, run: str, show: dict | None = None) -> dict:
 
 
 def table2_gain(root: str, run: str, first: str) -> dict:
-    """Both arms of the calibrated proxy's run, with the paper's ordering's outcome for each
-    datamask row, then the first proxy's verdict lines."""
+    """Both arms of the calibrated proxy's run, then the first proxy's verdict lines."""
     values = arms(root, run)
-    for arm in values["arms"]:
-        arm["ours"] = [f"{m.split('@')[0].removeprefix('datamask-')} {v}"
-                       for m, v in arm["verdict"]["vs_random"].items() if m.startswith("datamask-")]
     point_c = table_json(root, first, "table2.json")
     return {**values, **({"first_proxy": first} if point_c else {}),
             "first_lines": [{"line": line} for line in point_c["verdict"]["lines"]]
@@ -555,10 +507,8 @@ def table2_gain(root: str, run: str, first: str) -> dict:
 
 def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str,
                  show: dict, claim_words: dict) -> dict:
-    """The drawn design: per primary, `paper_row`'s and `today_row`'s outcomes against random in
-    the free arm, the paper row's bound where unresolved, whether the primary is eligible, and
-    the claim's word there (`claim_words` of the paper row's outcome); each arm's `show`n verdict
-    lines and arms.md's table; the earlier design's datamask rows."""
+    """The drawn design: per primary in the free arm, `paper_row`'s and `today_row`'s outcomes,
+    the paper row's bound and, where eligible, the claim's word (`claim_words` of its outcome)."""
     values = arms(root, run, show)
     values["primaries"] = [{
         "name": primary, "eligible": on["calibration"]["eligible"], "paper_row": paper_row,
@@ -579,12 +529,10 @@ def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: s
 
 def by_rows(root: str, folder: str, least: float) -> dict:
     result = needed(timing(root, folder))
-    items = []
-    for metric in result.metrics:
-        done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
-        items.append({"name": metric, "least": least, "done": len(done),
-                      "good": sum(c.gain_ratio >= least for c in done),
-                      "cross": result.crossover.get(metric)})
+    done = {m: [c for c in of_metric(result.comparisons, m) if c.gain_ratio is not None]
+            for m in result.metrics}
+    items = [{"name": m, "least": least, "done": len(done[m]), "cross": result.crossover.get(m),
+              "good": sum(c.gain_ratio >= least for c in done[m])} for m in result.metrics]
     reference = max((c for c in of_metric(result.comparisons, "DiSF")
                      if c.greedy_role == "reference"), key=lambda c: c.n)
     return {"items": items, "comparisons": result.comparisons, "reference": reference,
@@ -593,25 +541,22 @@ def by_rows(root: str, folder: str, least: float) -> dict:
 
 def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
     """`make ablation-stop`'s sweeps, (rows, result) from its n<N>/ folders, by rows."""
-    path = os.path.join(root, folder)
-    names = sorted((int(n[1:]), n) for n in os.listdir(path) if n[1:].isdigit()) \
-        if os.path.isdir(path) else []
-    return [(n, sweep(root, f"{folder}/{name}", "ablation-stop")) for n, name in names]
+    return [(n, sweep(root, f"{folder}/n{n}", "ablation-stop")) for n in sorted(
+        int(path.name[1:]) for path in Path(root, folder).glob("n*") if path.name[1:].isdigit())]
 
 
 def bench_cells(root: str, folder: str, *parts: str) -> pd.DataFrame:
-    """The cells of `make bench-defaults` runs: the run in `folder` or one results folder per
-    family under it, or under each of its `parts` in turn."""
+    """The cells of `make bench-defaults` runs in `folder` (or its `parts`), by family."""
     runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
             for run in sorted(Path(root, folder, part).glob(pattern))]
     return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
-def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
-    """Every committed learner run from a scored greedy start: metric, lamb, rows, whether it ran
-    the stopping rule (else fixed steps), whether it wrote a later step than the start, and its
-    final objective over the start's (step 0's read-off; runs that kept no curve: NaN)."""
-    stop, *timed, facility, bench = folders
+def gradient_adds(root: str, stop: str, *folders: str) -> dict:
+    """Learner runs from a scored greedy start (ablation-stop, timing, Facility's start, bench-
+    defaults): the stopping rule's or fixed steps, a later step written, objective over the
+    start's (NaN: no curve kept); an item per metric and lamb."""
+    *timed, facility, bench = folders
     runs = [(c.metric, c.lamb, c.rows, True, c.written_step > 0,
              c.objective_written / c.objective_start)
             for c in bench_cells(root, bench).itertuples()]
@@ -624,14 +569,7 @@ def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
     sub, value = SCORED_START
     runs += [("Facility", 0.0, 3_000, True, r.best_step > 0, np.nan)
              for _, r in learner_ratios(os.path.join(root, facility, sub), value) or []]
-    return pd.DataFrame(runs, columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
-
-
-def gradient_adds(root: str, *folders: str) -> dict:
-    """Folders: the stopping rule's sweeps, the timing runs at select's defaults, Facility's
-    start, `make bench-defaults` at select's defaults; an item per metric and lamb."""
-    runs = start_outcomes(root, folders)
-    needed(not runs.empty)
+    runs = pd.DataFrame(needed(runs), columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
     return {"later": int(runs[runs.rule].later.sum()), "runs": int(runs.rule.sum()), "items": [
         {"name": f"{metric} at lamb {lamb:g}", "metric": metric, "lamb": lamb,
          "rows": sorted(set(group.rows)), "later": int(group[group.rule].later.sum()),
@@ -648,9 +586,8 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
     for equal, start in zip(pairs[::2], pairs[1::2]):
         result = timing(root, start)
         for r in [r for r in result.runs if r.label == "datamask"] if result else []:
-            far = greedy_1m if r.n >= 1_000_000 else None
-            runs = [compared(root, f, r.metric, r.n, greedies[r.metric], far)
-                    for f in (equal, start)]
+            runs = [compared(root, f, r.metric, r.n, greedies[r.metric],
+                             greedy_1m if r.n >= 1_000_000 else None) for f in (equal, start)]
             if None not in runs:
                 before, after = (comparison(*pair) for pair in runs)
                 rows.append({"name": f"{r.metric} at {r.n:,} rows"
@@ -658,20 +595,12 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
                              "greedy": greedies[r.metric], "before": before, "after": after,
                              "gain_equal": before.gain_ratio, "gain_start": after.gain_ratio})
     # a run repeated on the same rows counts once, by its last
-    return {"rows": needed(rows), "items": sorted({row["name"]: row for row in rows}.values(),
-                                                  key=lambda row: row["name"])}
-
-
-def taken(cell, entry: str) -> bool:
-    """Whether an adopted entry, a metric or "<metric> lamb <lamb>", covers a bench cell."""
-    metric, _, lamb = entry.partition(" lamb ")
-    return cell.metric == metric and (not lamb or cell.lamb == float(lamb))
+    return {"rows": needed(rows), "items": list({row["name"]: row for row in rows}.values())}
 
 
 def shown_cells(frame: pd.DataFrame) -> list[dict]:
-    """Bench cells as the tables show them: the gain ratio's words where the greedy lost to
-    random, and each certificate's share ("no bound" where the run had none, "-" where it was
-    made before certificates were reported)."""
+    """Bench cells as shown: the gain ratio's words where the greedy lost to random, each
+    certificate's share ("no bound" where a run had none, "-" where made before them)."""
     none = pd.Series(None, frame.index)
     frame = frame.assign(gain_text=[gain_ratio_text(r, g) for r, g in zip(
         frame.gain_ratio, frame.get("greedy_gain", none))])
@@ -685,18 +614,17 @@ def shown_cells(frame: pd.DataFrame) -> list[dict]:
 
 def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greedy: float,
                               adopted: dict[str, list[str]], beside: list[dict]) -> dict:
-    """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
-    the metrics later rounds (`rounds`, cited as evidence) adopted (`adopted`: a folder under the
-    results -> its metrics, in the order adopted; "Facility lamb 0.5" takes that lamb's cells
-    alone), each replacing the same cell run before; then each table of `beside` (its `title`,
-    and the cells of `folder`, or of each of its `parts`). Each run is a folder per family."""
+    """`today`'s bench-defaults cells, each replaced by the same cell of a round that adopted its
+    metric (`adopted`: folder -> "<metric>" or "<metric> lamb <lamb>", in order); then `beside`'s
+    tables (a `title`, the cells of `folder` or its `parts`). `rounds` are only cited."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
     for folder, metrics in adopted.items():
         later = bench_cells(root, folder)
         if not later.empty:  # its cells replace the same cells run before
-            later = later[[any(taken(cell, entry) for entry in metrics)
+            later = later[[any(cell.metric == metric and (not lamb or cell.lamb == float(lamb))
+                               for metric, _, lamb in (e.partition(" lamb ") for e in metrics))
                            for cell in later.itertuples()]]
             before = cells.merge(later[key], on=key, how="left", indicator=True)
             cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
@@ -728,8 +656,7 @@ def stopping_rule(root: str, folder: str) -> dict:
 
 
 def learning_rate(root: str, rates: str, steps: str) -> dict:
-    """The rates' sweep by metric (the best rate, the highest and the lowest), its longer check
-    in 1000-steps/, then the steps' sweep."""
+    """The rates' sweep by metric, its longer check in 1000-steps/, the steps' sweep."""
     result = needed(sweep(root, rates))
     metrics = []
     for metric in result.metrics:
@@ -748,8 +675,7 @@ def learning_rate(root: str, rates: str, steps: str) -> dict:
 
 
 def variants(root: str, *folders: str) -> dict:
-    """Folders: each variant's sweep, then scale_on's (the paper has no value for it): per
-    variant the winner by its rule, the paper's value first."""
+    """Each variant's sweep and its winner by its rule, then scale_on's, reported only."""
     *knobs, scale_on = folders
     items = []
     for result in filter(None, (sweep(root, folder) for folder in knobs)):
@@ -760,13 +686,12 @@ def variants(root: str, *folders: str) -> dict:
                       "winner": (winner := cheapest_keeping(result, cost) if cost
                                  else mean_rank_best(result)), "kept": winner == paper,
                       "name": f"{result.knob} {winner}"})
-    return {"items": needed(items), "reported": reported(root, scale_on),
+    return {"items": needed(items), "reported": reported_knob(root, scale_on, True)["items"],
             "changed": [item["name"] for item in items if not item["kept"]]}
 
 
 def learners_against_greedy(root: str, *folders: str, labels: list[str], against: dict) -> dict:
-    """Learner runs (`labels` name them, the adopted setting first) against the greedy run of
-    the last folder by one gain target."""
+    """Learner runs (`labels`, the adopted first) against one gain target."""
     *learners, greedy = folders
     items = [{**found, "name": label} for label, folder in zip(labels, learners)
              if (found := gain_target(root, folder, greedy_folder=greedy, **against))]
@@ -775,8 +700,7 @@ def learners_against_greedy(root: str, *folders: str, labels: list[str], against
 
 
 def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
-    """Select's scored start, then the screen's rows, each its folder and value (and its folder
-    at 20,000 rows)."""
+    """Select's scored start, then the screen's rows: folder, value (and at 20k)."""
     folder = os.path.join(root, folder)
     rows = []
     for label, (sub, value, *at_20k) in screen.items():
@@ -796,5 +720,4 @@ def instrument(root: str, run: str, first: str) -> dict:
     return {"primary": primary, "noise": free["snr"][primary]["noise"],
             "bound": point_c["power"]["bpb macro"]["paired_sd"] / 3,  # a third of the first's
             "junk": "none" if junk is None else junk, "junk_dose": np.inf if junk is None else junk,
-            "null": calibration["null"]["difference"],
-            "null_resolved": calibration["null"]["resolved"]}
+            "null": calibration["null"]["difference"], "resolved": calibration["null"]["resolved"]}
