@@ -1,7 +1,6 @@
 """The rules of `make findings`, as data: claims.yaml declares each claim (its folders, its rule,
 its sentence and table templates; the schema is in docs/experiments.md) and names its measure, a
-function here reading the folders into values, which `Claim.finding` checks and writes. Where
-the files a measure needs are missing, the claim is not measured."""
+function here reading the folders into values (none: not measured) for `Claim.finding` to judge."""
 
 from __future__ import annotations
 
@@ -107,6 +106,14 @@ def nested(values: dict):
     yield values
 
 
+def name_all(values: dict, named: dict, value) -> None:
+    """Each named check or text, on every entry where its measures are found."""
+    for entry in nested(values):
+        for name, spec in named.items():
+            with suppress(KeyError):
+                entry[name] = value(spec, entry)
+
+
 @dataclass(frozen=True)
 class Claim:
     question: str
@@ -141,16 +148,22 @@ class Claim:
             values = globals()[self.decide](root, *self.evidence, **self.parameters)
         except NotMeasured:
             return None
+        try:
+            return self.judged(values)
+        except KeyError as missing:  # a rule or template naming a value the measure does not give
+            raise UserError(f"claim {self.question!r}: its measure gives no {missing}") from None
+
+    def judged(self, values: dict) -> Finding:
         if self.goals:
             values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"],
                                 values), "ok": check(goal["holds"], values)} for goal in self.goals]
-        self.name_all(values, self.checks, check)
+        name_all(values, self.checks, check)
         items = values.get("items") or [values]
         for item in items:
             item["ok"] = check(self.holds, item) if self.holds else item.get("ok")
             partly = not item["ok"] and self.partly and check(self.partly, item)
             item["word"] = self.words[1 if partly else -1 if not item["ok"] else 0]
-        self.name_all(values, self.texts, lambda text, entry: text.get("join", ", ").join(
+        name_all(values, self.texts, lambda text, entry: text.get("join", ", ").join(
             fill(text["line"], each) for each in entry[text["each"]]))
         good = [str(item.get("name")) for item in items if item["ok"]]
         values.update(first=items[0], held=len(good), total=len(items),
@@ -162,14 +175,6 @@ class Claim:
             (fill(case["word"], values) for case in self.cases
              if check(case.get("when", {"all": []}), values)), None) or self.verdict_of(items),
             lines)
-
-    @staticmethod
-    def name_all(values: dict, named: dict, value) -> None:
-        """Each named check or text, on every entry where its measures are found."""
-        for entry in nested(values):
-            for name, spec in named.items():
-                with suppress(KeyError):
-                    entry[name] = value(spec, entry)
 
     def verdict_of(self, items: list[dict]) -> str:
         """tally: the word where every item (or group by `by`) holds or none does, else which
@@ -238,8 +243,7 @@ def claim_errors(claim: dict) -> list[str]:
 
 def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
     """claims.yaml as Claims; a malformed claim is refused, naming the claim and the key."""
-    with open(path) as f:
-        declared = yaml.safe_load(f)
+    declared = yaml.safe_load(Path(path).read_text())
     for claim in declared:
         errors = claim_errors(claim)
         if errors:
@@ -321,9 +325,8 @@ def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
 
 def scored_start(folder: str, least: float) -> dict | None:
     """Facility's start against the lazy greedy: median gain ratio at 3,000 rows, and at 20,000."""
-    sub, value = SCORED_START
-    screen = learner_ratios(os.path.join(folder, sub), value)
-    confirm = learner_ratios(os.path.join(folder, "confirm-20k", sub), value)
+    screen, confirm = (learner_ratios(os.path.join(folder, *at, SCORED_START[0]), SCORED_START[1])
+                       for at in ((), ("confirm-20k",)))
     if not (screen and confirm):
         return None
     at_3k, at_20k = float(np.median([ratio for ratio, _ in screen])), confirm[0][0]
@@ -418,8 +421,7 @@ def length_bias(root: str, folder: str, least: float) -> dict:
         quality = by.get(QUALITY)
         items.append({
             "name": corpus.name, "corpus": corpus, "band": band(corpus), "judged": QUALITY,
-            "least": least, "least_text": percent(least),
-            "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
+            "least": least, "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
             "quality_ratio": quality.ratio_mean if quality else -np.inf,
             "quality_against": quality and quality.against_chance,
             "quality": quality and percent(quality.ratio_mean),
@@ -579,8 +581,7 @@ def gradient_adds(root: str, stop: str, *folders: str) -> dict:
 
 
 def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
-    """Folders: pairs of timing runs (from equal logits, from the greedy start) on the same rows,
-    then the run holding the greedy at 1,000,000 rows; an item per run, a row per comparison."""
+    """Timing runs from equal logits and the greedy start in pairs, then 1,000,000 rows' greedy."""
     *pairs, greedy_1m = folders
     rows = []
     for equal, start in zip(pairs[::2], pairs[1::2]):
