@@ -154,6 +154,7 @@ class Claim:
             raise UserError(f"claim {self.question!r}: its measure gives no {missing}") from None
 
     def judged(self, values: dict) -> Finding:
+        """Checks, the rule on each item, texts, then the figure, the verdict and the lines."""
         if self.goals:
             values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"],
                                 values), "ok": check(goal["holds"], values)} for goal in self.goals]
@@ -171,10 +172,9 @@ class Claim:
         lines = self.section(self.lines, values)
         while lines and not lines[-1]:
             lines.pop()
-        return Finding(fill(self.here, values), next(
-            (fill(case["word"], values) for case in self.cases
-             if check(case.get("when", {"all": []}), values)), None) or self.verdict_of(items),
-            lines)
+        verdict = next((fill(case["word"], values) for case in self.cases
+                        if check(case.get("when", {"all": []}), values)), None)
+        return Finding(fill(self.here, values), verdict or self.verdict_of(items), lines)
 
     def verdict_of(self, items: list[dict]) -> str:
         """tally: the word where every item (or group by `by`) holds or none does, else which
