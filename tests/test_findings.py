@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -204,11 +204,9 @@ def test_table2_with_random_drawn_five_times_reads_the_paper_row_on_each_eligibl
     stratified["verdict"] = verdict(stratified, "random@strat", primary=["P", "Q"],
                                     calibrated_by=("the free arm", free))
 
-    question = "Table 2 against five random draws"
-    claim = claims.Claim(question=question, paper="+3.2 points", evidence=[
-        "downstream/third", "downstream/V512-d64"], target="downstream", rule="the plan's",
-        decide="table2_bound", parameters={"paper_row": "datamask-paper",
-                                           "today_row": "datamask-Pair_simi"})
+    claim = next(c for c in claims.load_claims() if c.decide == "table2_bound")
+    question = claim.question
+    assert claim.evidence[:2] == ["downstream/third", "downstream/V512-d64"]
 
     def write(free: dict) -> str:
         for folder, table in (("tables", free), ("tables-stratified", stratified)):
@@ -403,11 +401,77 @@ def test_defaults_table_takes_adopted_cells_over_older_ones_and_shows_each_side_
     write("today/a", cell("a", "DiSF", 0.0, False), cell("a", "DiSF", 0.5, False))
     write("round/screen/g", cell("a", "DiSF", 0.0, True, 0.5), cell("a", "DiSF", 0.5, True))
     write("round/screen/s", cell("a", "Facility", 0.0, False, 9.0))
-    found = claims.defaults_against_greedies(
-        str(tmp_path), "today", "round", keep_of_greedy=0.99,
-        adopted={"round/screen": ["DiSF lamb 0"]},
-        beside=[{"title": "Not adopted:", "folder": "round", "parts": ["screen/s"]}])
+    declared = next(c for c in claims.load_claims() if c.decide == "defaults_against_greedies")
+    found = replace(declared, evidence=["today", "round"], parameters=dict(
+        keep_of_greedy=0.99, adopted={"round/screen": ["DiSF lamb 0"]},
+        beside=[{"title": "Not adopted:", "folder": "round", "parts": ["screen/s"]}])).finding(
+            str(tmp_path))
     assert found.here.startswith("1 of 2 cells pass")
     text = "\n".join(found.lines)
     assert "| a | 3,000 | DiSF | 0 | g | 1.000 | 0.50 |" in text  # the adopted cell
     assert "Not adopted:" in text and "| a | 3,000 | Facility | 0 | g | 1.000 | 9.00 |" in text
+
+
+NEW_CLAIM = """
+- question: The exact update costs no more time than the simplified one
+  paper: "-"
+  evidence: [ablation-logprob]
+  target: ablation-logprob
+  rule: the exact update's mean time at most 1.5 times the simplified one's, on every metric
+  decide: logprob_cost
+  holds: {measure: time, op: '<=', value: 1.5}
+  words: [in time, too slow]
+  here: "exact / simple time at most 1.5 for {holding}"
+  lines:
+    - each: items
+      lines:
+        - "- {name}: exact {exact.wall_s_mean:.1f} s, simple {simple.wall_s_mean:.1f} s: **{word}**"
+"""
+
+
+def test_a_claim_declared_only_in_yaml_is_decided_and_written(tmp_path):
+    """A new claim of an existing kind: its rule, words and sentences from the YAML alone."""
+    declared = tmp_path / "claims.yaml"
+    declared.write_text(NEW_CLAIM)
+    write_sweep(tmp_path, "logprob", [row("DiSF", "simple", 2.0, wall=1.0),
+                                      row("DiSF", "exact", 2.5, wall=3.0),
+                                      row("Facility", "simple", 2.0, wall=2.0),
+                                      row("Facility", "exact", 2.0, wall=2.5)])
+    (claim,) = claims.load_claims(str(declared))
+    text = findings.report([(claim, claim.finding(str(tmp_path)))], str(tmp_path))
+    assert ("| [The exact update costs no more time than the simplified one]"
+            "(#the-exact-update-costs-no-more-time-than-the-simplified-one) | - | exact / simple "
+            "time at most 1.5 for Facility | **in time for Facility only** |") in text
+    body = section(text, claim.question)
+    assert "- DiSF: exact 3.0 s, simple 1.0 s: **too slow**" in body
+    assert "- Facility: exact 2.5 s, simple 2.0 s: **in time**" in body
+    declared.write_text(NEW_CLAIM.replace("value: 1.5", "value: 5"))
+    (claim,) = claims.load_claims(str(declared))
+    assert claim.finding(str(tmp_path)).verdict == "in time"
+
+
+@pytest.mark.parametrize("change, named", [
+    (("op: '<='", "opp: '<='"), "unknown key 'opp' in holds"),
+    (("  evidence: [ablation-logprob]\n", ""), "missing key 'evidence'"),
+    (("decide: logprob_cost", "decide: no_such_measure"), "no measure 'no_such_measure'"),
+    (("- each: items", "- for: items"), "unknown key 'for' in lines"),
+])
+def test_a_malformed_claim_is_refused_in_one_line_naming_the_claim_and_key(tmp_path, change,
+                                                                            named):
+    declared = tmp_path / "claims.yaml"
+    declared.write_text(NEW_CLAIM.replace(*change))
+    with pytest.raises(UserError) as refused:
+        claims.load_claims(str(declared))
+    message = str(refused.value)
+    assert "\n" not in message and named in message
+    assert message.startswith(f"{declared}: claim 'The exact update costs no more time")
+
+
+def test_a_template_naming_a_value_its_measure_does_not_give_is_refused_by_claim(tmp_path):
+    declared = tmp_path / "claims.yaml"
+    declared.write_text(NEW_CLAIM.replace("for {holding}", "for {no_such_value}"))
+    write_sweep(tmp_path, "logprob", [row("DiSF", "simple", 2.0), row("DiSF", "exact", 2.5)])
+    (claim,) = claims.load_claims(str(declared))
+    with pytest.raises(UserError, match="claim 'The exact update costs no more time than the "
+                                        "simplified one': its measure gives no 'no_such_value'"):
+        claim.finding(str(tmp_path))

@@ -1,18 +1,17 @@
-"""The rules of `make findings`: claims.yaml declares each claim (its question, the paper's
-figure, the results folders it reads, the Make target that writes them, the rule in words and
-its parameters) and names the function here that applies the rule. That function takes the
-results root, the claim's folders in their declared order and its parameters by name; where the
-files it needs are missing, the claim is not measured. The rules shared by claims come first.
-"""
+"""The rules of `make findings`, as data: claims.yaml declares each claim (its folders, its rule,
+its sentence and table templates; the schema is in docs/experiments.md) and names its measure, a
+function here reading the folders into values (none: not measured) for `Claim.finding` to judge."""
 
 from __future__ import annotations
 
 import json
+import operator
 import os
+import string
+from collections import namedtuple
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -34,18 +33,19 @@ COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
                 "probes": ("wall_s", "fewest mean seconds")}
 SCORED_START = ("best-from-start", "start")  # Facility's start as select takes it: folder, value
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+       "==": operator.eq, "!=": operator.ne}
+COMBINE = {"all": all, "any": any, "every": all, "some": any}
+# the keys of rules, cases, goals, texts and section parts (docs/experiments.md)
+FORM_KEYS = {"measure", "op", "value", "times", *COMBINE, "holds", "when", "word", "name", "text",
+             "each", "lines", "line", "join", "table", "columns", "right"}
 
 
-@dataclass(frozen=True)
-class Finding:
-    """What a rule found: the figure for the claims table, the verdict, the section's lines."""
-    here: str
-    verdict: str
-    lines: list[str]
+Finding = namedtuple("Finding", ["here", "verdict", "lines"])
 
 
 class NotMeasured(Exception):
-    """The files a rule needs are missing."""
+    """The files a measure needs are missing."""
 
 
 def needed(found):
@@ -55,18 +55,88 @@ def needed(found):
     return found
 
 
+class Template(string.Formatter):
+    """str.format, where a spec "yes|no" picks by the value's truth, text shows as it is, a
+    missing value (None, NaN, a field of one) as "-", a list entry by entry joined by ", "."""
+    def get_field(self, name: str, args, kwargs):
+        with suppress(AttributeError, TypeError):  # a field of a missing value is missing
+            return super().get_field(name, args, kwargs)
+        return None, name
+
+    def format_field(self, value, spec: str) -> str:
+        if "|" in spec:
+            return spec.split("|")[0 if value else 1]
+        if isinstance(value, (list, tuple)):
+            return ", ".join(self.format_field(v, spec) for v in value)
+        if value is None or isinstance(value, float) and np.isnan(value):
+            return "-"
+        return value if isinstance(value, str) else super().format_field(value, spec)
+
+
+def fill(template: str, values) -> str:
+    return Template().vformat(template, (), values if isinstance(values, dict) else vars(values))
+
+
+def check(rule, values: dict) -> bool:
+    """A rule as data: `measure` `op` `value` (times `times`; each may name a measure), a yes-or-no
+    measure's name, `all`/`any` of rules, or `every`/`some` entry of a list meeting `holds`."""
+    if isinstance(rule, str):
+        return bool(values[rule])
+    key = next((key for key in COMBINE if key in rule), None)
+    if key in ("all", "any"):
+        return COMBINE[key](check(r, values) for r in rule[key])
+    if key:
+        return COMBINE[key](check(rule["holds"], entry) for entry in values[rule[key]])
+    op, value, times = (values.get(x, x) if isinstance(x, str) else x
+                        for x in (rule["op"], rule["value"], rule.get("times", 1)))
+    return bool(OPS[op](values[rule["measure"]], value * times))
+
+
+def table(rows, columns: dict, right=(), values: dict | None = None) -> list[str]:
+    """A Markdown table: a row per entry of `rows`, a column per header and cell template."""
+    return markdown(pd.DataFrame([[fill(cell, row) for cell in columns.values()] for row in rows],
+                                 columns=[fill(header, values or {}) for header in columns]),
+                    right=[fill(header, values or {}) for header in right]).splitlines()
+
+
+def nested(values: dict):
+    """The dicts in `values`' lists, the deepest first, then `values`."""
+    for entry in [e for v in values.values() if isinstance(v, list) for e in v]:
+        yield from nested(entry) if isinstance(entry, dict) else ()
+    yield values
+
+
+def name_all(values: dict, named: dict, value) -> None:
+    """Each named check or text, on every entry where its measures are found."""
+    for entry in nested(values):
+        for name, spec in named.items():
+            with suppress(KeyError):
+                entry[name] = value(spec, entry)
+
+
 @dataclass(frozen=True)
 class Claim:
     question: str
     paper: str  # the paper's figure ("-": a question this project adds)
     evidence: list[str]  # folders under the results root; the first is linked
     target: str  # the Make target that writes the first folder
-    rule: str
-    decide: str  # the name of the function here that applies the rule
+    rule: str  # the rule in words
+    decide: str  # the measure: the function here reading the folders and `parameters`
     caveat: str = ""
     figures: list[str] = field(default_factory=list)  # PNGs under the root, shown if there
-    parameters: dict = field(default_factory=dict)  # the rule's own: targets, rows, sentences
+    parameters: dict = field(default_factory=dict)  # the measure's own inputs, by name
     commit: str = ""  # where the target has changed since: the commit whose target wrote it
+    checks: dict = field(default_factory=dict)  # named rules, checked wherever their measures are
+    goals: list = field(default_factory=list)  # items made of rules: a name, holds and text each
+    holds: dict | str = field(default_factory=dict)  # the rule checked on each item
+    partly: dict | str = field(default_factory=dict)  # where it fails, the middle word's rule
+    words: list = ("holds", "does not hold")  # an item's words: holds, (partly,) does not
+    verdict: str = "tally"  # how the items' words make the verdict: tally, grouped or parts
+    cases: list = field(default_factory=list)  # else the verdict: the first case whose `when` holds
+    by: str = "name"  # the item field a tally names
+    texts: dict = field(default_factory=dict)  # named texts, each a template joined over a list
+    here: str = ""  # the claims table's figure
+    lines: list = field(default_factory=list)  # the section: templates, lists, tables
 
     @property
     def regenerate(self) -> str:
@@ -75,52 +145,113 @@ class Claim:
 
     def finding(self, root: str) -> Finding | None:
         try:
-            return globals()[self.decide](root, *self.evidence, **self.parameters)
+            values = globals()[self.decide](root, *self.evidence, **self.parameters)
         except NotMeasured:
             return None
+        try:
+            return self.judged(values)
+        except KeyError as missing:  # a rule or template naming a value the measure does not give
+            raise UserError(f"claim {self.question!r}: its measure gives no {missing}") from None
+
+    def judged(self, values: dict) -> Finding:
+        """Checks, the rule on each item, texts, then the figure, the verdict and the lines."""
+        if self.goals:
+            values["items"] = [{"name": fill(goal["name"], values), "text": fill(goal["text"],
+                                values), "ok": check(goal["holds"], values)} for goal in self.goals]
+        name_all(values, self.checks, check)
+        items = values.get("items") or [values]
+        for item in items:
+            item["ok"] = check(self.holds, item) if self.holds else item.get("ok")
+            partly = not item["ok"] and self.partly and check(self.partly, item)
+            item["word"] = self.words[1 if partly else -1 if not item["ok"] else 0]
+        name_all(values, self.texts, lambda text, entry: text.get("join", ", ").join(
+            fill(text["line"], each) for each in entry[text["each"]]))
+        good = [str(item.get("name")) for item in items if item["ok"]]
+        values.update(first=items[0], held=len(good), total=len(items),
+                      holding=", ".join(good) or "none")
+        lines = self.section(self.lines, values)
+        while lines and not lines[-1]:
+            lines.pop()
+        verdict = next((fill(case["word"], values) for case in self.cases
+                        if check(case.get("when", {"all": []}), values)), None)
+        return Finding(fill(self.here, values), verdict or self.verdict_of(items), lines)
+
+    def verdict_of(self, items: list[dict]) -> str:
+        """tally: the word where every item (or group by `by`) holds or none does, else which
+        hold; grouped: the items named by their word; parts: which checks held on which items."""
+        yes, *_, no = words = self.words
+        named = {}
+        for item in items:
+            if self.verdict == "grouped":
+                named.setdefault(item["word"], []).append(item["name"])
+            else:
+                named[item.get(self.by)] = named.get(item.get(self.by), True) and item["ok"]
+        if self.verdict == "grouped":
+            return next(iter(named)) if len(named) == 1 else "; ".join(
+                f"{word} for {', '.join(names)}" for word, names in named.items())
+        if self.verdict == "parts":
+            named = {part: [i["name"] for i in items if i[part]] for part in self.checks}
+            if any(named.values()) and any(len(n) < len(items) for n in named.values()):
+                return f"{words[1]}: " + "; ".join(f"{part} on {', '.join(names)}"
+                                                   for part, names in named.items() if names)
+        good = [name for name, ok in named.items() if ok]
+        if len(good) in (0, len(named)):
+            return yes if good else no
+        return f"{yes} for {', '.join(good)} only"
+
+    def section(self, parts: list, values: dict) -> list[str]:
+        """A section's lines: templates, lists of lines, tables, the parts again per entry."""
+        lines = []
+        for part in parts:
+            if isinstance(part, dict) and "each" in part:
+                lines += [line for entry in values[part["each"]]
+                          for line in self.section(part["lines"], entry)]
+            elif isinstance(part, dict):  # a table, left out where it has no rows
+                lines += table(values[part["table"]], part["columns"], part.get("right", ()),
+                               values) if values[part["table"]] else []
+            elif isinstance(values.get(part), list):
+                lines += values[part]
+            else:
+                with suppress(KeyError):
+                    lines.append(fill(part, values))
+        return lines
+
+
+def unknown_keys(part) -> list[str]:
+    """The keys all through a rule, case, goal, text or section part that none of them has."""
+    if isinstance(part, list):
+        return [key for entry in part for key in unknown_keys(entry)]
+    return [key for key in part if key not in FORM_KEYS] + [
+        key for name, entry in part.items() if name != "columns"
+        for key in unknown_keys(entry)] if isinstance(part, dict) else []
+
+
+def claim_errors(claim: dict) -> list[str]:
+    """The keys of a declared claim that are unknown or missing, and a measure not here."""
+    known = {f.name: f for f in fields(Claim)}
+    errors = [f"unknown key {key!r}" for key in claim if key not in known] + [
+        f"missing key {name!r}" for name, f in known.items()
+        if name not in claim and f.default is f.default_factory is MISSING]
+    if not callable(globals().get(claim.get("decide"))):
+        errors.append(f"no measure {claim.get('decide')!r}")
+    for name in ("holds", "partly", "checks", "cases", "goals", "texts", "lines"):
+        part = claim.get(name) or {}
+        errors += [f"unknown key {key!r} in {name}" for key in unknown_keys(
+            list(part.values()) if name in ("checks", "texts") else part)]
+    return errors
 
 
 def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
-    """claims.yaml as Claims; a claim naming no function of this module is refused by name."""
-    with open(path) as f:
-        claims = tuple(Claim(**claim) for claim in yaml.safe_load(f))
-    for claim in claims:
-        if not callable(globals().get(claim.decide)):
-            raise UserError(f"{path}: claim {claim.question!r}: no rule {claim.decide!r}")
-    return claims
+    """claims.yaml as Claims; a malformed claim is refused, naming the claim and the key."""
+    declared = yaml.safe_load(Path(path).read_text())
+    for claim in declared:
+        errors = claim_errors(claim)
+        if errors:
+            raise UserError(f"{path}: claim {claim.get('question')!r}: {'; '.join(errors)}")
+    return tuple(Claim(**claim) for claim in declared)
 
 
-# ------------------------------------------------------------------ shared rules and readers
-
-def holds(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "not met"
-
-
-def tally(verdicts: dict[str, bool], word: Callable[[bool], str] = holds) -> str:
-    """One verdict over several metrics or targets: all, none, or which."""
-    good = [name for name, ok in verdicts.items() if ok]
-    if len(good) in (0, len(verdicts)):
-        return word(bool(good))
-    return f"{word(True)} for {', '.join(good)} only"
-
-
-def bullets(verdicts: dict[str, tuple[bool, str]], word=holds) -> list[str]:
-    return [f"- {name}: {text}: **{word(ok)}**." for name, (ok, text) in verdicts.items()]
-
-
-def judged(here: str, verdicts: dict[str, tuple[bool, str]], word=holds) -> Finding:
-    """A finding whose verdict is the tally of one verdict per metric or goal, each a bullet."""
-    return Finding(here, tally({m: ok for m, (ok, _) in verdicts.items()}, word),
-                   bullets(verdicts, word))
-
-
-def table(rows: list[dict] | dict | pd.DataFrame, right: tuple[str, ...] = ()) -> list[str]:
-    return markdown(pd.DataFrame(rows), right=right).splitlines()
-
+# ------------------------------------------------------------------ readers shared by measures
 
 def sweep(root: str, folder: str, name: str | None = None) -> SweepResult | None:
     return read_result(os.path.join(root, folder), name or os.path.basename(folder))
@@ -141,8 +272,7 @@ def table_json(root: str, *parts: str) -> dict | None:
 
 
 def mean_rank_best(result: SweepResult):
-    """The value with the lowest mean rank of the final objective over the metrics; ties go to
-    the value listed first."""
+    """The value of the lowest mean rank over the metrics; ties go to the first listed."""
     rows = [s for s in result.summary if s.metric in result.metrics]
     frame = pd.DataFrame(rows)
     rank = frame.groupby("metric")["objective_mean"].rank(ascending=False, method="first")
@@ -150,8 +280,7 @@ def mean_rank_best(result: SweepResult):
 
 
 def cheapest_keeping(result: SweepResult, cost: str):
-    """The value (the first listed is the exact or never-stopping one) with the least mean
-    `cost` among those keeping KEEPS of the first value's objective on every metric."""
+    """The value of least mean `cost` keeping KEEPS of the first (exact) value's objective."""
     exact, *cheaper = result.config["values"]
     objective = {(s.metric, s.value): s.objective_mean for s in result.summary}
     kept = [v for v in cheaper
@@ -162,218 +291,145 @@ def cheapest_keeping(result: SweepResult, cost: str):
 
 def compared(root: str, folder: str, metric: str, n: int, greedy: str,
              greedy_folder: str | None = None) -> tuple[TimingRun, TimingRun] | None:
-    """The learner's run and `greedy`'s at (metric, n): the greedy's from the learner's own run
-    where it was measured there, else from `greedy_folder`, where it ran apart; None unless both
-    are there."""
-    learner = run_of(timing(root, folder), metric, n, "datamask")
-    other = run_of(timing(root, folder), metric, n, greedy)
+    """The learner's run and `greedy`'s (from `greedy_folder` where not measured beside it)."""
+    learner, other = (run_of(timing(root, folder), metric, n, label)
+                      for label in ("datamask", greedy))
     if greedy_folder and not (other and other.status == "measured"):
         other = run_of(timing(root, greedy_folder), metric, n, greedy)
     return (learner, other) if learner and other else None
 
 
 def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
-                timed: bool = False, above: bool = False, greedy_folder: str | None = None,
-                time_limit: float = 1.0) -> tuple[bool, str] | None:
-    """A gain target: the learner's gain over random at least (or, `above`, more than) `least`
-    of `greedy`'s and, when `timed`, its final time at most `time_limit` times the greedy's."""
+                timed: bool = False, op: str = ">=", greedy_folder: str | None = None,
+                time_limit: float = 1.0) -> dict | None:
+    """Gain and time ratios against `greedy`, beside the target (`time_limit` where `timed`)."""
     runs = compared(root, folder, metric, n, greedy, greedy_folder)
-    if runs is None:
-        return None
-    (learner, other), c = runs, comparison(*runs)
-    gained = c.gain_ratio > least if above else c.gain_ratio >= least
-    return gained and (not timed or c.time_ratio <= time_limit), (
-        f"gain {c.gain_ratio:.3f}, time {c.time_ratio:.2f}x ({learner.wall_s:.4g} s, "
-        f"{learner_steps(learner)}, against {other.wall_s:.4g} s)")
+    c = runs and comparison(*runs)
+    return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]), "op": op,
+                     "gain": c.gain_ratio, "time": c.time_ratio, "least": least,
+                     "time_limit": time_limit if timed else np.inf}
 
 
-def sweep_table(result: SweepResult) -> list[str]:
-    """A sweep's summary per metric and value: objective, gain ratio, time and steps."""
-    return table([{"metric": s.metric, "value": str(s.value),
-                   "objective": f"{s.objective_mean:.3f} +- {s.objective_std:.3f}",
-                   **dict(zip(("gain ratio", "steps"), ratio_and_steps(result, s))),
-                   "wall s": f"{s.wall_s_mean:.3g}"} for s in result.summary],
-                 right=("objective", "gain ratio", "steps", "wall s"))
+def sweep_rows(result: SweepResult) -> list[dict]:
+    """A sweep's summary rows, each with its gain ratio and mean steps as table cells."""
+    return [{**vars(s), **dict(zip(("ratio", "steps"), ratio_and_steps(result, s)))}
+            for s in result.summary]
 
 
 def learner_ratios(folder: str, value) -> list[tuple[float, object]] | None:
-    """(gain ratio over the lazy greedy, run) per seed of a Facility sweep's value: random's
-    objective is 0 on the sweep's scale, so the ratio is the objectives'."""
-    files = sorted(Path(folder).glob("*.json"))
-    if not files:
-        return None
-    result = read_result(folder, files[0].stem)
-    return [(r.objective / result.greedy[0].objective, r) for r in result.runs if r.value == value]
+    """(gain ratio, run) per seed of a Facility sweep's value (random scores 0 there)."""
+    result = next((read_result(folder, p.stem) for p in sorted(Path(folder).glob("*.json"))), None)
+    return result and [(r.objective / result.greedy[0].objective, r)
+                       for r in result.runs if r.value == value]
 
 
-def scored_start(folder: str, least: float) -> tuple[bool, str] | None:
-    """Facility's start as select takes it, at least `least` of the lazy greedy's gain by its
-    median over the 3,000-row seeds and at 20,000 rows; None unless both ran."""
-    sub, value = SCORED_START
-    screen = learner_ratios(os.path.join(folder, sub), value)
-    confirm = learner_ratios(os.path.join(folder, "confirm-20k", sub), value)
+def scored_start(folder: str, least: float) -> dict | None:
+    """Facility's start against the lazy greedy: median gain ratio at 3,000 rows, and at 20,000."""
+    screen, confirm = (learner_ratios(os.path.join(folder, *at, SCORED_START[0]), SCORED_START[1])
+                       for at in ((), ("confirm-20k",)))
     if not (screen and confirm):
         return None
     at_3k, at_20k = float(np.median([ratio for ratio, _ in screen])), confirm[0][0]
-    return min(at_3k, at_20k) >= least, f"{at_3k:.3f} at 3,000 rows, {at_20k:.3f} at 20,000"
+    return {"at_3k": at_3k, "at_20k": at_20k, "gain": min(at_3k, at_20k), "least": least,
+            "op": ">=", "time": 0.0, "time_limit": np.inf}
 
 
-def per_metric(here: Callable):
-    """A claim judged metric by metric on its folder's sweep: the decorated function gives
-    (ok, text) from the sweep, a metric's summary rows and the metric; `here(result, holding)`
-    the claims table's figure from the sweep and the metrics that hold."""
-    def rule(judge: Callable) -> Callable:
-        def decide(root: str, folder: str) -> Finding:
-            result = needed(sweep(root, folder))
-            verdicts = {m: judge(result, of_metric(result.summary, m), m) for m in result.metrics}
-            holding = ", ".join(m for m, (ok, _) in verdicts.items() if ok) or "none"
-            return judged(here(result, holding), verdicts)
-        return decide
-    return rule
+def per_metric(measure):
+    """A measure of a sweep, an item a metric (none where missing and `optional`)."""
+    def measured(root: str, folder: str, optional: bool = False) -> dict:
+        result = sweep(root, folder)
+        needed(result or optional)
+        return {"items": [{"name": m, **measure(result, of_metric(result.summary, m), m)}
+                          for m in result.metrics] if result else []}
+    return measured
+
+
+@per_metric
+def reported_knob(result: SweepResult, rows: list, metric: str) -> dict:
+    """A knob the paper reports without a rule fixed here: best value, range, times."""
+    return {"knob": result.knob, "best": result.best[metric], "rows": [vars(s) for s in rows],
+            "low": min(s.objective_mean for s in rows), "high": max(s.objective_mean for s in rows)}
 
 
 # ------------------------------------------------------------------ the paper's claims
 
-def selection_time(root: str, folder: str) -> Finding:
+def selection_time(root: str, folder: str) -> dict:
     result = timing(root, folder)
     learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
                           for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
     needed(learner and ref)
-    share, fit = learner.wall_s / ref.wall_s, result.fits["DiSF"]["disf-greedy"]
-    how = "measured" if ref.status == "measured" else (
-        f"extrapolated as N^{fit.exponent:.2f} from " + " and ".join(f"{n:,}" for n in fit.sizes)
-        + " rows")
-    lines = [f"- The learner at select's defaults: {learner.wall_s:.0f} s ({learner_steps(learner)}"
-             f"); the greedy DiSF of the paper's code: ~{ref.wall_s:,.0f} s ({how}); "
-             f"{share:.2%} of its time: **{holds(share < 0.1)}**."]
-    if fast:
-        c = comparison(learner, fast)
-        lines.append(f"- Against this project's fast DiSF greedy (the same picks by rank-1 "
-                     f"updates, {fast.wall_s:.0f} s): {c.time_ratio:.2f}x its time, "
-                     f"{c.gain_ratio:.2f}x its gain over random.")
-    return Finding(f"{share:.1%} ({learner.wall_s:.0f} s against ~{ref.wall_s:,.0f} s)",
-                   holds(share < 0.1), lines)
+    fit = result.fits["DiSF"]["disf-greedy"]
+    return {"learner": learner, "ref": ref, "share": learner.wall_s / ref.wall_s, "fit": fit,
+            "steps": learner_steps(learner), "measured": ref.status == "measured",
+            "sizes": " and ".join(f"{n:,}" for n in fit.sizes),
+            **({"fast": fast, "against": comparison(learner, fast)} if fast else {})}
 
 
-def objective_targets(root: str, *folders: str, targets: dict) -> Finding:
-    """The declared targets, each naming its folder, as a table; a metric holds where every
-    target of it that ran is met."""
-    rows = []
+def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -> dict:
+    """The declared targets: gain targets, or Facility's start (`scored_start`)."""
+    items = []
     for name, target in targets.items():
-        if "scored_start" in target:
-            row = scored_start(os.path.join(root, target["scored_start"]), target["least"])
-        else:
-            row = gain_target(root, **target)
-        rows += [(name, target["metric"], *row)] if row else []
-    frame = pd.DataFrame(needed(rows), columns=["target", "metric", "ok", "measured"])
-    return Finding(f"{frame.ok.sum()} of {len(frame)} targets met",
-                   tally(frame.groupby("metric", sort=False).ok.all().to_dict()),
-                   table(frame.assign(verdict=[f"**{met(ok)}**" for ok in frame.ok])
-                         [["target", "measured", "verdict"]]))
+        kind = "scored_start" if "scored_start" in target else "gain"
+        found = (scored_start(os.path.join(root, target["scored_start"]), target["least"])
+                 if kind == "scored_start" else gain_target(root, **target))
+        items += [{**found, "name": name, "metric": target["metric"],
+                   "measured": fill(measured[kind], found)}] if found else []
+    return {"items": needed(items)}
 
 
-@per_metric(lambda result, holding: "smallest stable G: " + ", ".join(
-    f"{m} {result.smallest_stable[m] or 'none'}" for m in result.metrics))
-def g_stability(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric
+def g_stability(result: SweepResult, rows: list, metric: str) -> dict:
     unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
-    return (any(g < 128 for g in unstable) and all(g < 128 for g in unstable),
-            f"smallest stable G {'none' if smallest is None else f'{smallest:g}'}"
-            + (f", unstable at {', '.join(f'{g:g}' for g in unstable)}" if unstable else "")
-            + "; objective by G " + ", ".join(f"{s.value:g}: {s.objective_mean:.3f}" for s in rows))
+    return {"smallest": "none" if smallest is None else smallest, "unstable": unstable,
+            "unstable_low": min(unstable, default=np.inf),
+            "unstable_high": max(unstable, default=-np.inf), "rows": [vars(s) for s in rows]}
 
 
-@per_metric(lambda result, holding: f"quality up, diversity down for {holding}")
-def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric
+def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> dict:
     """Objectives at different lamb are different functions: the claim is the trade itself."""
     low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
-    return (high.means["quality"] > low.means["quality"] and low.means[metric] > high.means[metric],
-            f"lamb {low.value:g} -> {high.value:g}: mean quality {low.means['quality']:.3f} -> "
-            f"{high.means['quality']:.3f}, {metric} {low.means[metric]:.4g} -> "
-            f"{high.means[metric]:.4g}")
+    return {"low": low.value, "high": high.value, "quality_low": low.means["quality"],
+            "quality_high": high.means["quality"], "metric_low": low.means[metric],
+            "metric_high": high.means[metric]}
 
 
-@per_metric(lambda result, holding: f"within one std for {holding}")
-def logprob_cost(result: SweepResult, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric
+def logprob_cost(result: SweepResult, rows: list, metric: str) -> dict:
     simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
-    gap = exact.objective_mean - simple.objective_mean
-    noise = max(simple.objective_std, exact.objective_std)
-    return gap <= noise, (f"exact {exact.objective_mean:.3f} against simple "
-                          f"{simple.objective_mean:.3f} (difference {gap:+.3f}, seed std "
-                          f"{noise:.3f}; time exact / simple "
-                          f"{exact.wall_s_mean / simple.wall_s_mean:.2f})")
+    return {"simple": simple, "exact": exact, "gap": exact.objective_mean - simple.objective_mean,
+            "noise": max(simple.objective_std, exact.objective_std),
+            "time": exact.wall_s_mean / simple.wall_s_mean}
 
 
-@per_metric(lambda result, holding: f"a one-shot within one std for {holding}")
-def one_shot(result, rows: list, metric: str) -> tuple[bool, str]:
+@per_metric
+def one_shot(result, rows: list, metric: str) -> dict:
     by = {s.method: s for s in rows}
-    learner, greedy = by["datamask"], by.get("joint-greedy")
+    learner = by["datamask"]
     best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
-    return (best.objective_mean >= learner.objective_mean - learner.objective_std,
-            f"learner {learner.objective_mean:.3f} in {learner.wall_s_mean:.3g} s; best one-shot "
-            f"{best.method} {best.objective_mean:.3f} in {best.wall_s_mean:.3g} s"
-            + (f"; joint greedy {greedy.objective_mean:.3f} in {greedy.wall_s_mean:.3g} s"
-               if greedy else ""))
+    return {"learner": learner, "best": best, "joint": by.get("joint-greedy"),
+            "floor": learner.objective_mean - learner.objective_std,
+            "best_objective": best.objective_mean}
 
 
-def reported_knob(root: str, folder: str) -> Finding:
-    """A knob the paper reports without a rule this project fixed before its sweep: the best
-    value per metric, the range of final objectives and each value's time, no verdict."""
-    result = needed(sweep(root, folder))
-    lines = []
-    for metric in result.metrics:
-        rows = of_metric(result.summary, metric)
-        values = [s.objective_mean for s in rows]
-        times = ", ".join(f"{s.value}: {s.wall_s_mean:.3g} s" for s in rows)
-        lines.append(f"- {metric}: best {result.knob} = {result.best[metric]}; final objective "
-                     f"from {min(values):.3f} to {max(values):.3f}; time {times}.")
-    best = " / ".join(str(result.best[m]) for m in result.metrics)
-    return Finding(f"best {result.knob}: {best} ({' / '.join(result.metrics)})",
-                   "reported, no rule", lines)
-
-
-def length_bias(root: str, folder: str, least: float) -> Finding:
-    """Per corpus: the quality selection long (at least `least` of the mean length and above the
-    chance band), each diversity greedy short (every seed below the band); the claim holds where
-    all four parts hold, in part where some do (reproduce/results/length-bias/plan.md)."""
+def length_bias(root: str, folder: str, least: float) -> dict:
+    """Per corpus: the quality selection's length ratio, each greedy's, each selection."""
     result = needed(read_result(os.path.join(root, folder), "length-bias"))
-    parts, lines, here = {}, [], []
+    items = []
     for corpus in result.corpora:
         by = result.of(corpus.name)
         quality = by.get(QUALITY)
-        greedies = {name: by[name].against_chance == "short" if name in by else False
-                    for name in DIVERSITY}
-        parts["quality long", corpus.name] = bool(
-            quality and quality.ratio_mean >= least and quality.against_chance == "long")
-        parts["diversity short", corpus.name] = all(greedies.values())
-        shown = [by[name] for name in DIVERSITY if name in by]
-        here.append(f"{corpus.name}: {QUALITY} {percent(quality.ratio_mean) if quality else '-'}"
-                    ", greedies " + ", ".join(percent(s.ratio_mean) for s in shown))
-        lines += [f"`{corpus.name}` ({corpus.rows:,} rows, mean {corpus.mean_length:,.0f} "
-                  f"characters; a random selection's chance band {band(corpus)}):", "",
-                  *table([{"selection": s.selection, "role": s.role,
-                           "seeds (distinct)": f"{s.seeds} ({s.distinct})",
-                           "length ratio": spread(s), "against chance": s.against_chance}
-                          for s in by.values()], right=("seeds (distinct)", "length ratio")), "",
-                  f"- {QUALITY} at least {percent(least)} and above the band: "
-                  f"**{holds(parts['quality long', corpus.name])}**"
-                  + (f" ({percent(quality.ratio_mean)}; the paper: " + ", ".join(
-                      f"{name} {percent(ratio)}" for name, ratio in PAPER.items()) + ")."
-                     if quality else " (not run)."),
-                  "- every seed of each diversity greedy below the band: "
-                  + ", ".join(f"{name} {'short' if ok else 'not short'}"
-                              for name, ok in greedies.items())
-                  + f": **{holds(parts['diversity short', corpus.name])}**.", ""]
-    good = [part for part, ok in parts.items() if ok]
-    if len(good) == len(parts):
-        word = "holds"
-    elif good:
-        held = {kind: [name for part, name in good if part == kind]
-                for kind in ("quality long", "diversity short")}
-        word = "holds in part: " + "; ".join(f"{kind} on {', '.join(names)}"
-                                             for kind, names in held.items() if names)
-    else:
-        word = "does not hold"
-    return Finding("; ".join(here), word, lines[:-1])
+        items.append({
+            "name": corpus.name, "corpus": corpus, "band": band(corpus), "judged": QUALITY,
+            "least": least, "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
+            "quality_ratio": quality.ratio_mean if quality else -np.inf,
+            "quality_against": quality and quality.against_chance,
+            "quality": quality and percent(quality.ratio_mean),
+            "greedies": [{"name": name, "short": name in by and by[name].against_chance == "short"}
+                         for name in DIVERSITY],
+            "greedy_ratios": [percent(by[name].ratio_mean) for name in DIVERSITY if name in by],
+            "selections": [{**vars(s), "spread": spread(s)} for s in by.values()]})
+    return {"items": items}
 
 
 def seed_spread(values: np.ndarray, form: str = ".3g") -> str:
@@ -390,223 +446,119 @@ def times_over(later, t_later: float, earlier, t_earlier: float) -> str:
     return f"only {later} reached" if np.isfinite(t_later) else "neither reached"
 
 
-def seconds(time: float) -> str:
-    return f"{time:.3g} s" if np.isfinite(time) else "not reached"
-
-
-def level_times(by_value: dict[object, list], compared: list, levels: list[float]):
-    """Runs of one metric by value, at equal wall time: the window (their shortest span), the
-    reference (the best median objective at its end among the `compared` values), each value's
-    objectives at the window's end and, per (value, level), its runs' times to level x
-    reference (inf: not reached within the window)."""
-    window = window_s([run for runs in by_value.values() for run in runs])
-    at = {v: np.array([objective_at(r, window) for r in runs]) for v, runs in by_value.items()}
-    reference = max(float(np.median(at[v])) for v in compared)
-    times = {(v, level): np.array([time_to(r, level * reference, window) for r in runs])
-             for v, runs in by_value.items() for level in levels}
-    return window, reference, at, times
-
-
-def time_to_objective(root: str, folder: str, fixed: str, chain: list[list], levels: list[float],
-                      cut: float) -> Finding:
-    """An --equal_time sweep (`folder`; its file is named as the fixed-steps sweep of the same
-    knob, `fixed`, whose lines follow) judged by the time to objectives: per metric, the window
-    is its shortest run's span, the reference the best median objective at the window's end
-    among `chain`'s values, and a run's time to `level` x reference its curve's first point
-    there. `chain` lists groups of values, each expected to reach a level sooner than the group
-    before: a link cuts the time at a level where the later group's faster value (by median over
-    seeds) takes at most `cut` x the earlier group's faster value's (a level neither reaches is no
-    cut). A metric holds where every link cuts at every level, holds in part where some do, and
-    does not hold where none does."""
+def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
+                      levels: list[float]) -> dict:
+    """An --equal_time sweep (named as the sweep `fixed`) by metric: the window (the shortest run's
+    span), the reference (the best median objective at its end in `chain`), times to level x
+    reference (inf: not reached), per level and link of `chain` each group's faster value."""
     result = needed(sweep(root, folder, os.path.basename(fixed)))
-    compared = [value for group in chain for value in group]
-    rows, lines, words, here = [], [], {}, []
+    items, rows = [], []
     for metric in result.metrics:
         by_value = {v: [r for r in of_metric(result.runs, metric) if r.value == v]
                     for v in result.config["values"]}
-        window, reference, at, times = level_times(by_value, compared, levels)
+        window = window_s([run for runs in by_value.values() for run in runs])
+        at = {v: np.array([objective_at(r, window) for r in runs]) for v, runs in by_value.items()}
+        reference = max(float(np.median(at[v])) for group in chain for v in group)
+        times = {(v, level): np.array([time_to(r, level * reference, window) for r in runs])
+                 for v, runs in by_value.items() for level in levels}
         median = {key: float(np.median(t)) for key, t in times.items()}
-        rows += [{"metric": metric, result.knob: str(v), "steps": group[0].params["n_epochs"],
-                  "objective at the window": seed_spread(at[v], ".3f"),
-                  **{f"s to {level:.0%}": seed_spread(times[v, level]) for level in levels}}
-                 for v, group in by_value.items()]
+        rows += [{"metric": metric, "value": str(v), "steps": runs[0].params["n_epochs"],
+                  "objective": seed_spread(at[v], ".3f"),
+                  "times": [seed_spread(times[v, level]) for level in levels]}
+                 for v, runs in by_value.items()]
 
-        def fastest(group: list, level: float):
-            return min(group, key=lambda v: median[v, level])
-        cuts = []
-        for level in levels:
-            for earlier, later in zip(chain, chain[1:]):
-                before, after = fastest(earlier, level), fastest(later, level)
-                t_before, t_after = median[before, level], median[after, level]
-                cuts.append((bool(np.isfinite(t_after) and t_after <= cut * t_before),
-                             f"to {level:.0%}, {after} against {before}: "
-                             f"{times_over(after, t_after, before, t_before)} "
-                             f"({seconds(t_after)} against {seconds(t_before)})"))
-        words[metric] = ("holds" if all(ok for ok, _ in cuts) else
-                         "holds in part" if any(ok for ok, _ in cuts) else "does not hold")
-        first, last = fastest(chain[0], levels[-1]), fastest(chain[-1], levels[-1])
-        here.append(f"{metric} " + times_over(last, median[last, levels[-1]], first,
-                                              median[first, levels[-1]]))
-        lines.append(f"- {metric} (window {window:.3g} s, reference {reference:.3f}): "
-                     + "; ".join(f"{text} ({'a cut' if ok else 'no cut'})" for ok, text in cuts)
-                     + f": **{words[metric]}**.")
-    order = " -> ".join("/".join(map(str, group)) for group in chain)
-    lines = [f"Median [min, max] over seeds; `-`: not reached in the window. The order claimed: "
-             f"{order}; a cut: at most {cut:g} of the earlier's time.", "",
-             *table(rows, right=("steps", "objective at the window",
-                                 *(f"s to {level:.0%}" for level in levels))), "", *lines]
-    with suppress(NotMeasured):
-        lines += ["", f"At fixed steps (`{fixed}/`):", "", *reported_knob(root, fixed).lines]
-    metrics_of = {}
-    for metric, word in words.items():
-        metrics_of.setdefault(word, []).append(metric)
-    verdict = (next(iter(metrics_of)) if len(metrics_of) == 1 else "; ".join(
-        f"{word} for {', '.join(metrics)}" for word, metrics in metrics_of.items()))
-    return Finding(f"time to {levels[-1]:.0%}, {'/'.join(map(str, chain[-1]))} against "
-                   f"{'/'.join(map(str, chain[0]))}: " + ", ".join(here), verdict, lines)
+        def link(level: float, *groups: list) -> dict:
+            before, after = (min(group, key=lambda v: median[v, level]) for group in groups)
+            t_before, t_after = median[before, level], median[after, level]
+            return {"level": level, "before": before, "after": after, "t_before": t_before,
+                    "t_after": t_after, "ratio": times_over(after, t_after, before, t_before)}
+        items.append({"name": metric, "window": window, "reference": reference,
+                      "cuts": [link(level, *pair) for level in levels
+                               for pair in zip(chain, chain[1:])],
+                      "last": link(levels[-1], chain[0], chain[-1])})
+    groups = ["/".join(map(str, group)) for group in chain]
+    return {"items": items, "rows": rows, "knob": result.knob, "top": levels[-1],
+            "order": " -> ".join(groups), "earliest": groups[0], "latest": groups[-1],
+            "fixed": fixed, "reported": reported_knob(root, fixed, optional=True)["items"]}
 
 
-
-def arms_lines(root: str, run: str) -> list[str]:
-    """The run's arms.md below its title (each method in both arms), or nothing."""
+def arms(root: str, run: str, show: dict | None = None) -> dict:
+    """Both arms' tables of a downstream run, their verdict lines (`show`n ones), arms.md."""
+    found = [{"arm": arm, "Arm": arm.capitalize(), "verdict": table["verdict"], "ours": [
+                  f"{m.split('@')[0].removeprefix('datamask-')} {v}"
+                  for m, v in table["verdict"]["vs_random"].items() if m.startswith("datamask-")],
+              "shown": [{"line": line} for line in table["verdict"]["lines"]
+                        if show is None or any(phrase in line for phrase in show[arm])]}
+             for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))
+             if (table := table_json(root, run, folder, "table2.json"))]
+    needed(found and found[0]["arm"] == "free")
     arms_md = Path(root, run, "arms.md")
-    if not arms_md.exists():
-        return []
-    return arms_md.read_text().split("\n", 2)[2].strip().splitlines() + [""]
+    return {"arms": found, "arms_md": arms_md.read_text().split("\n", 2)[2].strip().splitlines()
+            + [""] if arms_md.exists() else []}
 
 
-def table2_gain(root: str, run: str, first: str) -> Finding:
-    """Both arms of the calibrated proxy's run, then the first proxy's verdict by the same rule."""
-    arms = {arm: table_json(root, run, folder, "table2.json")
-            for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))}
-    needed(arms["free"])
-    lines, here, outcomes = [], [], []
-    for arm, verdict in ((arm, t["verdict"]) for arm, t in arms.items() if t):
-        lines += [f"{arm.capitalize()} arm (primary metric `{verdict['primary']}`):", "",
-                  *(f"- {line}" for line in verdict["lines"]), ""]
-        ours = {m.split("@")[0].removeprefix("datamask-"): v
-                for m, v in verdict["vs_random"].items() if m.startswith("datamask-")}
-        here.append(f"{arm}: " + ", ".join(f"{m} {v}" for m, v in ours.items()))
-        outcomes += [o["outcome"] for o in verdict["ordering"].values()]
-    lines += arms_lines(root, run)
+def table2_gain(root: str, run: str, first: str) -> dict:
+    """Both arms of the calibrated proxy's run, then the first proxy's verdict lines."""
+    values = arms(root, run)
     point_c = table_json(root, first, "table2.json")
-    if point_c:
-        lines += [f"The first proxy (`{first}/`, a larger model at fewer tokens, before "
-                  "calibration), by the same rule:", "",
-                  *(f"- {line}" for line in point_c["verdict"]["lines"])]
-    word = ("contradicted" if "contradicted" in outcomes else
-            "holds" if set(outcomes) == {"holds"} else "unresolved")
-    return Finding("; ".join(here), word if word == "holds"
-                   else f"not reproduced at this scale ({word})", lines)
+    return {**values, **({"first_proxy": first} if point_c else {}),
+            "first_lines": [{"line": line} for line in point_c["verdict"]["lines"]]
+            if point_c else [], "outcomes": [{"outcome": o["outcome"]} for arm in values["arms"]
+                                             for o in arm["verdict"]["ordering"].values()]}
 
 
-# the paper's claim per eligible primary, from datamask-paper's outcome against random (free arm)
-CLAIM_WORDS = {"beats random": "holds", "worse than random": "contradicted",
-               "unresolved": "unresolved"}
-
-
-def shown(line: str, arm: str) -> bool:
-    """Whether findings shows a verdict line: the free arm's calibration, the claim's bound and
-    what the policy gradient adds; the stratified arm's own null and what the policy gradient
-    adds there (its other calibration lines repeat the free arm's)."""
-    if line.startswith("What the policy gradient adds"):
-        return True
-    if arm == "free":
-        return line.startswith(("Calibration:", "The paper's claim"))
-    return "this arm has no calibration rows" in line
-
-
-def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str) -> Finding:
-    """The drawn design: on each primary, each arm's verdict lines and arms.md's table; the
-    verdict is `paper_row`'s outcome against random in the free arm on each eligible primary,
-    with its bound, `today_row` beside it; the earlier design's datamask rows in one line."""
-    free = needed(table_json(root, run, "tables", "table2.json"))
-    stratified = table_json(root, run, "tables-stratified", "table2.json")
-    verdict = needed(free["verdict"].get("by_primary"))
-    words, here = {}, []
-    for primary, judged_on in verdict.items():
-        eligible = judged_on["calibration"]["eligible"]
-        outcomes = judged_on["vs_random"]
-        bound = judged_on["bounds"].get(paper_row)
-        limit = (f" (gain below {bound['most']:.4f})" if bound and bound["most"] is not None
-                 and bound["most"] > 0 and not bound["resolved_better"] else "")
-        here.append(f"`{primary}`" + ("" if eligible else " (not eligible)") + ": "
-                    f"{paper_row} {outcomes.get(paper_row, 'not run')}{limit}, "
-                    f"{today_row} {outcomes.get(today_row, 'not run')}")
-        if eligible and paper_row in outcomes:
-            words[primary] = CLAIM_WORDS[outcomes[paper_row]]
-    lines = []
-    for arm, table in (("free", free), ("stratified", stratified)):
-        if table:  # each method's outcome is in arms.md's table below
-            lines += [f"{arm.capitalize()} arm:", "", *(
-                f"- {line}" for line in table["verdict"]["lines"] if shown(line, arm)), ""]
-    lines += arms_lines(root, run)
+def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str,
+                 show: dict, claim_words: dict) -> dict:
+    """The drawn design: per primary in the free arm, `paper_row`'s and `today_row`'s outcomes,
+    the paper row's bound and, where eligible, the claim's word (`claim_words` of its outcome)."""
+    values = arms(root, run, show)
+    values["primaries"] = [{
+        "name": primary, "eligible": on["calibration"]["eligible"], "paper_row": paper_row,
+        "paper": on["vs_random"].get(paper_row, "not run"), "today_row": today_row,
+        "today": on["vs_random"].get(today_row, "not run"),
+        "bound": (bound := on["bounds"].get(paper_row)) and bound["most"] is not None
+        and bound["most"] > 0 and not bound["resolved_better"] and bound["most"]}
+        for primary, on in needed(values["arms"][0]["verdict"].get("by_primary")).items()]
+    values["judged"] = [{"name": p["name"], "word": claim_words[p["paper"]]}
+                        for p in values["primaries"] if p["eligible"] and p["paper"] != "not run"]
     before = table_json(root, earlier, "tables", "table2.json")
-    if before:
-        ours = ", ".join(f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
-                         if m.startswith("datamask-"))
-        lines.append(f"The earlier design (`{earlier}/`: the learner before its greedy starts, "
-                     f"one selection per method, the pool's macro alone), free arm: {ours}.")
-    if not words:
-        word = "not judged: no primary eligible"
-    elif set(words.values()) == {"holds"}:
-        word = "holds"
-    else:
-        word = ("partly reproduced (" if "holds" in words.values() else
-                "not reproduced at this scale (") + "; ".join(
-            f"{w} on `{p}`" for p, w in words.items()) + ")"
-    return Finding("; ".join(here), word, lines)
+    return {**values, **({"earlier": earlier, "earlier_ours": [
+        f"{m} {v}" for m, v in before["verdict"]["vs_random"].items()
+        if m.startswith("datamask-")]} if before else {})}
 
 
 # ------------------------------------------------------------------ questions this project adds
 
-def by_rows(root: str, folder: str) -> Finding:
+def by_rows(root: str, folder: str, least: float) -> dict:
     result = needed(timing(root, folder))
-    verdicts = {}
-    for metric in result.metrics:
-        done = [c for c in of_metric(result.comparisons, metric) if c.gain_ratio is not None]
-        good = sum(c.gain_ratio >= 0.95 for c in done)
-        cross = result.crossover.get(metric)
-        verdicts[metric] = (good == len(done), f"gain ratio >= 0.95 in {good} of {len(done)} "
-                            "comparisons; faster than the fast greedy "
-                            + (f"from N = {cross:,} on" if cross else "at no N from which it "
-                               "stays faster"))
+    done = {m: [c for c in of_metric(result.comparisons, m) if c.gain_ratio is not None]
+            for m in result.metrics}
+    items = [{"name": m, "least": least, "done": len(done[m]), "cross": result.crossover.get(m),
+              "good": sum(c.gain_ratio >= least for c in done[m])} for m in result.metrics]
     reference = max((c for c in of_metric(result.comparisons, "DiSF")
                      if c.greedy_role == "reference"), key=lambda c: c.n)
-    rows = [{"metric": c.metric, "N": f"{c.n:,}", "greedy": c.greedy,
-             "greedy time": c.greedy_status, "learner / greedy time": f"{c.time_ratio:.3g}",
-             "gain ratio": "-" if c.gain_ratio is None else f"{c.gain_ratio:.3f}"}
-            for c in result.comparisons]
-    lines = [*table(rows, right=("N", "learner / greedy time", "gain ratio")), "",
-             *bullets(verdicts),
-             f"- DiSF at N = {reference.n:,}: {reference.time_ratio:.2%} of the reference greedy's "
-             f"time ({reference.greedy_status}): **{holds(reference.time_ratio < 0.1)}** under "
-             "10%."]
-    return Finding(", ".join(f"{m} {'>=' if ok else '<'} 0.95" for m, (ok, _) in verdicts.items()),
-                   tally({m: ok for m, (ok, _) in verdicts.items()}), lines)
+    return {"items": items, "comparisons": result.comparisons, "reference": reference,
+            "reference_share": reference.time_ratio}
 
 
 def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
     """`make ablation-stop`'s sweeps, (rows, result) from its n<N>/ folders, by rows."""
-    path = os.path.join(root, folder)
-    names = sorted((int(n[1:]), n) for n in os.listdir(path) if n[1:].isdigit()) \
-        if os.path.isdir(path) else []
-    return [(n, sweep(root, f"{folder}/{name}", "ablation-stop")) for n, name in names]
+    return [(n, sweep(root, f"{folder}/n{n}", "ablation-stop")) for n in sorted(
+        int(path.name[1:]) for path in Path(root, folder).glob("n*") if path.name[1:].isdigit())]
 
 
 def bench_cells(root: str, folder: str, *parts: str) -> pd.DataFrame:
-    """The cells of `make bench-defaults` runs: the run in `folder` or one results folder per
-    family under it, or under each of its `parts` in turn."""
+    """The cells of `make bench-defaults` runs in `folder` (or its `parts`), by family."""
     runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
             for run in sorted(Path(root, folder, part).glob(pattern))]
     return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
-def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
-    """Every committed learner run from a scored greedy start: metric, lamb, rows, whether it ran
-    the stopping rule (else fixed steps), whether it wrote a later step than the start, and its
-    final objective over the start's (step 0's read-off; runs that kept no curve: NaN)."""
-    stop, *timed, facility, bench = folders
+def gradient_adds(root: str, stop: str, *folders: str) -> dict:
+    """Learner runs from a scored greedy start (ablation-stop, timing, Facility's start, bench-
+    defaults): the stopping rule's or fixed steps, a later step written, objective over the
+    start's (NaN: no curve kept); an item per metric and lamb."""
+    *timed, facility, bench = folders
     runs = [(c.metric, c.lamb, c.rows, True, c.written_step > 0,
              c.objective_written / c.objective_start)
             for c in bench_cells(root, bench).itertuples()]
@@ -619,79 +571,61 @@ def start_outcomes(root: str, folders: tuple[str, ...]) -> pd.DataFrame:
     sub, value = SCORED_START
     runs += [("Facility", 0.0, 3_000, True, r.best_step > 0, np.nan)
              for _, r in learner_ratios(os.path.join(root, facility, sub), value) or []]
-    return pd.DataFrame(runs, columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
+    runs = pd.DataFrame(needed(runs), columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
+    return {"later": int(runs[runs.rule].later.sum()), "runs": int(runs.rule.sum()), "items": [
+        {"name": f"{metric} at lamb {lamb:g}", "metric": metric, "lamb": lamb,
+         "rows": sorted(set(group.rows)), "later": int(group[group.rule].later.sum()),
+         "runs": int(group.rule.sum()), "ratio": group[group.rule].ratio.mean(),
+         "fixed": group[~group.rule].ratio.mean()}
+        for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False)]}
 
 
-def gradient_adds(root: str, *folders: str) -> Finding:
-    """Folders: the stopping rule's sweeps, the timing runs at select's defaults, Facility's
-    start, `make bench-defaults` at select's defaults."""
-    runs = start_outcomes(root, folders)
-    needed(not runs.empty)
-    rows, adds = [], {}
-    for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False):
-        rule, fixed = group[group.rule], group[~group.rule]
-        adds[f"{metric} at lamb {lamb:g}"] = bool(rule.later.any())
-        rows.append({"metric": metric, "lamb": f"{lamb:g}",
-                     "rows": ", ".join(f"{n:,}" for n in sorted(set(group.rows))),
-                     "written later than the start": f"{rule.later.sum()} of {len(rule)}",
-                     "written / start": "-" if rule.ratio.isna().all()
-                     else f"{rule.ratio.mean():.4f}",
-                     "fixed 2,000 steps / start": f"{fixed.ratio.mean():.4f}" if len(fixed)
-                     else "-"})
-    rule = runs[runs.rule]
-    return Finding(f"a later step is written in {rule.later.sum()} of {len(rule)} runs",
-                   tally(adds, lambda ok: "adds" if ok else "adds nothing"),
-                   table(rows, right=("written / start", "fixed 2,000 steps / start")))
-
-
-def start_against_equal(root: str, *folders: str, greedies: dict) -> Finding:
-    """Folders: pairs of timing runs (from equal logits, from the greedy start) on the same rows,
-    then the run holding the greedy at 1,000,000 rows."""
+def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
+    """Timing runs from equal logits and the greedy start in pairs, then 1,000,000 rows' greedy."""
     *pairs, greedy_1m = folders
     rows = []
     for equal, start in zip(pairs[::2], pairs[1::2]):
         result = timing(root, start)
-        learners = [r for r in result.runs if r.label == "datamask"] if result else []
-        for r in learners:
-            far = greedy_1m if r.n >= 1_000_000 else None
-            runs = [compared(root, f, r.metric, r.n, greedies[r.metric], far)
-                    for f in (equal, start)]
-            if None in runs:
-                continue
-            before, after = (comparison(*pair) for pair in runs)
-            rows.append({"run": f"{r.metric} at {r.n:,} rows"
-                                + (" (40c)" if start.endswith("-40c") else ""),
-                         "greedy": greedies[r.metric],
-                         **{f"{name}: gain, time": f"{c.gain_ratio:.3f}, {c.time_ratio:.2f}x"
-                            for name, c in (("equal logits", before), ("greedy start", after))},
-                         "gains": after.gain_ratio >= before.gain_ratio})
-    frame = pd.DataFrame(needed(rows))
-    gains = frame.groupby("run").gains.last()  # a run repeated on the same rows counts once
-    return Finding(f"the start gains at least as much in {gains.sum()} of {len(gains)} runs",
-                   holds(gains.all()), table(frame.drop(columns="gains")))
+        for r in [r for r in result.runs if r.label == "datamask"] if result else []:
+            runs = [compared(root, f, r.metric, r.n, greedies[r.metric],
+                             greedy_1m if r.n >= 1_000_000 else None) for f in (equal, start)]
+            if None not in runs:
+                before, after = (comparison(*pair) for pair in runs)
+                rows.append({"name": f"{r.metric} at {r.n:,} rows"
+                             + (" (40c)" if start.endswith("-40c") else ""),
+                             "greedy": greedies[r.metric], "before": before, "after": after,
+                             "gain_equal": before.gain_ratio, "gain_start": after.gain_ratio})
+    # a run repeated on the same rows counts once, by its last
+    return {"rows": needed(rows), "items": list({row["name"]: row for row in rows}.values())}
 
 
-def taken(cell, entry: str) -> bool:
-    """Whether an adopted entry, a metric or "<metric> lamb <lamb>", covers a bench cell."""
-    metric, _, lamb = entry.partition(" lamb ")
-    return cell.metric == metric and (not lamb or cell.lamb == float(lamb))
+def shown_cells(frame: pd.DataFrame) -> list[dict]:
+    """Bench cells as shown: the gain ratio's words where the greedy lost to random, each
+    certificate's share ("no bound" where a run had none, "-" where made before them)."""
+    none = pd.Series(None, frame.index)
+    frame = frame.assign(gain_text=[gain_ratio_text(r, g) for r, g in zip(
+        frame.gain_ratio, frame.get("greedy_gain", none))])
+    for which in ("start", "written"):
+        frame[f"{which}_share"] = [
+            f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str) else "-"
+            for v, r in zip(frame.get(f"share_above_random_{which}", none),
+                            frame.get("no_bound_reason", none))]
+    return frame.to_dict("records")
 
 
 def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greedy: float,
-                              adopted: dict[str, list[str]], beside: list[dict]) -> Finding:
-    """`make bench-defaults` at select's defaults: `today`'s cells, and over them the cells of
-    the metrics later rounds (`rounds`, cited as evidence) adopted (`adopted`: a folder under the
-    results -> its metrics, in the order adopted; "Facility lamb 0.5" takes that lamb's cells
-    alone), each replacing the same cell run before; then each table of `beside` (its `title`,
-    and the cells of `folder`, or of each of its `parts`): the rounds' candidates and
-    confirmation runs. Each run is a folder per family (and lamb)."""
+                              adopted: dict[str, list[str]], beside: list[dict]) -> dict:
+    """`today`'s bench-defaults cells, each replaced by the same cell of a round that adopted its
+    metric (`adopted`: folder -> "<metric>" or "<metric> lamb <lamb>", in order); then `beside`'s
+    tables (a `title`, the cells of `folder` or its `parts`). `rounds` are only cited."""
     cells = bench_cells(root, today)
     needed(not cells.empty)
     key = ["family", "rows", "metric", "lamb"]
     for folder, metrics in adopted.items():
         later = bench_cells(root, folder)
         if not later.empty:  # its cells replace the same cells run before
-            later = later[[any(taken(cell, entry) for entry in metrics)
+            later = later[[any(cell.metric == metric and (not lamb or cell.lamb == float(lamb))
+                               for metric, _, lamb in (e.partition(" lamb ") for e in metrics))
                            for cell in later.itertuples()]]
             before = cells.merge(later[key], on=key, how="left", indicator=True)
             cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
@@ -699,156 +633,92 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
     order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
     cells = cells.sort_values(key[:2] + ["lamb", "metric"], key=lambda c: c.map(order)
                               if c.name == "metric" else c, kind="stable")
-
-    def share(frame: pd.DataFrame, which: str) -> pd.Series:
-        """A certificate's share above random; "no bound" where the run had none, "-" where
-        the run was made before certificates were reported."""
-        values = frame.get(f"share_above_random_{which}", pd.Series(np.nan, frame.index))
-        reasons = frame.get("no_bound_reason", pd.Series(None, frame.index))
-        return pd.Series([f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str)
-                          else "-" for v, r in zip(values, reasons)], frame.index)
-
-    lines = []
     from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
                            for folder, metrics in adopted.items())
     tables = [(f"At select's defaults (`{today}/`'s cells; then {from_round}, where each ran):",
-               cells)]
-    tables += [(table_of["title"], bench_cells(root, table_of["folder"],
-                                               *table_of.get("parts", ())))
-               for table_of in beside]
-    for title, shown in tables:
-        if not shown.empty:
-            lines += [title, "", *table({
-                "family": shown.family, "rows": shown.rows.map("{:,}".format),
-                "metric": shown.metric, "lamb": shown.lamb.map("{:g}".format),
-                "greedy": shown.greedy,
-                "gain ratio": [gain_ratio_text(r, g) for r, g in zip(
-                    shown.gain_ratio, shown.get("greedy_gain", pd.Series(None, shown.index)))],
-                "time ratio": shown.time_ratio.map("{:.2f}".format),
-                "written at": shown.written_step,
-                "start share": share(shown, "start"), "written share": share(shown, "written"),
-                "passes": shown.passes.map({True: "**yes**", False: "no"})},
-                right=("rows", "gain ratio", "time ratio", "written at", "start share",
-                       "written share")), ""]
-    passed = int(cells.passes.sum())
+               cells)] + [(side["title"], bench_cells(root, side["folder"], *side.get("parts", ())))
+                          for side in beside]
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
-    kept = int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())
-    return Finding(f"{passed} of {len(cells)} cells pass; the gain in {kept}",
-                   met(passed == len(cells)), lines[:-1])
+    return {"tables": [{"title": title, "cells": shown_cells(frame)} for title, frame in tables
+                       if not frame.empty], "cells": len(cells), "passed": int(cells.passes.sum()),
+            "kept": int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())}
 
 
-def stopping_rule(root: str, folder: str, least_kept: float) -> Finding:
+def stopping_rule(root: str, folder: str) -> dict:
     """The rule's mean objective and time over the fixed steps', per sweep and metric."""
     kept = []
     for n, result in stop_sweeps(root, folder):
         fixed, rule = result.config["values"]
         means = pd.DataFrame(result.summary).set_index(["value", "metric"])[
             ["objective_mean", "wall_s_mean"]]
-        kept.append((means.loc[rule] / means.loc[fixed]).assign(rows=f"{n:,}").reset_index())
+        kept.append((means.loc[rule] / means.loc[fixed]).assign(rows=n).reset_index())
     frame = pd.concat(needed(kept))
-    worst = frame.objective_mean.min()
-    return Finding(f"worst objective kept {worst:.4f}", met(worst >= least_kept), table({
-        "rows": frame.rows, "metric": frame.metric,
-        "objective kept": frame.objective_mean.map("{:.4f}".format),
-        "time": frame.wall_s_mean.map("{:.2f}".format)}, right=("rows", "objective kept", "time")))
+    return {"rows": frame.to_dict("records"), "worst": frame.objective_mean.min()}
 
 
-def learning_rate(root: str, rates: str, steps: str) -> Finding:
-    """The rates' sweep (and its longer check in 1000-steps/), then the steps' sweep."""
+def learning_rate(root: str, rates: str, steps: str) -> dict:
+    """The rates' sweep by metric, its longer check in 1000-steps/, the steps' sweep."""
     result = needed(sweep(root, rates))
-    lines = []
+    metrics = []
     for metric in result.metrics:
         rows = of_metric(result.summary, metric)
         best = best_of(rows)
         high, low = (pick(rows, key=lambda s: float(s.value.split(":")[1])) for pick in (max, min))
-        gain, low_gain = best.objective_mean - best.start_mean, low.objective_mean - low.start_mean
-        lines.append(
-            f"- {metric}: best {best.value} ({best.objective_mean:.3f} +- "
-            f"{best.objective_std:.3f}); too high a rate ends more than one std below it "
-            f"({high.value}: {high.objective_mean:.3f}): "
-            f"**{holds(high.objective_mean < best.objective_mean - best.objective_std)}**; too "
-            f"low a rate gains under 10% of the best's gain ({low.value}: {low_gain:.3f} against "
-            f"{gain:.3f}): **{holds(low_gain < 0.1 * gain)}**.")
-    longer = sweep(root, f"{rates}/1000-steps", "ablation-lr")
-    if longer:
-        lines.append(f"- Over {longer.config['steps']:,} steps (`{rates}/1000-steps/`) the "
-                     f"best over all metrics is {mean_rank_best(longer)}.")
-    by_steps = sweep(root, steps)
-    if by_steps:
-        lines += ["", f"Steps (the value) against the final objective and wall time "
-                      f"(`{steps}/`):", "", *sweep_table(by_steps)]
-    overall, default = mean_rank_best(result), lr_setting()
-    return Finding(f"best over all metrics: {overall}; select's default: {default}",
-                   holds(overall == default), lines)
+        metrics.append({"name": metric, "best": best, "high": high, "low": low,
+                        "floor": best.objective_mean - best.objective_std,
+                        "high_objective": high.objective_mean,
+                        "gain": best.objective_mean - best.start_mean,
+                        "low_gain": low.objective_mean - low.start_mean})
+    longer, by_steps = sweep(root, f"{rates}/1000-steps", "ablation-lr"), sweep(root, steps)
+    return {"metrics": metrics, "overall": mean_rank_best(result), "default": lr_setting(),
+            "rates": rates, "steps": steps, "by_steps": sweep_rows(by_steps) if by_steps else [],
+            **({"longer": longer, "longer_best": mean_rank_best(longer)} if longer else {})}
 
 
-def variants(root: str, *folders: str) -> Finding:
-    """Folders: each variant's sweep, scale_on's last (the paper has no value for it)."""
+def variants(root: str, *folders: str) -> dict:
+    """Each variant's sweep and its winner by its rule, then scale_on's, reported only."""
     *knobs, scale_on = folders
-    lines, winners = [], {}
+    items = []
     for result in filter(None, (sweep(root, folder) for folder in knobs)):
         paper = result.config["values"][0]
-        if result.knob in COST_CUTTERS:
-            cost, words = COST_CUTTERS[result.knob]
-            winner = cheapest_keeping(result, cost)
-            rule = f"{words} among the values keeping {KEEPS:.0%} of {paper}'s objective"
-        else:
-            winner, rule = mean_rank_best(result), "lowest mean rank over the metrics"
-        winners[result.knob] = (winner, paper)
-        lines += [f"`--{result.knob}` ({result.paper}; {paper} is the paper's):", "",
-                  *sweep_table(result), "",
-                  f"- {rule}: {winner}; " + ("the paper's value stays." if winner == paper
-                                             else f"**{winner} wins**."), ""]
-    with suppress(NotMeasured):
-        lines += ["`--scale_on` (the paper does not say how the two terms share a scale):", "",
-                  *reported_knob(root, scale_on).lines]
-    changed = [f"{k} {w}" for k, (w, paper) in needed(winners).items() if w != paper]
-    return Finding(f"{len(winners) - len(changed)} of {len(winners)} keep the paper's value",
-                   "adopted: " + ", ".join(changed) if changed else "the paper's values stay",
-                   lines)
+        cost, words = COST_CUTTERS.get(result.knob, (None, None))
+        items.append({"knob": result.knob, "paper": result.paper, "first": paper,
+                      "rows": sweep_rows(result), "cost": words, "keeps": KEEPS,
+                      "winner": (winner := cheapest_keeping(result, cost) if cost
+                                 else mean_rank_best(result)), "kept": winner == paper,
+                      "name": f"{result.knob} {winner}"})
+    return {"items": needed(items), "reported": reported_knob(root, scale_on, True)["items"],
+            "changed": [item["name"] for item in items if not item["kept"]]}
 
 
-def learners_against_greedy(root: str, *folders: str, labels: list[str],
-                            against: dict) -> Finding:
-    """Learner runs (`labels` name them, the adopted setting first) against the greedy run of
-    the last folder by one gain target; the adopted run gives the verdict."""
+def learners_against_greedy(root: str, *folders: str, labels: list[str], against: dict) -> dict:
+    """Learner runs (`labels`, the adopted first) against one gain target."""
     *learners, greedy = folders
-    rows = {label: gain_target(root, folder, greedy_folder=greedy, **against)
-            for label, folder in zip(labels, learners)}
-    ok, text = needed(rows[labels[0]])
-    return Finding(text.split(" (")[0], met(ok),
-                   bullets({label: row for label, row in rows.items() if row}, met))
+    items = [{**found, "name": label} for label, folder in zip(labels, learners)
+             if (found := gain_target(root, folder, greedy_folder=greedy, **against))]
+    needed(items and items[0]["name"] == labels[0])
+    return {"items": items}
 
 
-def facility_start(root: str, folder: str, screen: dict, least: float) -> Finding:
-    """The screen's rows, each its folder and value (and its folder at 20,000 rows), and the
-    verdict on select's scored start."""
+def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
+    """Select's scored start, then the screen's rows: folder, value (and at 20k)."""
     folder = os.path.join(root, folder)
-    ok, text = needed(scored_start(folder, least))
     rows = []
     for label, (sub, value, *at_20k) in screen.items():
         ratios = [ratio for ratio, _ in learner_ratios(os.path.join(folder, sub), value) or []]
         confirm = at_20k and learner_ratios(os.path.join(folder, "confirm-20k", *at_20k), value)
-        if ratios:
-            rows.append({"start and settings": label,
-                         "gain ratio per seed": ", ".join(f"{r:.3f}" for r in ratios),
-                         "median": f"{np.median(ratios):.3f}",
-                         "20,000 rows, seed 0": f"{confirm[0][0]:.3f}" if confirm else "-"})
-    return Finding(text, met(ok), table(rows, right=("median", "20,000 rows, seed 0")))
+        rows += [{"label": label, "ratios": ratios, "median": np.median(ratios),
+                  "at_20k": confirm[0][0] if confirm else None}] if ratios else []
+    return {**needed(scored_start(folder, least)), "rows": rows}
 
 
-def instrument(root: str, run: str, first: str) -> Finding:
+def instrument(root: str, run: str, first: str) -> dict:
     """The calibrated proxy's run against the first proxy's tables."""
     free = needed(table_json(root, run, "tables", "table2.json"))
     point_c = needed(table_json(root, first, "table2.json"))
     primary, calibration = free["verdict"]["primary"], free["verdict"]["calibration"]
-    noise, bound = free["snr"][primary]["noise"], point_c["power"]["bpb macro"]["paired_sd"] / 3
-    junk, null = calibration["smallest_resolved"].get("junk"), calibration["null"]["difference"]
-    goals = {f"paired sd of `{primary}` at most a third of the first proxy's ({bound:.4f})":
-             (noise <= bound, f"{noise:.4f}"),
-             "smallest resolved junk dose at most 0.25": (
-                 junk is not None and junk <= 0.25, "none" if junk is None else f"{junk:g}"),
-             "the null (a second random draw) unresolved": (
-                 not calibration["null"]["resolved"],
-                 f"{null['mean']:+.4f} [{null['low']:+.4f}, {null['high']:+.4f}]")}
-    return judged(f"paired sd {noise:.4f}, junk resolved from dose {junk:g}", goals, met)
+    junk = calibration["smallest_resolved"].get("junk")
+    return {"primary": primary, "noise": free["snr"][primary]["noise"],
+            "bound": point_c["power"]["bpb macro"]["paired_sd"] / 3,  # a third of the first's
+            "junk": "none" if junk is None else junk, "junk_dose": np.inf if junk is None else junk,
+            "null": calibration["null"]["difference"], "resolved": calibration["null"]["resolved"]}

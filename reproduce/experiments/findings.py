@@ -33,8 +33,7 @@ def anchor(title: str) -> str:
     return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
 
 
-def evidence_links(claim: Claim, prefix: str = "", first_only: bool = False) -> str:
-    folders = claim.evidence[:1] if first_only else claim.evidence
+def evidence_links(folders: list[str], prefix: str = "") -> str:
     return ", ".join(f"[{folder}/]({prefix}{folder}/)" for folder in folders)
 
 
@@ -50,14 +49,14 @@ def claims_table(rows: list[tuple[Claim, Finding | None]], prefix: str = "",
         "claim": f"[{claim.question}](#{anchor(claim.question)})" if sections else claim.question,
         "paper": claim.paper, here: finding.here if finding else NOT_MEASURED,
         "verdict": f"**{finding.verdict}**" if finding else NOT_MEASURED,
-        "evidence": evidence_links(claim, prefix, first_only=True),
+        "evidence": evidence_links(claim.evidence[:1], prefix),
         "regenerate": claim.regenerate} for claim, finding in rows]))
 
 
 def section(claim: Claim, finding: Finding | None, root: str) -> list[str]:
     lines = [f"## {claim.question}", "",
              (f"Paper: {claim.paper}. " if claim.paper != "-" else "")
-             + f"Rule: {claim.rule}. Evidence: {evidence_links(claim)}; regenerate with "
+             + f"Rule: {claim.rule}. Evidence: {evidence_links(claim.evidence)}; regenerate with "
              f"{claim.regenerate}.", ""]
     if finding is None:
         return lines + [f"Not measured: run {claim.regenerate}.", ""]
