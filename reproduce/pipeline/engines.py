@@ -26,6 +26,7 @@ from datamask.shared import require
 from .common import NON_NEGATIVE, POSITIVE, positive_number
 
 EXECUTORS = ("local", "slurm", "ray")
+SINFO_TIMEOUT_S = 60  # a controller that is down keeps sinfo waiting
 
 
 def add_executor_flags(parser, unit: str, tasks: bool = False) -> None:
@@ -145,10 +146,10 @@ def sinfo(*fields: str) -> list[list[str]]:
         raise UserError("--executor slurm: no `sinfo` on PATH; run it on a Slurm login node")
     try:
         listing = subprocess.run(["sinfo", "-h", "-o", "|".join(f"%{f}" for f in fields)],
-                                 capture_output=True, text=True, timeout=60)
+                                 capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise UserError("--executor slurm: sinfo did not answer in 60 s; is the Slurm "
-                        "controller up?") from None
+        raise UserError(f"--executor slurm: sinfo did not answer in {SINFO_TIMEOUT_S:g} s; is "
+                        f"the Slurm controller up?") from None
     if listing.returncode:
         why = (listing.stderr.strip().splitlines() or ["no message"])[-1]
         raise UserError(f"--executor slurm: sinfo cannot reach the Slurm controller ({why})")
