@@ -169,9 +169,9 @@ def test_slurm_resources_no_node_has_are_refused_before_any_job(shards, tmp_path
     assert not out.exists()
 
 
-def test_a_partition_of_unequal_nodes_is_taken_at_its_largest(tmp_path, monkeypatch):
-    """sinfo writes "4+" for a node group of several sizes: nothing is refused that one of them
-    may hold."""
+def test_a_partition_of_unequal_nodes_is_not_refused(tmp_path, monkeypatch):
+    """sinfo writes "4+" for a node group of several sizes (its smallest): one of them may hold
+    the task, so it is not refused."""
     from reproduce.pipeline.engines import check_partition
 
     (tmp_path / "sinfo").write_text("#!/bin/sh\nprintf 'cpu|4+|8000+|(null)\\n'\n")

@@ -185,3 +185,12 @@ OUTSIDE = [
 def test_outside_refuses(files, capsys, flags, named):
     refuse(files, capsys, ["outside", "--output", "{tmp}/outside", "--cache", "{tmp}/cache",
                            *flags], named)
+
+
+def test_tokenizer_makes_the_folder_of_its_output(files, capsys):
+    """A missing folder of --output is made, not refused: the Makefile's pipeline writes
+    tokenizer/tokenizer.json into a new run folder."""
+    out = files / "new" / "tokenizer.json"
+    assert main(["tokenizer", "--input", str(files / "fineweb"), "--output", str(out),
+                 "--vocab_size", "300"]) == 0
+    assert out.is_file()

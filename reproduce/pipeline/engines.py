@@ -165,8 +165,8 @@ def gres_gpus(gres: str) -> int:
 def check_partition(partition: str, cluster: dict | None = None) -> None:
     """A partition the controller does not list, or none of whose nodes holds one task (CPUs,
     memory, GPUs), would have sbatch refuse the jobs after the stage had set up its folders: ask
-    sinfo first. A node group sinfo shows as "4+" (nodes of unequal size) is taken at its
-    smallest, so nothing a node may hold is refused."""
+    sinfo first. A node group of unequal sizes (sinfo writes its smallest, "4+") is never
+    refused: one of its nodes may hold the task."""
     groups = sinfo("R", "c", "m", "G")
     names = sorted({g[0] for g in groups})
     if partition not in names:
@@ -213,7 +213,8 @@ def ray_cluster(cluster: dict):
     address = cluster.get("ray_address") or os.environ.get("RAY_ADDRESS") or None
     check_answers(address)
     try:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        # "local": a new instance, as documented, not one ray.init finds running on this machine
+        ray.init(address=address or "local", log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UserError(f"--ray_address {address or '(RAY_ADDRESS or a local cluster)'}: cannot "
                         f"connect to Ray ({quoted(err)})") from None

@@ -125,7 +125,8 @@ def _ids(path: Path) -> pa.ChunkedArray:
     try:
         return pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
     except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a FineWeb shard with an 'id' column ({quoted(err)})") from None
+        raise UserError(f"{path}: not a FineWeb shard with an 'id' column "
+                        f"({quoted(err)})") from None
 
 
 def check_selected_once(selection: Path, files: list[Path], side: Path | None) -> int:
