@@ -85,6 +85,7 @@ PREPARE = [
     (["--quality", "fasttext", "--quality_model", "{tmp}/no.bin"], ["--quality_model"]),
     (["--input", "{tmp}/notes.txt"], ["notes.txt", "Parquet"]),
     (["--input", "{tmp}/prepared"], ["a.parquet", "'text'"]),
+    (["--embedding_model", "{tmp}/prepared"], ["--embedding_model", "prepared"]),  # no model
 ]
 
 

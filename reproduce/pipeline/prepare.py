@@ -99,9 +99,10 @@ class Embedder:
         st = require("sentence_transformers", "prepare (embeddings)")
         try:
             model = st.SentenceTransformer(self.model_name, device=self.device)
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: a folder that holds no model
             raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
-                            f"({quoted(err)}); give a local folder") from None
+                            f"({quoted(err)}); give a local sentence-transformers model "
+                            f"folder") from None
         if self.max_seq_length:
             model.max_seq_length = self.max_seq_length
         return model
