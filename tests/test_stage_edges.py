@@ -97,6 +97,7 @@ def test_prepare_refuses(files, capsys, flags, named):
 
 TOKENIZER = [
     (["--vocab_size", "0"], ["--vocab_size"]),
+    (["--vocab_size", str(2**64)], ["--vocab_size"]),  # beyond what tokenizers' Rust side takes
     (["--output", SHARD], ["--output", SHARD, "written over"]),
     (["--output", "{tmp}/prepared"], ["--output", "is a folder"]),
     (["--input", "{tmp}/notes.txt"], ["notes.txt", "Parquet"]),

@@ -51,10 +51,12 @@ datatrove_base = require("datatrove.pipeline.base", "tokenize")
 
 
 def check_vocab_size(vocab_size: int) -> None:
-    """The smallest vocabulary train_tokenizer trains: the byte alphabet, EOS and some merges
-    (a run that trains one later checks it up front)."""
-    if vocab_size < 300:
-        raise UserError(f"--vocab_size must be at least 300 (256 bytes + merges), got {vocab_size}")
+    """The smallest vocabulary train_tokenizer trains: the byte alphabet, EOS and some merges;
+    the largest: ids that datatrove's token files hold (4 bytes each) (a run that trains one
+    later checks it up front)."""
+    if not 300 <= vocab_size <= 2**32:
+        raise UserError(f"--vocab_size must be from 300 (256 bytes + merges) to 2^32 (the "
+                        f"4-byte token ids of datatrove's files), got {vocab_size}")
 
 
 def train_tokenizer(inputs: list[str], output: Path, vocab_size: int = 8192,

@@ -131,6 +131,8 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
         "noise": {"rates_of_clean_rows": rates, "word_edit_rate": noise.WORD_EDIT_RATE,
                   "planted_share_of_rows": round(len(planted) / len(rows), 4)},
     }
+    if shards > len(rows):  # an empty shard, which prepare refuses
+        raise UserError(f"--shards {shards}: more than the pool's {len(rows)} rows")
     with atomic_folder(output) as tmp:
         (tmp / "fineweb").mkdir()
         for shard, part in enumerate(np.array_split(order, shards)):
