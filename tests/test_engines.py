@@ -135,3 +135,46 @@ def test_flags_are_defined_once_for_every_data_stage():
               "mem_per_cpu_gb", "gpus_per_task", "venv_path", "ray_address"}
     assert all(shared <= f for f in flags.values())
     assert "tasks" in flags["prepare"] and "tasks" in flags["tokenize"]
+
+
+SINFO = "cpu|4|8000|(null)\ngpu|16|64000|gpu:a100:4(S:0-1),shard:8\n"  # sinfo -o '%R|%c|%m|%G'
+
+
+@pytest.mark.parametrize("listing,flags,named", [
+    (SINFO, ["--slurm_partition", "nope"], "--slurm_partition nope: no such partition"),
+    (SINFO, ["--cpus_per_task", "8"], "--cpus_per_task 8 --mem_per_cpu_gb 0.5 --gpus_per_task 0: "
+                                      "no node of partition cpu holds one task"),
+    (SINFO, ["--cpus_per_task", "2", "--mem_per_cpu_gb", "8"], "--mem_per_cpu_gb 8.0"),
+    (SINFO, ["--slurm_partition", "gpu", "--gpus_per_task", "5"], "(largest: 16 CPUs, 62.5 GiB, "
+                                                                  "4 GPUs)"),
+    (SINFO, ["--venv_path", "/no/such/activate"], "--venv_path /no/such/activate: no such file"),
+    ("sleep", [], "sinfo did not answer in 0.2 s"),
+])
+def test_slurm_resources_no_node_has_are_refused_before_any_job(shards, tmp_path, capsys,
+                                                                monkeypatch, listing, flags,
+                                                                named):
+    """sinfo's partitions and node sizes (a fake sinfo and sbatch on PATH stand in for the
+    controller) refuse a task no node holds; a controller that does not answer is one line."""
+    monkeypatch.setattr("reproduce.pipeline.engines.SINFO_TIMEOUT_S", 0.2)
+    for name, body in (("sbatch", "exit 1"),
+                       ("sinfo", "exec sleep 5" if listing == "sleep" else f"printf '{listing}'")):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    out = tmp_path / "out"
+    line = refused(capsys, stage("tokenize", shards, out, "--executor", "slurm",
+                                 "--slurm_partition", "cpu", "--cpus_per_task", "1",
+                                 "--mem_per_cpu_gb", "0.5", *flags))
+    assert named in line
+    assert not out.exists()
+
+
+def test_a_partition_of_unequal_nodes_is_not_refused(tmp_path, monkeypatch):
+    """sinfo writes "4+" for a node group of several sizes (its smallest): one of them may hold
+    the task, so it is not refused."""
+    from reproduce.pipeline.engines import check_partition
+
+    (tmp_path / "sinfo").write_text("#!/bin/sh\nprintf 'cpu|4+|8000+|(null)\\n'\n")
+    (tmp_path / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    check_partition("cpu", {"cpus_per_task": 64, "mem_per_cpu_gb": 4, "gpus_per_task": 0})

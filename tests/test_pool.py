@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask.data import budget
+from datamask.errors import UserError
 from reproduce.pipeline.bbc import bbc_articles
 from reproduce.cli import main
 from reproduce.pool import dedup, noise, sources
@@ -120,6 +121,14 @@ def test_ids_are_stable_for_a_seed_and_a_rebuild_is_cached(tmp_path, pool, units
     moved = pa.concat_tables([pq.read_table(p) for p in (tmp_path / "seed4" / "fineweb").glob("*")])
     planted_ids = {r["id"] for r in rows if r["planted"] != "none"}
     assert not planted_ids & set(moved.column("id").to_pylist())
+
+
+def test_more_shards_than_rows_is_refused_before_writing(tmp_path, pool, units):
+    rows = len(pool[2])
+    with pytest.raises(UserError, match=f"--shards {rows + 1}: more than the pool's {rows} rows"):
+        build_pool(tmp_path / "many", SEED, heldout_chars=HELDOUT, task_articles=TASKS,
+                   shards=rows + 1, units=units)
+    assert not (tmp_path / "many").exists()
 
 
 # ---------------------------------------------------------------- control and report

@@ -1,16 +1,95 @@
-"""Helpers every pipeline stage shares: input listing, method specs and whole-folder atomic
-outputs (optional imports with a pip hint, `require`, live in datamask.shared)."""
+"""Helpers every pipeline stage shares: the flags' value types, input listing, method specs and
+whole-folder atomic outputs (optional imports with a pip hint, `require`, live in
+datamask.shared)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from datamask.data import temporary_beside
-from datamask.errors import UserError
+from datamask.errors import UserError, quoted
+from datamask.options import SEED_MAX
+
+
+def whole_number(low: int, high: int | None = None, high_text: str | None = None):
+    """An argparse type: a whole number from `low` (to `high`, shown as `high_text`), so that a
+    count of 0 or a negative seed is refused by the parser, naming the flag, before the stage
+    imports anything."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            allowed = f"at least {low}" if high is None else f"from {low} to {high_text or high}"
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {value}")
+        return value
+    return parse
+
+
+POSITIVE = whole_number(1)  # counts and sizes: tasks, workers, CPUs, batch, sequence length
+NON_NEGATIVE = whole_number(0)  # GPUs per task; --block_size (0: one block)
+SEED = whole_number(0, SEED_MAX, "2^63 - 1")  # what numpy's and torch's generators take
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number greater than 0 (e.g. GB of memory per CPU)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number greater than 0, got {text}")
+    return value
+
+
+def read_schema(path: Path, flag: str = "") -> pa.Schema:
+    """The Parquet schema of `path`; a file that is not Parquet is refused, named (after `flag`
+    when a flag gave it)."""
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowException, OSError) as err:
+        named = f"{flag} {path}" if flag else str(path)
+        raise UserError(f"{named}: not a readable Parquet file ({quoted(err)})") from None
+
+
+def check_text_shard(path: Path, columns: tuple[str, ...] = ("text", "id")) -> None:
+    """A FineWeb-format shard: readable Parquet with `columns`, its `text` as text."""
+    schema = read_schema(path)
+    for column in columns:
+        if column not in schema.names:
+            raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
+                            f"{schema.names}")
+    text_type = schema.field("text").type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        raise UserError(f"{path}: column 'text' must hold text (strings), found {text_type}")
+
+
+def selection_path(path: Path) -> Path:
+    """A selection file given by name or by the folder select wrote it in."""
+    path = Path(path)
+    return path / "selection.parquet" if path.is_dir() else path
+
+
+def selection_file(path: Path, flag: str = "--selection") -> Path:
+    """A selection file (a folder: its selection.parquet), refused by `flag` before any work
+    unless it is a readable Parquet file with the columns id and selected."""
+    path = selection_path(path)
+    if not path.is_file():
+        raise UserError(f"{flag} {path}: no such file")
+    if not {"id", "selected"} <= set(read_schema(path, flag).names):
+        raise UserError(f"{flag} {path}: needs the columns id and selected (a selection.parquet "
+                        "of `reproduce select`)")
+    return path
 
 
 def parquet_files(inputs: list[str], flag: str = "--input") -> list[Path]:

@@ -9,8 +9,10 @@ their merge (on Slurm: a job array and a job after it).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -21,7 +23,10 @@ from datamask.data import write_json_atomic
 from datamask.errors import UserError, quoted
 from datamask.shared import require
 
+from .common import NON_NEGATIVE, POSITIVE, positive_number
+
 EXECUTORS = ("local", "slurm", "ray")
+SINFO_TIMEOUT_S = 60  # a controller that is down keeps sinfo waiting
 
 
 def add_executor_flags(parser, unit: str, tasks: bool = False) -> None:
@@ -29,18 +34,18 @@ def add_executor_flags(parser, unit: str, tasks: bool = False) -> None:
     computes, for the help."""
     parser.add_argument("--executor", default="local", choices=EXECUTORS,
                         help=f"datatrove executor running the {unit} (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=1,
+    parser.add_argument("--workers", type=POSITIVE, default=1,
                         help=f"{unit} run at once (local: processes) (default: %(default)s)")
     if tasks:
-        parser.add_argument("--tasks", type=int,
+        parser.add_argument("--tasks", type=POSITIVE,
                             help="executor tasks; task r of N takes the input files r, r+N, ... "
                                  "(default: --workers, at most one per file)")
     group = parser.add_argument_group("slurm / ray")
     group.add_argument("--slurm_partition")
-    group.add_argument("--slurm_time", default="24:00:00")
-    group.add_argument("--cpus_per_task", type=int, default=4)
-    group.add_argument("--mem_per_cpu_gb", type=float, default=4)
-    group.add_argument("--gpus_per_task", type=int, default=0,
+    group.add_argument("--slurm_time", type=slurm_time, default="24:00:00")
+    group.add_argument("--cpus_per_task", type=POSITIVE, default=4)
+    group.add_argument("--mem_per_cpu_gb", type=positive_number, default=4)
+    group.add_argument("--gpus_per_task", type=NON_NEGATIVE, default=0,
                        help="GPUs each task asks for (local: each running task takes its own)")
     group.add_argument("--venv_path", help="virtualenv activate script the Slurm jobs source")
     group.add_argument("--ray_address",
@@ -69,50 +74,116 @@ def check_answers(address: str | None) -> None:
                         f"start one with `ray start --head` or fix the address") from None
 
 
+def slurm_time(text: str) -> str:
+    """An argparse type: a time limit in one of sbatch's forms (minutes, minutes:seconds,
+    hours:minutes:seconds, days-hours[:minutes[:seconds]], unlimited), refused before a job is
+    submitted rather than by sbatch once the stage has set up its folders."""
+    if not re.fullmatch(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|unlimited|infinite", text.lower()):
+        raise argparse.ArgumentTypeError(f"must be a Slurm time limit such as 90, 12:00:00 or "
+                                         f"1-12, got {text!r}")
+    return text
+
+
 def check_executor(kind: str, workers: int, cluster: dict | None) -> None:
-    """What can be refused before any work: an unknown executor, no worker, Slurm without sbatch
-    or a partition its controller lists, a Ray address where no head answers, GPUs a local run
-    does not have."""
+    """What can be refused before any work: an unknown executor, no worker, task resources of
+    none or fewer than none, Slurm without sbatch, a partition its controller does not list or
+    whose nodes cannot hold one task, a virtualenv script that is not there, a Ray address where
+    no head answers, CPUs or GPUs that this machine does not have for a local run or a Ray
+    instance started here."""
     cluster = cluster or {}
     if kind not in EXECUTORS:
         raise UserError(f"--executor must be local, slurm or ray, got {kind!r}")
     if workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
-    gpus = cluster.get("gpus_per_task") or 0
-    if gpus < 0:
-        raise UserError(f"--gpus_per_task must be 0 or more, got {gpus}")
+    cpus, gpus = cluster.get("cpus_per_task", 1), cluster.get("gpus_per_task") or 0
+    mem = cluster.get("mem_per_cpu_gb", 1)
+    for flag, value, least in (("--cpus_per_task", cpus, 1), ("--gpus_per_task", gpus, 0)):
+        if value < least:  # Ray would wait forever for a task of 0 CPUs
+            raise UserError(f"{flag} must be at least {least}, got {value}")
+    if not mem > 0:
+        raise UserError(f"--mem_per_cpu_gb must be greater than 0, got {mem}")
     if kind == "slurm":
         if not shutil.which("sbatch"):
             raise UserError("--executor slurm: no `sbatch` on PATH; run it on a Slurm login node")
         if not cluster.get("partition"):
             raise UserError("--executor slurm needs --slurm_partition")
-        check_partition(cluster["partition"])
+        venv = cluster.get("venv_path")
+        if venv and not Path(venv).is_file():
+            raise UserError(f"--venv_path {venv}: no such file (the activate script the Slurm "
+                            f"jobs source, e.g. .venv/bin/activate)")
+        check_partition(cluster["partition"], cluster)
     if kind == "ray":
         require("ray", "--executor ray")
-        check_answers(cluster.get("ray_address") or os.environ.get("RAY_ADDRESS"))
+        address = cluster.get("ray_address") or os.environ.get("RAY_ADDRESS")
+        check_answers(address)
+        if not address:  # the Ray instance started here has this machine's CPUs and GPUs
+            check_this_machine(cpus, gpus, 1, "one task of a Ray instance started here")
     if kind == "local" and gpus:
+        check_this_machine(0, gpus, workers, f"--workers {workers}")
+
+
+def check_this_machine(cpus: int, gpus: int, at_once: int, where: str) -> None:
+    """`at_once` tasks of `cpus` CPUs and `gpus` GPUs each run together on this machine (`where`
+    says how): refused where it has fewer (GPUs as torch sees them: the tasks compute on
+    torch)."""
+    have = os.cpu_count() or 1
+    if cpus * at_once > have:
+        raise UserError(f"--cpus_per_task {cpus}: {where} needs {cpus * at_once} CPUs, this "
+                        f"machine has {have}")
+    if gpus:
         import torch
 
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if have < gpus * workers:
-            raise UserError(f"--gpus_per_task {gpus}: {workers} local worker(s) need "
-                            f"{gpus * workers} GPU(s), torch sees {have} here")
+        if have < gpus * at_once:
+            raise UserError(f"--gpus_per_task {gpus}: {where} needs {gpus * at_once} GPU(s), "
+                            f"torch sees {have} here")
 
 
-def check_partition(partition: str) -> None:
-    """A partition the controller does not list would have sbatch refuse the jobs after the
-    stage had set up its folders: ask sinfo first."""
+def sinfo(*fields: str) -> list[list[str]]:
+    """The Slurm controller's node groups, one row of `fields` (sinfo format letters) each;
+    a controller that cannot be reached, or does not answer in a minute, is refused."""
     if not shutil.which("sinfo"):
         raise UserError("--executor slurm: no `sinfo` on PATH; run it on a Slurm login node")
-    listing = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True,
-                             timeout=60)
+    try:
+        listing = subprocess.run(["sinfo", "-h", "-o", "|".join(f"%{f}" for f in fields)],
+                                 capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"--executor slurm: sinfo did not answer in {SINFO_TIMEOUT_S:g} s; is "
+                        f"the Slurm controller up?") from None
     if listing.returncode:
         why = (listing.stderr.strip().splitlines() or ["no message"])[-1]
         raise UserError(f"--executor slurm: sinfo cannot reach the Slurm controller ({why})")
-    names = sorted(set(listing.stdout.split()))
+    return [line.split("|") for line in listing.stdout.splitlines() if line.strip()]
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a node's generic resources as sinfo writes them ("gpu:a100:4(S:0-1),shard:8",
+    "(null)")."""
+    return sum(int(m) for m in re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", gres))
+
+
+def check_partition(partition: str, cluster: dict | None = None) -> None:
+    """A partition the controller does not list, or none of whose nodes holds one task (CPUs,
+    memory, GPUs), would have sbatch refuse the jobs after the stage had set up its folders: ask
+    sinfo first. A node group of unequal sizes (sinfo writes its smallest, "4+") is never
+    refused: one of its nodes may hold the task."""
+    groups = sinfo("R", "c", "m", "G")
+    names = sorted({g[0] for g in groups})
     if partition not in names:
         raise UserError(f"--slurm_partition {partition}: no such partition (sinfo lists "
                         f"{', '.join(names) or 'none'})")
+    cluster = cluster or {}
+    cpus, gpus = cluster.get("cpus_per_task", 1), cluster.get("gpus_per_task") or 0
+    mem_mb = cluster.get("mem_per_cpu_gb", 0) * cpus * 1024
+    nodes = [(int(c.rstrip("+")), int(m.rstrip("+")), gres_gpus(g), "+" in c + m + g)
+             for name, c, m, g in groups if name == partition
+             if c.rstrip("+").isdigit() and m.rstrip("+").isdigit()]
+    if nodes and not any(uneven or (c >= cpus and m >= mem_mb and n >= gpus)
+                         for c, m, n, uneven in nodes):
+        c, m, n, _ = max(nodes)
+        raise UserError(f"--cpus_per_task {cpus} --mem_per_cpu_gb {cluster.get('mem_per_cpu_gb')} "
+                        f"--gpus_per_task {gpus}: no node of partition {partition} holds one task "
+                        f"(largest: {c} CPUs, {m / 1024:.1f} GiB, {n} GPUs)")
 
 
 def task_files(files: list, rank: int, world_size: int) -> list:
@@ -142,7 +213,8 @@ def ray_cluster(cluster: dict):
     address = cluster.get("ray_address") or os.environ.get("RAY_ADDRESS") or None
     check_answers(address)
     try:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        # "local": a new instance, as documented, not one ray.init finds running on this machine
+        ray.init(address=address or "local", log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise UserError(f"--ray_address {address or '(RAY_ADDRESS or a local cluster)'}: cannot "
                         f"connect to Ray ({quoted(err)})") from None

@@ -43,7 +43,8 @@ from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import check_device, require
 
-from .common import check_distinct_files, file_stats, parquet_files
+from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
+                     read_schema)
 from .engines import (check_executor, engine_session, run_then_merge, start_or_resume, task_device,
                       task_files)
 
@@ -98,9 +99,10 @@ class Embedder:
         st = require("sentence_transformers", "prepare (embeddings)")
         try:
             model = st.SentenceTransformer(self.model_name, device=self.device)
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: a folder that holds no model
             raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
-                            f"({quoted(err)}); give a local folder") from None
+                            f"({quoted(err)}); give a local sentence-transformers model "
+                            f"folder") from None
         if self.max_seq_length:
             model.max_seq_length = self.max_seq_length
         return model
@@ -220,7 +222,11 @@ class FastTextQuality(Scorer):
         if not Path(model_path).is_file():
             raise UserError(f"--quality_model {model_path}: no such file")
         self.model_path, self.label = model_path, label
-        self.model = fasttext.load_model(model_path)
+        try:  # fastText reads the file's magic number first: any other file fails at once
+            self.model = fasttext.load_model(model_path)
+        except ValueError as err:
+            raise UserError(f"--quality_model {model_path}: not a fastText classifier "
+                            f"({quoted(err)})") from None
         if label not in self.model.labels:
             raise UserError(f"--quality_label {label}: the classifier's labels are "
                             f"{self.model.labels}")
@@ -243,7 +249,7 @@ def quality_kind(quality: str, files: list[Path]) -> str:
         raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
     if quality != "auto":
         return quality
-    has_score = [EDU_SCORE_COLUMN in _schema(f).names for f in files]
+    has_score = [EDU_SCORE_COLUMN in read_schema(f).names for f in files]
     if any(has_score) and not all(has_score):
         missing = files[has_score.index(False)]
         raise UserError(f"{missing}: lacks column '{EDU_SCORE_COLUMN}' that other shards "
@@ -284,13 +290,6 @@ class Shard:
     chunk_ids: np.ndarray
 
 
-def _schema(path: Path) -> pa.Schema:
-    try:
-        return pq.read_schema(path)
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
-
-
 def _read_columns(path: Path, columns: list[str]) -> pa.Table:
     try:
         return pq.read_table(path, columns=columns)
@@ -300,7 +299,7 @@ def _read_columns(path: Path, columns: list[str]) -> pa.Table:
 
 def _read_shard(path: Path) -> Shard:
     """A FineWeb shard (checked by `check_inputs`): text, id (and score), nothing null."""
-    schema = _schema(path)
+    schema = read_schema(path)
     columns = ["text", "id"] + ([EDU_SCORE_COLUMN] if EDU_SCORE_COLUMN in schema.names else [])
     table = _read_columns(path, columns)
     if table.num_rows == 0:
@@ -389,14 +388,7 @@ def check_inputs(inputs: list[str], output: Path, quality: str | None = None) ->
         dup = next(n for n in names if names.count(n) > 1)
         raise UserError(f"--input: two shards are named {dup}; outputs are named after inputs")
     for path in files:
-        schema = _schema(path)
-        for column in ("text", "id"):
-            if column not in schema.names:
-                raise UserError(f"{path}: missing FineWeb column '{column}'; the file has "
-                                f"{schema.names}")
-        text_type = schema.field("text").type
-        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
-            raise UserError(f"{path}: column 'text' must hold text (strings), found {text_type}")
+        check_text_shard(path)
         earlier = output / path.name
         if earlier.exists():
             try:

@@ -280,6 +280,7 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
                strata_from: list[str] | None = None) -> dict:
     """Plan the blocks, run them as executor tasks, merge; returns summary.json's content
     (for Slurm, which returns at submission, the submission instead)."""
+    check_executor(executor, workers, cluster)
     if block_size < 0:
         raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
                         f"{block_size}")
@@ -295,7 +296,6 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     if strata_from and not stratify:
         raise UserError("--strata_from names where the --stratify column is; give --stratify")
     strata = read_strata(files, stratify, strata_from) if stratify else None
-    check_executor(executor, workers, cluster)
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster, stratify, strata,

@@ -33,12 +33,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask.data import atomic_output, temporary_beside, write_json_atomic
-from datamask.errors import UserError
+from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
-from .common import check_distinct_files, file_stats, parquet_files
+from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
+                     read_schema, selection_file, selection_path)
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
 
 EOS = "<|endoftext|>"
@@ -50,10 +51,12 @@ datatrove_base = require("datatrove.pipeline.base", "tokenize")
 
 
 def check_vocab_size(vocab_size: int) -> None:
-    """The smallest vocabulary train_tokenizer trains: the byte alphabet, EOS and some merges
-    (a run that trains one later checks it up front)."""
-    if vocab_size < 300:
-        raise UserError(f"--vocab_size must be at least 300 (256 bytes + merges), got {vocab_size}")
+    """The smallest vocabulary train_tokenizer trains: the byte alphabet, EOS and some merges;
+    the largest: ids that datatrove's token files hold (4 bytes each) (a run that trains one
+    later checks it up front)."""
+    if not 300 <= vocab_size <= 2**32:
+        raise UserError(f"--vocab_size must be from 300 (256 bytes + merges) to 2^32 (the "
+                        f"4-byte token ids of datatrove's files), got {vocab_size}")
 
 
 def train_tokenizer(inputs: list[str], output: Path, vocab_size: int = 8192,
@@ -63,6 +66,13 @@ def train_tokenizer(inputs: list[str], output: Path, vocab_size: int = 8192,
     tk = require("tokenizers", "tokenizer training")
     check_vocab_size(vocab_size)
     files = parquet_files(inputs)
+    # the tokenizer's folder is made when missing: then the folder it goes in is checked
+    made = {"files": {"--output": output}} if output.parent.is_dir() else \
+        {"folders": {"--output": output.parent}}
+    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]}, **made)
+    check_distinct_files(files)
+    for path in files:
+        check_text_shard(path, ("text",))
 
     def texts():
         for path in files:
@@ -108,27 +118,30 @@ def side_shard(selection: Path) -> Path | None:
 
 
 def _selected_ids(selection: Path) -> pa.Array:
-    if not selection.exists():
-        raise UserError(f"--selection {selection}: no such file (run the select stage first)")
-    names = pq.read_schema(selection).names
-    for column in ("id", "selected"):
-        if column not in names:
-            raise UserError(f"--selection {selection}: missing column '{column}' (a selection "
-                            f"written by `python -m reproduce select` has it)")
-    table = pq.read_table(selection, columns=["id", "selected"])
+    table = pq.read_table(selection_file(selection), columns=["id", "selected"])
     return table.filter(table.column("selected")).column("id").combine_chunks()
+
+
+def _ids(path: Path) -> pa.ChunkedArray:
+    """A shard's `id` column as text; a file that is not a shard with ids is refused, named."""
+    try:
+        return pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(f"{path}: not a FineWeb shard with an 'id' column "
+                        f"({quoted(err)})") from None
 
 
 def check_selected_once(selection: Path, files: list[Path], side: Path | None) -> int:
     """Every selected id is in exactly one row of the shards and the side shard, so reading them
     all through KeepSelected tokenizes it once; the number of selected ids."""
     chosen = _selected_ids(selection)
+    if not len(chosen):
+        raise UserError(f"--selection {selection}: selects no row; there is nothing to tokenize")
     if len(pc.unique(chosen)) != len(chosen):
         raise UserError(f"--selection {selection}: an id is selected twice")
-    if side is not None and not {"id", "text"} <= set(pq.read_schema(side).names):
+    if side is not None and not {"id", "text"} <= set(read_schema(side).names):
         raise UserError(f"{side}: a side shard needs the columns id and text (FineWeb's)")
-    ids = pa.chunked_array([pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
-                            for path in [*files, *([side] if side else [])]])
+    ids = pa.chunked_array([_ids(path) for path in [*files, *([side] if side else [])]])
     hits = pc.value_counts(ids.filter(pc.is_in(ids, value_set=chosen.cast(pa.string()))))
     twice = hits.filter(pc.greater(hits.field("counts"), 1))
     if len(twice):
@@ -141,10 +154,23 @@ def check_selected_once(selection: Path, files: list[Path], side: Path | None) -
     return len(chosen)
 
 
+def load_tokenizer(path: Path, flag: str = "--tokenizer"):
+    """The `tokenizers` Tokenizer in the file at `path`; a missing file, or one that is not a
+    tokenizer.json (a Parquet file, a vocabulary list), is refused naming `flag` and the file."""
+    tk = require("tokenizers", "tokenize")
+    if not path.is_file():
+        raise UserError(f"{flag} {path}: no such file (train one with "
+                        f"`python -m reproduce tokenizer`)")
+    try:
+        return tk.Tokenizer.from_file(str(path))
+    except Exception as err:  # the library raises a bare Exception for any unreadable file
+        raise UserError(f"{flag} {path}: not a tokenizer.json the tokenizers library reads "
+                        f"({quoted(err)})") from None
+
+
 def token_size(tokenizer: Path) -> int:
     """Bytes per token in datatrove's files: 4 past a 65,536-entry vocabulary, else 2 (its rule)."""
-    tk = require("tokenizers", "tokenize")
-    vocab = tk.Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    vocab = load_tokenizer(tokenizer).get_vocab_size()
     return 4 if vocab > np.iinfo(np.uint16).max + 1 else 2
 
 
@@ -203,24 +229,26 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
     from datatrove.pipeline.tokens import DocumentTokenizer
 
     check_executor(executor, workers, cluster)
+    if not Path(input_folder).is_dir():
+        raise UserError(f"--input {input_folder}: not a folder; give the folder of FineWeb "
+                        f"Parquet shards the selection was made from")
     files = parquet_files([str(input_folder)])
+    selection = selection_path(selection)
     side = Path(side) if side else side_shard(selection)
     if side is not None and not side.is_file():
         raise UserError(f"side shard {side}: no such file")
     check_paths({"--input": [input_folder, *files], "--selection": selection,
                  "--tokenizer": tokenizer, "side shard": side}, folders={"--output": output})
     check_distinct_files(files + ([side] if side else []))
+    bytes_per_token = token_size(tokenizer)
     n_selected = check_selected_once(Path(selection), files, side)
-    if not tokenizer.is_file():
-        raise UserError(f"--tokenizer {tokenizer}: no such file (train one with "
-                        f"`python -m reproduce tokenizer`)")
     tasks = workers if tasks is None else tasks
     if tasks < 1:
         raise UserError(f"--tasks must be at least 1, got {tasks}")
     tasks = min(tasks, len(files))
     summary = {"selection": str(Path(selection).absolute()),
                "side": str(side.absolute()) if side else None, "tokenizer": str(tokenizer),
-               "input": str(input_folder), "token_size": token_size(tokenizer),
+               "input": str(input_folder), "token_size": bytes_per_token,
                "executor": executor, "tasks": tasks, "started_at": time.time(),
                "output": str(output)}
     config = {"inputs": file_stats(files + ([side] if side else [])),

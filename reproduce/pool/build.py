@@ -40,6 +40,15 @@ def default_cache() -> Path:
     return Path(base) / "datamask" / "pool-sources"
 
 
+def cache_folder(cache: Path | None) -> Path:
+    """The folder the sources are fetched into (default_cache() for None); a file there is
+    refused before any fetch (a populated cache may be read-only: it is not probed for writing)."""
+    cache = Path(cache) if cache else default_cache()
+    if cache.exists() and not cache.is_dir():
+        raise UserError(f"--cache {cache} is a file; give a folder")
+    return cache
+
+
 def check_config(seed: int, rates: dict, heldout_chars: int, task_articles: int, shards: int,
                  max_mb_per_domain: float | None, domains: list[str]) -> None:
     """Every flag checked before any work."""
@@ -77,6 +86,7 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
     domains = list(domains or (units.keys() if units else sources.DOMAINS))
     check_config(seed, rates, heldout_chars, task_articles, shards, max_mb_per_domain, domains)
     check_folder_output("--output", output)  # a file there is refused before any fetch
+    cache = cache_folder(cache)
     config = {"seed": seed, "rates": rates, "heldout_chars": heldout_chars,
               "task_articles": task_articles, "shards": shards,
               "max_mb_per_domain": max_mb_per_domain, "domains": domains,
@@ -86,7 +96,7 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
         return {**json.loads(manifest.read_text()), "cached": True}
     started = time.time()
     if units is None:
-        units, provenance = sources.load_units(cache or default_cache(), domains)
+        units, provenance = sources.load_units(cache, domains)
     provenance = provenance or {d: {"package": "given"} for d in domains}
 
     docs = {d: dedupe_exact([doc for u in units[d] for doc in sources.cut_documents(u)])
@@ -121,6 +131,8 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
         "noise": {"rates_of_clean_rows": rates, "word_edit_rate": noise.WORD_EDIT_RATE,
                   "planted_share_of_rows": round(len(planted) / len(rows), 4)},
     }
+    if shards > len(rows):  # an empty shard, which prepare refuses
+        raise UserError(f"--shards {shards}: more than the pool's {len(rows)} rows")
     with atomic_folder(output) as tmp:
         (tmp / "fineweb").mkdir()
         for shard, part in enumerate(np.array_split(order, shards)):

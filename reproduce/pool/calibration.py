@@ -42,12 +42,12 @@ from datamask.paths import check_paths
 from datamask.selectors import make_selector
 from eval.calibration import SERIES, dose_label
 
-from ..pipeline.common import atomic_folder, parquet_files
+from ..pipeline.common import atomic_folder, parquet_files, selection_file
 from ..pipeline.prepare import chunk_id
 from ..pipeline.tokenize import SIDE_FILE
 from . import noise
 from .build import POOL_SCHEMA, fineweb_row
-from .control import LABELS, pool_labels, selection_file
+from .control import LABELS, pool_labels
 from .sources import Document, fineweb_id
 
 SIDE_KIND = {"junk": "junk", "dup": "exact_dup"}

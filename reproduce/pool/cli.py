@@ -78,6 +78,7 @@ def add_pool_parsers(sub) -> None:
                                    "(default: ~/.cache/datamask/pool-sources)")
     p.set_defaults(func=cmd_pool)
 
+    from ..pipeline.common import SEED
     from .outside import CHARS, SOURCES
 
     p = sub.add_parser("outside", help="held-out text from outside the pool (ABC news, Debian "
@@ -87,7 +88,7 @@ def add_pool_parsers(sub) -> None:
     p.add_argument("--chars", type=int, default=CHARS,
                    help="characters kept per source (default: %(default)s, as the pool's "
                         "held-out domains)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=SEED, default=0,
                    help="seed of the subset kept (default: %(default)s)")
     p.add_argument("--cache", help="folder for the fetched packages "
                                    "(default: ~/.cache/datamask/pool-sources)")

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datamask.data import ID_COLUMN, budget, write_json_atomic, write_table_atomic
-from datamask.errors import UserError, quoted
+from datamask.errors import UserError
 
-from ..pipeline.common import parquet_files
+from ..pipeline.common import parquet_files, selection_file
 from .build import PLANTED_KINDS
 
 
@@ -74,23 +74,6 @@ def control_selection(pool_dir: Path, prepared: list[str], select_ratio: float, 
                "output": str(output / "selection.parquet")}
     write_json_atomic(summary, output / "summary.json")
     return summary
-
-
-def selection_file(path: Path, flag: str = "--selection") -> Path:
-    """A selection file (a folder: its selection.parquet), refused by `flag` before any work
-    unless it is a readable Parquet file with the columns id and selected."""
-    path = Path(path)
-    path = path / "selection.parquet" if path.is_dir() else path
-    if not path.is_file():
-        raise UserError(f"{flag} {path}: no such file")
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError) as err:
-        raise UserError(f"{flag} {path}: not a readable Parquet file ({quoted(err)})") from None
-    if not {"id", "selected"} <= set(names):
-        raise UserError(f"{flag} {path}: needs the columns id and selected (a selection.parquet "
-                        "of `reproduce select`)")
-    return path
 
 
 def kept_fractions(pool_dir: Path, selection: Path) -> dict:

@@ -35,7 +35,7 @@ from datamask.paths import check_folder_output
 
 from ..pipeline.common import atomic_folder
 from . import sources
-from .build import cap_chars, default_cache
+from .build import cache_folder, cap_chars
 
 GENSIM = "gensim==4.3.3"
 # the one wheel of GENSIM pip is asked for, whatever this machine's Python: the Lee corpus in it
@@ -136,6 +136,7 @@ def build_outside(output: Path, chars: int = CHARS, seed: int = 0,
     if chars < 1_000:
         raise UserError(f"--chars must be at least 1000, got {chars}")
     check_folder_output("--output", output)  # a file there is refused before any fetch
+    cache = cache_folder(cache)
     manifest = output / "outside.json"
     config = {"chars": chars, "seed": seed}
     if manifest.is_file():
@@ -147,7 +148,6 @@ def build_outside(output: Path, chars: int = CHARS, seed: int = 0,
     if output.exists() and any(output.iterdir()):
         raise UserError(f"--output {output}: a folder with other files in it (no outside.json); "
                         f"give a new folder")
-    cache = cache or default_cache()
     summary = {"config": config, "rule": f"a seeded subset of whole documents per source, at "
                                           f"most {chars} characters", "sources": {}}
     tables = {}
