@@ -1,13 +1,10 @@
 """The downstream orchestrator (reproduce/pipeline/downstream.py) end to end on the small pool of
 test_pool.py with a tiny model: both arms, the null and both dose series, the epochs budget, the
-averaged checkpoints, the tables per arm and arms.md; a second invocation trains nothing again; a
-kill -9 mid-training leaves no process and the rerun finishes; and the run plan's refusals."""
+averaged checkpoints, the tables per arm and arms.md; a second invocation trains nothing again;
+and the run plan's refusals (a kill mid-training and the proxy probe: test_downstream_alone.py)."""
 
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from functools import partial
@@ -15,7 +12,6 @@ from functools import partial
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_orphans import session_processes
 
 from datamask.errors import UserError
 from reproduce.pipeline import downstream
@@ -218,37 +214,6 @@ def test_drawn_methods_select_again_with_the_next_seeds_and_random_draws_replace
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prepared,
-                                                                       tmp_path):
-    out = tmp_path / "killed"
-    argv = ["--pool", str(pool[0]), "--output", str(out), "--methods", "random", "--arms", "free",
-            "--no_null", "--junk", "--dup", "--seeds", "0", "--config", "demo",
-            "--select_ratio", "0.3", "--block_size", "0", "--vocab_size", "300",
-            "--heldout_docs", "2", "--set", "max_steps=400",
-            *[a for s in TINY[:-2] for a in ("--set", s)]]
-    command = [sys.executable, "-m", "reproduce.pipeline.downstream", *argv]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 300
-        while not (out / "logs" / "random.seed0.log").is_file():  # training has started
-            assert process.poll() is None and time.time() < deadline
-            time.sleep(0.5)
-        time.sleep(3)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-        deadline = time.time() + 20
-        while session_processes(process.pid) and time.time() < deadline:
-            time.sleep(0.5)
-        assert session_processes(process.pid) == []
-    finally:
-        subprocess.run(["pkill", "-9", "-s", str(process.pid)])
-    assert not (out / "train" / "random" / "seed0" / "summary.json").is_file()
-    argv[argv.index("max_steps=400")] = "max_steps=4"  # the same run, finished quickly
-    assert main(argv) == 0
-    assert (out / "eval" / "random.seed0.json").is_file()
-
-
 def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):
     out = tmp_path / "bad"
     for setting, message in (("bogus=1", "--set bogus: not a model or train setting"),
@@ -257,24 +222,6 @@ def test_a_bad_setting_is_refused_before_any_stage_runs(pool, tmp_path, capsys):
                      "--set", setting]) == 2
         assert message in capsys.readouterr().err
         assert not (out / "select").exists()
-
-
-def test_the_proxy_probe_predicts_a_runs_seconds_from_a_short_run(pool, prepared,
-                                                                  tmp_path):
-    from reproduce.experiments import proxy
-
-    tiny = {"vocab": 300, "set": TINY[:-2], "epochs": 2.0}
-    found = proxy.probe(pool[0], tmp_path, "tiny", tiny)
-    summary = json.loads((tmp_path / "tiny" / "probe" / "train" / "random" / "seed0" /
-                          "summary.json").read_text())
-    assert summary["train"]["max_steps"] == proxy.PROBE_STEPS
-    assert (tmp_path / "tiny" / "probe" / "train" / "random" / "seed0" / "ema").is_dir()
-    assert found["steps"] == epoch_steps(found["random_tokens"], 2.0, 4, 32)
-    assert found["tokens_per_run"] == found["steps"] * 4 * 33
-    assert found["non_embedding"] == summary["parameters"] - 300 * 32
-    assert found["predicted_s"] == pytest.approx(
-        found["tokens_per_run"] / found["tokens_per_s"] + found["eval_s"], abs=0.05)
-    assert found["eligible"] == (found["predicted_s"] <= proxy.MAX_RUN_S)
 
 
 def listing(folder):
