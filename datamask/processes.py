@@ -65,12 +65,13 @@ def _hook_forks() -> None:
         util.register_after_fork(_HOOK, _Hook.run)
 
 
-def children_die_with_parent() -> None:
+def children_die_with_parent(preload: tuple[str, ...] = ()) -> None:
     """From now on, every child that multiprocessing or multiprocess starts from this process by
     fork or forkserver (the forkserver, its workers, Managers, Pools) and their children die when
     this process does, kill -9 included. Call it before the first child starts (a forkserver
-    already running keeps its old preload). The resource tracker needs none: it exits once every
-    process holding its pipe is gone."""
+    already running keeps its old preload). `preload`: modules the forkserver imports once, so
+    that its children start with them imported. The resource tracker needs none: it exits once
+    every process holding its pipe is gone."""
     os.environ[ENVIRONMENT] = str(os.getpid())
     _hook_forks()
     for name in MULTIPROCESSING:
@@ -78,7 +79,7 @@ def children_die_with_parent() -> None:
             forkserver = importlib.import_module(f"{name}.forkserver")
         except ImportError:
             continue
-        forkserver.set_forkserver_preload(["__main__", __name__])
+        forkserver.set_forkserver_preload(["__main__", __name__, *preload])
 
 
 if os.environ.get(ENVIRONMENT) == str(os.getppid()):  # a forkserver (or spawned child) of ours

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, TypeVar
 import numpy as np
 import torch
 
+from datamask import processes
 from datamask.data import (Dataset, atomic_output, block_count, neighbourhood_blocks, random_blocks,
                            write_json_atomic)
 from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner
@@ -279,9 +280,12 @@ def greedy_runs_killable(data_args: dict, ratio: float, name: str, repeats: int,
     """`fastest` of `greedy_run` on `synthetic_dataset(**data_args)`, in a fresh process that is
     killed (if `kill`) when `budget_s` has passed since its data was ready: an over-budget greedy
     costs its budget, not hours. Returns {"killed": True, "wall_s": budget_s} when no run ended
-    in time. (spawn, not fork: a forked child of a process that has used torch's thread pool can
-    deadlock.)"""
-    context = multiprocessing.get_context("spawn")
+    in time. The child comes from the forkserver, which imports this module once (not fork: a
+    forked child of a process that has used torch's thread pool can deadlock; not spawn: each
+    child would import torch again, about 1.4 s of CPU on the 2-core box); like the forkserver,
+    it dies with this process, kill -9 included."""
+    processes.children_die_with_parent(preload=(__name__,))
+    context = multiprocessing.get_context("forkserver")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_greedy_child, daemon=True,
                               args=(child, data_args, ratio, name, params, repeats, budget_s))
