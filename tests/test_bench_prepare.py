@@ -37,7 +37,9 @@ def test_only_scorer_prints_the_scorer_table(pool, tmp_path, capsys):
     assert rows[0].startswith("| heuristic quality scorer, 20 documents, median of 1 |")
     assert [row.split(" |")[0] for row in rows[1:]] == [
         "| datatrove's filters one by one (reference_score)",
-        "| one split per chunk (HeuristicScorer, empty cache, batches of 256)", "| speed-up"]
+        "| one split per chunk (HeuristicScorer, empty cache, batches of 256)", "| speed-up",
+        "| scores equal to datatrove's, float for float"]
+    assert rows[-1].startswith("| scores equal to datatrove's, float for float | 20 of 20 |")
 
 
 def test_only_tokenize_scale_splits_start_up_from_rate(pool, tmp_path, capsys):
