@@ -34,7 +34,7 @@ SCORE_CAP = 0.999  # the stop-word share stays the fractional part: it never add
 # that follows a word (spaCy keeps that space as the word's trailing-space flag); findall gives
 # "" for the space left out
 PIECES = re.compile(r"(?<=\S) |(\S+|\s+)")
-MAX_CACHED_CHUNKS = 500_000  # distinct chunks kept between batches (a few hundred MB at most)
+MAX_CACHED_CHUNKS = 300_000  # distinct chunks kept between batches: about 600 bytes each, with ids
 # what spaCy's sentencizer sees in a token: one of its punctuation characters, a token that is
 # not punctuation (it starts a sentence after a period), or other punctuation
 PERIOD, WORD, OTHER = range(3)
