@@ -6,10 +6,10 @@ rule, FineWeb quality, each with datatrove's defaults) plus the share of its wor
 stop words (capped at 0.999), so fluent prose orders first inside a level. `reference_score` is
 that definition run literally, each filter's own `filter` on its own copy of the document.
 
-Run literally, a document is split by spaCy's English tokenizer (datatrove's word splitter)
-three times into words, once more for the stop words and once per kept line into sentences by
-C4, each call inside a spaCy memory zone, which turns spaCy's own cache off: tokenizing was most
-of the scorer's time. spaCy tokenizes each whitespace-delimited chunk of a text on its own (its
+Run literally, a document goes through spaCy's English tokenizer (datatrove's word splitter)
+for each word split (three filters and the stop words; datatrove keeps its last five splits,
+which C4's line splits push out) and once per line C4 keeps, each call inside a spaCy memory
+zone, which turns spaCy's own cache off: tokenizing was most of the scorer's time. spaCy tokenizes each whitespace-delimited chunk of a text on its own (its
 tokenizer splits on whitespace first, then on affixes and special cases inside a chunk), so
 `HeuristicScorer` asks spaCy once per distinct chunk, keeps each chunk's tokens, and joins a
 document's words and a line's sentence count from them; the filters' rules are then applied to
