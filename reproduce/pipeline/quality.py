@@ -86,7 +86,7 @@ class SpacedNGrams:
     def __init__(self, words: list[str], ids: np.ndarray):
         self.ids, self.ranks, self.n = ids, ids, 1
         self.starts = list(accumulate([len(w) + 1 for w in words], initial=0))
-        self.width = int(ids.max()) + 1 if len(ids) else 1  # keys stay below len(ids) * width
+        self.width = int(ids.max()) + 1 if len(ids) else 1  # keys below width², far from 2⁶³
 
     def top_chars(self, n: int) -> int:
         """datatrove's find_top_duplicate(get_n_grams(words, n)), n at least the last asked:
