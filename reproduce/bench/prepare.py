@@ -6,7 +6,11 @@ rounds with the worker counts and backends interleaved in each round (on a share
 the ratios): prepare's documents/s and embedding-model tokens/s (after truncation to the model's
 max_seq_length) per worker count; the embedding model's and the quality scorer's share of
 prepare's time; the model's achieved FLOP/s, 2 x (encoder parameters) x tokens, against an fp32
-GEMM of the model's feed-forward shape on the same threads; tokenize's MB/s of selected text;
+GEMM of the model's feed-forward shape on the same threads; the heuristic quality scorer against
+datatrove's filters run one by one on the same documents (--only scorer: that table alone);
+tokenize's MB/s of selected text; with --tokenize_scale N1 N2, tokenize on N1 and N2 documents
+made from the pool's texts, its start-up and per-document rate read from the two (--only
+tokenize_scale: that table alone);
 for each sentence-transformers backend (ONNX, ONNX int8) its speed against torch fp32, the cosine
 of its embeddings to fp32's, and the overlap of the selection made from its rows with fp32's at
 the same seed, against the overlap between fp32 selections at different seeds (the noise); and a
@@ -34,6 +38,7 @@ from datamask.shared import require
 from reproduce.bench.objectives import _median_seconds
 from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.prepare import Embedder, HeuristicQuality, default_embedding_model, prepare
+from reproduce.pipeline.quality import HeuristicScorer, reference_score
 from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 from reproduce.pool.build import build_pool
@@ -150,6 +155,63 @@ def embed_all(embedder: Embedder, texts: list[str], chunk: int) -> np.ndarray:
     return np.concatenate([embedder(texts[i:i + chunk]) for i in range(0, len(texts), chunk)])
 
 
+def scorer_speed(texts: list[str], repeats: int, chunk: int) -> str:
+    """The heuristic quality scorer against its definition, datatrove's filters run one by one
+    (reference_score), on the same texts, alternating in each round; a fresh scorer each round,
+    so its chunk cache starts empty (inside a prepare task it carries over from batch to batch).
+    Returns the table."""
+    reference, fast, scores = [], [], {}
+    for _ in range(repeats):
+        scorer = HeuristicScorer()
+        reference.append(seconds(lambda: scores.update(old=np.array(
+            [reference_score(t, scorer.filters, scorer.stops) for t in texts], np.float32))))
+        fast.append(seconds(lambda: scores.update(new=np.concatenate(
+            [scorer(texts[i:i + chunk]) for i in range(0, len(texts), chunk)]))))
+    old, new = statistics.median(reference), statistics.median(fast)
+    equal = int(np.sum(scores["old"] == scores["new"]))
+    return (f"| heuristic quality scorer, {len(texts):,} documents, median of {repeats} | s | "
+            f"documents/s |\n|---|---|---|\n"
+            f"| datatrove's filters one by one (reference_score) | {old:.1f} | "
+            f"{len(texts) / old:.1f} |\n"
+            f"| one split per chunk (HeuristicScorer, empty cache, batches of {chunk}) | "
+            f"{new:.1f} | {len(texts) / new:.1f} |\n"
+            f"| speed-up | {old / new:.1f}x | |\n"
+            f"| scores equal to datatrove's, float for float | {equal:,} of {len(texts):,} | |")
+
+
+def tokenize_scale(texts: list[str], sizes: list[int], tokenizer: Path, work: Path,
+                   repeats: int) -> str:
+    """tokenize (one task, one worker) on each of `sizes` documents, the pool's texts taken in
+    turn under new ids, all selected, sizes alternating in each round; the start-up and the
+    per-document rate are the line through the two medians. Returns the table."""
+    inputs = {}
+    for n in sizes:
+        folder = work / f"scale-{n}"
+        rows = {"id": [f"scale-{i}" for i in range(n)],
+                "text": [texts[i % len(texts)] for i in range(n)]}
+        for shard in range(8):
+            (folder / "fineweb").mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({k: v[shard::8] for k, v in rows.items()}),
+                           folder / "fineweb" / f"{shard:03d}.parquet")
+        pq.write_table(pa.table({"id": rows["id"], "selected": [True] * n}),
+                       folder / "selection.parquet")
+        inputs[n] = folder
+    took = {n: [] for n in sizes}
+    for round_ in range(repeats):
+        for n, folder in inputs.items():
+            took[n].append(seconds(lambda: run_tokenize(
+                folder / "fineweb", folder / "selection.parquet", tokenizer,
+                folder / f"tokens-{round_}", tasks=1, workers=1)))
+    (small, t_small), (large, t_large) = ((n, statistics.median(took[n])) for n in sizes)
+    rate = (large - small) / (t_large - t_small)
+    rows = "".join(f"| {n:,} | {statistics.median(took[n]):.1f} | "
+                   f"{n / statistics.median(took[n]):.1f} |\n" for n in sizes)
+    return (f"| tokenize, documents (1 task, 1 worker, median of {repeats}) | s | documents/s |\n"
+            f"|---|---|---|\n{rows}"
+            f"| start-up (the line's value at 0 documents) | {t_small - small / rate:.1f} | |\n"
+            f"| per document (the line's slope) | | {rate:.1f} |")
+
+
 def selected_ids(selection_folder: Path) -> set[str]:
     table = pq.read_table(selection_folder / "selection.parquet", columns=["id", "selected"])
     return set(table.filter(table.column("selected")).column("id").to_pylist())
@@ -184,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fp32 selection seeds (the first is every backend's seed)")
     parser.add_argument("--documents", type=float, default=1e8, help="the projection's corpus")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--scorer_documents", type=int,
+                        help="the scorer table's documents: N spread over the pool (default: all)")
+    parser.add_argument("--tokenize_scale", type=int, nargs=2, metavar=("N1", "N2"),
+                        help="also time tokenize on N1 and N2 documents made from the pool's "
+                             "texts: its start-up and per-document rate")
+    parser.add_argument("--only", choices=["scorer", "tokenize_scale"],
+                        help="print that table alone: the quality scorer against datatrove's "
+                             "filters, or tokenize's start-up and rate (needs --tokenize_scale)")
     return parser
 
 
@@ -197,6 +267,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
     if any(work.iterdir()):  # prepare and tokenize would reuse what an earlier run left there
         raise UserError(f"--work {work}: not empty; give an empty or new folder")
+    if args.tokenize_scale and not 0 < min(args.tokenize_scale) < max(args.tokenize_scale):
+        raise UserError(f"--tokenize_scale {' '.join(map(str, args.tokenize_scale))}: two "
+                        f"different positive numbers of documents")
+    if args.only == "tokenize_scale" and not args.tokenize_scale:
+        raise UserError("--only tokenize_scale needs --tokenize_scale N1 N2")
     pool = args.pool or work / "pool"
     if not args.pool:
         build_pool(pool, max_mb_per_domain=args.max_mb_per_domain, heldout_chars=10_000,
@@ -205,6 +280,17 @@ def run(args: argparse.Namespace, work: Path) -> None:
     table = pa.concat_tables([pq.read_table(p, columns=["id", "text"])
                               for p in parquet_files([str(shards)])])
     texts = table.column("text").to_pylist()
+    picks = np.linspace(0, len(texts), min(args.scorer_documents or len(texts), len(texts)),
+                        endpoint=False).astype(int)  # spread over the shards (and domains)
+    scored = [texts[i] for i in picks]
+    if args.only == "scorer":
+        print(scorer_speed(scored, args.repeats, args.chunk))
+        return
+    if args.only == "tokenize_scale":
+        train_tokenizer([str(shards)], work / "tokenizer.json")
+        print(tokenize_scale(texts, sorted(args.tokenize_scale), work / "tokenizer.json", work,
+                             args.repeats))
+        return
     pool_mb = text_mb(table)
     model = default_embedding_model()
     embedders = {"torch fp32": Embedder(model, max_seq_length=args.max_seq_length)}
@@ -270,6 +356,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
             tokenize_s[workers].append(seconds(lambda: run_tokenize(
                 shards, selection, tokenizer, out, tasks=workers, workers=workers)))
     tokenize_med = {w: statistics.median(s) for w, s in tokenize_s.items()}
+    scale = (tokenize_scale(texts, sorted(args.tokenize_scale), tokenizer, work, args.repeats)
+             if args.tokenize_scale else "")
 
     print("| stage | workers | s | documents/s | model tokens/s | text MB/s |")
     print("|---|---|---|---|---|---|")
@@ -280,6 +368,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for workers, s in tokenize_med.items():
         print(f"| tokenize ({n_selected:,} selected) | {workers} | {s:.1f} | "
               f"{n_selected / s:.1f} | - | {selected_mb / s:.3f} |")
+    if scale:
+        print(f"\n{scale}")
 
     achieved = 2 * params * tokens / embed_med["torch fp32"]
     hidden = fp32.model[0].auto_model.config
@@ -291,6 +381,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
           f"{embed_med['torch fp32'] / one_worker:.0%} |")
     print(f"| quality scorer ({scorer.name}) | {statistics.median(score_s):.1f} | "
           f"{statistics.median(score_s) / one_worker:.0%} |")
+    print(f"\n{scorer_speed(scored, args.repeats, args.chunk)}")
     print(f"\n| embedding model against the FLOP limit | |\n|---|---|\n"
           f"| encoder parameters counted (6 layers: attention, feed-forward, layer norms; not "
           f"the embedding lookups or pooler) | {params:,} |\n"

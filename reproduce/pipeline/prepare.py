@@ -47,6 +47,7 @@ from .common import (check_distinct_files, check_text_shard, file_stats, parquet
                      read_schema)
 from .engines import (check_executor, engine_session, run_then_merge, start_or_resume, task_device,
                       task_files)
+from .quality import HeuristicScorer
 
 datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 
@@ -182,36 +183,20 @@ class HeuristicQuality(Scorer):
     """datatrove's quality signals as one score in [0, 5): the integer part counts how many of its
     four heuristic filters keep the document (Gopher quality, Gopher repetition, C4 and FineWeb
     quality, with FineWeb's settings), the fractional part is the share of the words that are
-    Gopher stop words, which orders documents inside a level (fluent prose first)."""
+    Gopher stop words, which orders documents inside a level (fluent prose first). Computed by
+    reproduce/pipeline/quality.py from one word split per document, equal to the filters' own."""
 
     name = "datatrove-heuristics"
 
     def __reduce__(self):
-        """Rebuilt where it is unpickled (it holds modules, which do not pickle)."""
+        """Rebuilt where it is unpickled (it holds spaCy's tokenizer, which does not pickle)."""
         return HeuristicQuality, ()
 
     def __init__(self):
-        require("spacy", "the datatrove-heuristics quality scorer (English word splitting)")
-        filters = require("datatrove.pipeline.filters", "the datatrove-heuristics quality scorer")
-        gopher = require("datatrove.pipeline.filters.gopher_quality_filter", self.name)
-        self.text = require("datatrove.utils.text", self.name)
-        self.data = require("datatrove.data", self.name)
-        self.filters = [filters.GopherQualityFilter(), filters.GopherRepetitionFilter(),
-                        filters.C4QualityFilter(filter_no_terminal_punct=False),
-                        filters.FineWebQualityFilter()]
-        self.stop_words = set(gopher.STOP_WORDS)
-
-    def score_one(self, text: str) -> float:
-        kept = 0
-        for step in self.filters:  # a fresh Document each: C4's filter edits the text it checks
-            verdict = step.filter(self.data.Document(text=text, id=""))
-            kept += bool(verdict[0] if isinstance(verdict, tuple) else verdict)
-        words = self.text.split_into_words(text, "en")
-        stop = sum(w.lower() in self.stop_words for w in words) / max(len(words), 1)
-        return kept + min(stop, 0.999)
+        self.scorer = HeuristicScorer()
 
     def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
-        return np.array([self.score_one(t) for t in table.column("text").to_pylist()], np.float32)
+        return self.scorer(table.column("text").to_pylist())
 
 
 class FastTextQuality(Scorer):
