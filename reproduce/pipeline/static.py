@@ -76,6 +76,7 @@ def distillation_key(source: Path, settings: Distillation) -> str:
 def distil(source: Path, output: Path, settings: Distillation = Distillation()) -> dict:
     """Distil a static model from the transformer at `source` (offline) into `output`, which
     appears only once complete; returns its record (also saved beside it as RECORD)."""
+    require("skeletoken", NEEDS)  # what model2vec's distill extra adds (requirements.txt)
     distillation = require("model2vec.distill", NEEDS)
     source = check_source(str(source))
     key = distillation_key(source, settings)
