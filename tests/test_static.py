@@ -15,7 +15,8 @@ from conftest import prepare_locally
 from datamask.data import read_dataset
 from reproduce.cli import main
 from reproduce.pipeline.bbc import write_bbc_fineweb
-from reproduce.pipeline.prepare import HeuristicQuality, default_embedding_model, prepare
+from reproduce.pipeline.prepare import (HeuristicQuality, default_embedding_model, make_embedder,
+                                        prepare)
 from reproduce.pipeline.static import (RECORD, STATIC, Distillation, StaticEmbedder, distil,
                                        distillation_key)
 
@@ -75,6 +76,8 @@ def test_distils_once_into_the_cache_under_its_key(embedder, cache):
 def test_a_saved_folder_is_the_same_model_as_the_cached_distillation(embedder, saved):
     from_folder = StaticEmbedder(f"{STATIC}:{saved}")
     assert from_folder.identity == embedder.identity
+    as_is = make_embedder(str(saved))  # a model2vec folder given without static:
+    assert isinstance(as_is, StaticEmbedder) and as_is.identity == embedder.identity
     assert np.allclose(from_folder(TEXTS), embedder(TEXTS), atol=1e-6)
 
 
