@@ -68,13 +68,18 @@ def selection_mask(folder: Path, ids: np.ndarray) -> np.ndarray:
     return np.array([chosen[int(i)] for i in ids], dtype=bool)
 
 
-def corpora(work: Path, pool: Path | None, bbc_limit: int) -> dict[str, Path]:
+def corpora(work: Path, names: list[str], pool: Path | None, bbc_limit: int) -> dict[str, Path]:
     """{name: FineWeb shard folder}: the demo pool (built unless given) and a BBC slice."""
-    if pool is None:
-        pool = work / "pool"
-        build_pool(pool, 0, heldout_chars=40_000, task_articles=60, max_mb_per_domain=0.5)
-    write_bbc_fineweb(work / "bbc", work / "bbc-tasks", limit=bbc_limit, seed=0)
-    return {"pool": pool / "fineweb", "BBC": work / "bbc"}
+    found = {}
+    if "pool" in names:
+        if pool is None:
+            pool = work / "pool"
+            build_pool(pool, 0, heldout_chars=40_000, task_articles=60, max_mb_per_domain=0.5)
+        found["pool"] = pool / "fineweb"
+    if "BBC" in names:
+        write_bbc_fineweb(work / "bbc", work / "bbc-tasks", limit=bbc_limit, seed=0)
+        found["BBC"] = work / "bbc"
+    return found
 
 
 def measure(name: str, shards: Path, models: dict, work: Path, args) -> list[dict]:
@@ -158,6 +163,7 @@ def verdict(rows: list[dict]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", nargs="+", default=["pool", "BBC"], choices=["pool", "BBC"])
     parser.add_argument("--pool", type=Path, help="a built demo pool (default: build one)")
     parser.add_argument("--bbc_limit", type=int, default=1000,
                         help="BBC articles drawn (default: %(default)s)")
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
             models["static, 384 dims"] = StaticEmbedder(STATIC, settings=Distillation(
                 pca_dims=384)).load()
         rows = []
-        for name, shards in corpora(work, args.pool, args.bbc_limit).items():
+        for name, shards in corpora(work, args.corpora, args.pool, args.bbc_limit).items():
             rows += measure(name, shards, models, work, args)
             print(table(rows), flush=True)
         print(f"\nVerdict (plan.md): {verdict(rows)}")
