@@ -5,7 +5,10 @@ One output shard per input shard, same file name, one row per input row in input
 sentence embedding, unit length), plus `id` (the original string) and `text_length` (characters).
 Rows whose id is already in the output shard, prepared with the same embedder and scorer, are
 reused rather than embedded again: each shard records in its Parquet metadata the configuration
-it was made with (shards of earlier versions: prepare.json).
+it was made with (shards of earlier versions: prepare.json); an output folder holding shards of
+another embedding model is refused. `--embedding_model static` embeds with a static model distilled
+from the default one (reproduce/pipeline/static.py), whose vector for a text with no known token
+is zero rather than unit length.
 
 The shards are dealt into executor tasks (datatrove's local, Ray or Slurm executor, as the select
 stage's blocks: reproduce/pipeline/engines.py): task r of N embeds and scores shards r, r+N, ...

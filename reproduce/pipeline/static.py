@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 from datamask.errors import UserError, quoted
 from datamask.shared import require
 
-from .common import atomic_folder
+from .common import atomic_folder, cache_root
 from .prepare import Embedder, default_embedding_model, model_identity
 
 STATIC = "static"  # --embedding_model's word for the distilled model
@@ -43,8 +42,7 @@ class Distillation:
 
 
 def default_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "datamask" / "static-embeddings"
+    return cache_root() / "static-embeddings"
 
 
 def check_source(source: str) -> Path:
@@ -80,7 +78,6 @@ def distil(source: Path, output: Path, settings: Distillation = Distillation()) 
     distillation = require("model2vec.distill", NEEDS)
     source = check_source(str(source))
     key = distillation_key(source, settings)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the source is a folder: nothing to fetch
     model = distillation.distill(str(source), pca_dims=settings.pca_dims,
                                  sif_coefficient=settings.sif_coefficient,
                                  token_remove_pattern=settings.token_remove_pattern,
