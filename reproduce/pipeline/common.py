@@ -161,6 +161,11 @@ def parse_method(spec: str) -> tuple[str, dict]:
     return name, params
 
 
+def cache_root() -> Path:
+    """~/.cache/datamask ($XDG_CACHE_HOME/datamask): what is fetched or distilled once and kept."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datamask"
+
+
 @contextmanager
 def atomic_folder(path: str | os.PathLike):
     """Yield a fresh temporary folder beside `path`; on success it replaces `path` as a whole,

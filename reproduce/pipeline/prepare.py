@@ -5,7 +5,10 @@ One output shard per input shard, same file name, one row per input row in input
 sentence embedding, unit length), plus `id` (the original string) and `text_length` (characters).
 Rows whose id is already in the output shard, prepared with the same embedder and scorer, are
 reused rather than embedded again: each shard records in its Parquet metadata the configuration
-it was made with (shards of earlier versions: prepare.json).
+it was made with (shards of earlier versions: prepare.json); an output folder holding shards of
+another embedding model is refused. `--embedding_model static` embeds with a static model distilled
+from the default one (reproduce/pipeline/static.py), whose vector for a text with no known token
+is zero rather than unit length.
 
 The shards are dealt into executor tasks (datatrove's local, Ray or Slurm executor, as the select
 stage's blocks: reproduce/pipeline/engines.py): task r of N embeds and scores shards r, r+N, ...
@@ -118,9 +121,15 @@ class Embedder:
     def __deepcopy__(self, memo) -> "Embedder":
         """A copy shares the loaded model, which embedding leaves unchanged: datatrove's local
         executor copies its pipeline for every task."""
-        clone = object.__new__(Embedder)
+        clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         return clone
+
+    def load(self) -> "Embedder":
+        """The model loaded in this process now (the transformer is loaded already; a static
+        model is distilled into its cache here on first use)."""
+        self.model
+        return self
 
     def on(self, device: str) -> "Embedder":
         """This embedder on `device`: itself, or a copy that loads the model there."""
@@ -140,6 +149,31 @@ class Embedder:
                                     normalize_embeddings=True, convert_to_numpy=True,
                                     show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
+
+
+def make_embedder(model: str | None = None, device: str = "cpu", batch_size: int = 32,
+                  prefix: str = "", max_seq_length: int | None = None) -> Embedder:
+    """--embedding_model's embedder: `static`, `static:DIR` or a model2vec folder -> the static
+    model (reproduce/pipeline/static.py, on the CPU), anything else -> sentence-transformers."""
+    from . import static
+
+    if static.is_static_spec(model):
+        return static.StaticEmbedder(model, prefix=prefix, max_seq_length=max_seq_length)
+    return Embedder(model, device, batch_size, prefix, max_seq_length)
+
+
+def check_embedding_model(output: Path, files: list[Path], embedder: Embedder,
+                          earlier: dict) -> None:
+    """Refuse an output folder whose shards another embedding model made: a rerun or resume with
+    another model would mix two vector spaces in one prepared folder (or replace every vector)."""
+    ours = embedder.identity["model"]
+    records = {**earlier, **{f.name: _made_with(output / f.name, earlier) for f in files}}
+    for name, record in sorted(records.items()):
+        theirs = ((record or {}).get("config") or {}).get("embedder", {}).get("model")
+        if theirs and theirs != ours:
+            raise UserError(f"--embedding_model {embedder.model_name or ours}: --output {output} "
+                            f"holds {name}, prepared with another embedding model ({theirs}, "
+                            f"this one is {ours}); prepare into a new folder")
 
 
 class Scorer:
@@ -409,6 +443,8 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
     tasks = min(tasks, len(files))
     config = {"embedder": embedder.identity, "quality": scorer.name}
     earlier = _manifest(output / MANIFEST)
+    check_embedding_model(output, files, embedder, earlier)
+    embedder.load()  # a static model is distilled here, once every check has passed
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         logs = output.absolute() / "logs"

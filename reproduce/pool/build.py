@@ -12,7 +12,6 @@ A second run with the same configuration finds pool.json and does nothing.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from datamask.errors import UserError
 from datamask.paths import check_folder_output
 
 from ..pipeline.bbc import FINEWEB_SCHEMA
-from ..pipeline.common import atomic_folder
+from ..pipeline.common import atomic_folder, cache_root
 from . import dedup, noise, sources
 
 POOL_SCHEMA = FINEWEB_SCHEMA.append(pa.field("domain", pa.string())).append(
@@ -36,8 +35,7 @@ NEAR_DUP_CONTAINMENT = 0.2  # a held-out candidate sharing more of its shingles 
 
 
 def default_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "datamask" / "pool-sources"
+    return cache_root() / "pool-sources"
 
 
 def cache_folder(cache: Path | None) -> Path:

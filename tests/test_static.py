@@ -1,0 +1,132 @@
+"""prepare's static embedding model (model2vec, distilled from the shipped all-MiniLM-L6-v2).
+
+The suite distils a tiny model: the transformer's vocabulary cut to [UNK], [PAD] and the 26
+letters as words and word pieces, PCA to 8 dimensions (about 2 s here); the full distillation
+(30k tokens, about 2 minutes) runs only in `make bench-static`."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import prepare_locally
+from datamask.data import read_dataset
+from reproduce.cli import main
+from reproduce.pipeline.bbc import write_bbc_fineweb
+from reproduce.pipeline.prepare import (HeuristicQuality, default_embedding_model, make_embedder,
+                                        prepare)
+from reproduce.pipeline.static import (RECORD, STATIC, Distillation, StaticEmbedder, distil,
+                                       distillation_key)
+
+pytest.importorskip("model2vec.distill")
+
+TINY = Distillation(pca_dims=8, token_remove_pattern=r"(?!\[UNK\]$|\[PAD\]$|(##)?[a-z]$)")
+TEXTS = ["The cat sat on the mat.", "Markets fell sharply in London today.", ""]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("static-cache")
+
+
+@pytest.fixture(scope="module")
+def embedder(cache):
+    return StaticEmbedder(STATIC, settings=TINY, cache=cache).load()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The tiny model saved by `distil` to a folder of its own (static:DIR)."""
+    folder = tmp_path_factory.mktemp("saved") / "tiny"
+    distil(Path(default_embedding_model()), folder, TINY)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def fineweb(tmp_path_factory):
+    root = tmp_path_factory.mktemp("static-fineweb")
+    write_bbc_fineweb(root / "fineweb", root / "tasks", n_shards=2, limit=16, seed=3)
+    return root / "fineweb"
+
+
+def test_encodes_unit_vectors_of_the_distilled_width_the_same_every_time(embedder, cache):
+    vectors = embedder(TEXTS)
+    assert vectors.shape == (3, 8) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors[:2], axis=1), 1, atol=1e-5)
+    assert not vectors[2].any()  # no token at all: the zero vector
+    assert not np.allclose(vectors[0], vectors[1])
+    again = StaticEmbedder(STATIC, settings=TINY, cache=cache)
+    assert np.array_equal(again(TEXTS), vectors)  # loaded from the cache, not distilled again
+
+
+def test_distils_once_into_the_cache_under_its_key(embedder, cache):
+    folder = embedder.folder
+    assert [p.name for p in cache.iterdir()] == [folder.name]  # whole: no temporary beside it
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    StaticEmbedder(STATIC, settings=TINY, cache=cache).load()
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    record = json.loads((folder / RECORD).read_text())
+    assert record["key"] == embedder.identity["model"] and record["dim"] == 8
+    other = Distillation(pca_dims=4, token_remove_pattern=TINY.token_remove_pattern)
+    assert distillation_key(embedder.source, other) != record["key"]
+
+
+def test_a_saved_folder_is_the_same_model_as_the_cached_distillation(embedder, saved):
+    from_folder = StaticEmbedder(f"{STATIC}:{saved}")
+    assert from_folder.identity == embedder.identity
+    as_is = make_embedder(str(saved))  # a model2vec folder given without static:
+    assert isinstance(as_is, StaticEmbedder) and as_is.identity == embedder.identity
+    assert np.allclose(from_folder(TEXTS), embedder(TEXTS), atol=1e-6)
+
+
+def test_prepare_writes_static_vectors_and_reuses_them(tmp_path, fineweb, saved):
+    out = tmp_path / "prepared"
+    spec = f"{STATIC}:{saved}"
+    assert main(["prepare", "--input", str(fineweb), "--output", str(out), "--embedding_model",
+                 spec, "--quality", "heuristic", "--no_progress"]) == 0
+    data = read_dataset(sorted(out.glob("*.parquet")))
+    assert data.dim == 8 and np.allclose(np.linalg.norm(data.features, axis=1), 1, atol=1e-5)
+    texts = [t for f in sorted(fineweb.glob("*.parquet"))
+             for t in pq.read_table(f).column("text").to_pylist()]
+    assert np.allclose(data.features, StaticEmbedder(spec)(texts), atol=1e-6)
+    again = prepare([str(fineweb)], out, StaticEmbedder(spec), HeuristicQuality(), progress=False)
+    assert again["embedded"] == 0 and again["embedder"]["model"].startswith("model2vec:")
+
+
+def refused(capsys, argv: list[str], *words: str) -> str:
+    capsys.readouterr()  # what the fixtures printed
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words), err
+    return err
+
+
+def test_a_missing_or_foreign_static_folder_is_refused_before_any_work(tmp_path, capsys,
+                                                                       fineweb):
+    out = tmp_path / "out"
+    base = ["prepare", "--input", str(fineweb), "--output", str(out), "--quality", "heuristic"]
+    refused(capsys, base + ["--embedding_model", f"{STATIC}:{tmp_path / 'none'}"],
+            "--embedding_model", "no such folder")
+    refused(capsys, base + ["--embedding_model", f"{STATIC}:{default_embedding_model()}"],
+            "--embedding_model", "not a model2vec folder")
+    assert not out.exists()
+
+
+def test_a_distillation_without_its_transformer_is_refused(tmp_path, capsys, saved):
+    for source, words in [(tmp_path / "none", "no such folder"), (tmp_path, "not a transformer"),
+                          (saved, "already static")]:
+        refused(capsys, ["distil", "--output", str(tmp_path / "model"), "--source", str(source)],
+                "--source", words)
+    assert not (tmp_path / "model").exists()
+    refused(capsys, ["distil", "--output", str(saved)], "--output", "already exists")
+
+
+def test_static_into_an_output_of_another_model_is_refused(tmp_path, capsys, fineweb, saved):
+    out = prepare_locally(fineweb, tmp_path / "prepared")  # the transformer's vectors
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    refused(capsys, ["prepare", "--input", str(fineweb), "--output", str(out), "--quality",
+                     "heuristic", "--embedding_model", f"{STATIC}:{saved}"],
+            "--embedding_model", str(out), "another embedding model")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
