@@ -27,11 +27,12 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
             choice within domains
   figures   forest.png and dose-response.png (figures/downstream.py)
   verdict   verdict.md, printed last: the verdict on one screen and where the full tables are
-The calibration selections, token sets and training runs go `--jobs` at a time, each in its own
-process; the methods' selections one at a time, on two torch threads each (a selection depends
-on the thread count). Runs are trained and scored in `--jobs` long-lived workers with one torch
-thread each (reproduce/pipeline/stage_worker.py: torch, transformers and lm-eval imported once a
-worker, not once a run; on the 2-core box two one-thread jobs train ~4x faster each than one
+The calibration selections, token sets and training runs go `--jobs` at a time; the methods'
+selections one at a time, on two torch threads each (a selection depends on the thread count).
+Each stage runs in a long-lived worker of the thread that asks for it, one per torch thread count
+(reproduce/pipeline/stage_worker.py: torch, transformers and lm-eval imported once a worker, not
+once a stage; what a stage writes there is what a fresh process writes). A run trains and is
+scored with one torch thread (on the 2-core box two one-thread jobs train ~4x faster each than one
 two-thread job beside other load; training does not depend on the thread count, see
 docs/downstream.md "Determinism").
 """
@@ -63,7 +64,7 @@ from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
 
 from ..cli import chain_stages
 from .common import parse_sets
-from .stage_worker import StageWorker
+from .stage_worker import StageWorkers
 
 # label -> selector spec: datamask with each diversity metric at select's defaults, the paper's
 # own settings and the greedy start they begin from, quality-topk, quality-threshold, semdedup,
@@ -254,9 +255,18 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     prepared = pool / "prepared"
     stamp = {}
 
+    workers = StageWorkers()
+
+    def stage(*argv: str, log: Path, threads: int = 1) -> None:
+        """A pipeline stage in this thread's worker (torch and the rest imported once)."""
+        workers.run(list(argv), log, threads)
+
     def timed(name, fn):
         t0 = time.time()
-        fn()
+        try:
+            fn()
+        finally:
+            workers.close()
         stamp[name] = round(time.time() - t0, 1)
         print(f"downstream: {name} done in {stamp[name]} s", flush=True)
 
@@ -272,12 +282,12 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
         worked = not done.is_file()
         if "control" in plan:
             if worked:
-                python("reproduce", "control", "--pool", str(pool), "--prepared",
+                stage("control", "--pool", str(pool), "--prepared",
                        str(prepared), "--select_ratio", str(ratio), "--output", str(out),
                        "--seed", str(select_seed), log=log)
         elif "series" in plan:
             if worked:
-                python("reproduce", "calibrate", "--pool", str(pool), "--prepared",
+                stage("calibrate", "--pool", str(pool), "--prepared",
                        str(prepared), "--select_ratio", str(ratio), "--series",
                        plan["series"], "--dose", str(plan["dose"]), "--seed",
                        str(select_seed), "--base",
@@ -291,7 +301,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             worked = finished.get("method") != plan["spec"] or \
                 ("strata" in finished) != plan["stratify"]
             if worked:
-                python("reproduce", "select", "--input", str(prepared), "--method",
+                stage("select", "--input", str(prepared), "--method",
                        plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
                        "--block_size", str(block_size), "--seed", str(select_seed), *strata,
                        threads=2, log=log)
@@ -315,7 +325,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
     def tokenize_one(label: str) -> None:
         worked = not (output / "tokens" / label / "summary.json").is_file()
         if worked:
-            python("reproduce", "tokenize", "--input", str(pool / "fineweb"), "--selection",
+            stage("tokenize", "--input", str(pool / "fineweb"), "--selection",
                    str(output / "select" / label / "selection.parquet"), "--tokenizer",
                    str(tokenizer), "--output", str(output / "tokens" / label),
                    log=logs / f"tokenize.{label}.log")
@@ -323,7 +333,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
 
     def tokenize():
         if not tokenizer.is_file():
-            python("reproduce", "tokenizer", "--input", str(pool / "fineweb"), "--output",
+            stage("tokenizer", "--input", str(pool / "fineweb"), "--output",
                    str(tokenizer), "--vocab_size", str(vocab_size), log=logs / "tokenizer.log")
         in_parallel([partial(tokenize_one, label) for label in runs], jobs)
     timed("tokenize", tokenize)
@@ -349,24 +359,14 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
             stages.append(["evaluate", "--checkpoints", str(ckpt), "--tasks", *tasks,
                            "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
                            *target, *docs, "--output", str(output / "eval")])
-        if stages:  # in this thread's worker: torch and transformers are imported once
-            worker = getattr(workers, "mine", None)
-            if worker is None:
-                worker = workers.mine = StageWorker()
-                started_workers.append(worker)
-            worker.run(chain_stages(stages), log)
+        if stages:
+            workers.run(chain_stages(stages), log)
         training.tick(f"{label} seed {seed}", bool(stages))
-
-    workers, started_workers = threading.local(), []
 
     def train_all():
         # seeds outermost: a run stopped early still holds every method at the first seeds
-        try:
-            in_parallel([partial(train_and_evaluate, label, seed)
-                         for seed in seeds for label in runs], jobs)
-        finally:
-            for worker in started_workers:
-                worker.close()
+        in_parallel([partial(train_and_evaluate, label, seed)
+                     for seed in seeds for label in runs], jobs)
     timed("train+evaluate", train_all)
 
     def tables_and_figures():

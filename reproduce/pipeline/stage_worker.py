@@ -1,7 +1,7 @@
 """A long-lived child that runs pipeline stages one request after another, so that a run of many
-short stages (the downstream experiment's train + evaluate per method and seed) imports torch,
-transformers and lm-eval once per worker instead of once per stage: about 5 s of CPU a process on
-the 2-core box, a third of a demo-sized training run.
+short stages (the downstream experiment's selections, token sets, and train + evaluate per method
+and seed) imports torch, transformers and lm-eval once per worker instead of once per stage:
+about 2 s of CPU a selection or token set and 5 s a training run on the 2-core box.
 
 `StageWorker` starts `python -m reproduce.pipeline.stage_worker` and sends it one JSON line per
 request, {"argv": [...], "log": PATH}: the stages of `argv` (split at a lone `+`, as `python -m
@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -50,6 +51,29 @@ class StageWorker:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait()
+
+
+class StageWorkers:
+    """The stage workers of the threads that call `run`: one per thread and torch thread count,
+    started on its first request, so that a run of many stages imports each library once per
+    worker. A worker dies with the thread that started it (datamask.processes); `close` ends the
+    rest."""
+
+    def __init__(self):
+        self.mine, self.started = threading.local(), []
+
+    def run(self, argv: list[str], log: Path, threads: int = 1) -> None:
+        workers = self.mine.__dict__.setdefault("workers", {})
+        if threads not in workers:
+            workers[threads] = StageWorker(threads)
+            self.started.append(workers[threads])
+        workers[threads].run(argv, log)
+
+    def close(self) -> None:
+        """End every worker; the next request starts new ones."""
+        for worker in self.started:
+            worker.close()
+        self.mine, self.started = threading.local(), []
 
 
 def serve() -> None:
