@@ -140,6 +140,29 @@ def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared
     (folder / "extra.parquet").unlink()
 
 
+
+def test_a_rerun_on_unchanged_inputs_loads_no_model_and_a_touched_input_does(work, prepared,
+                                                                            embedder, monkeypatch):
+    root, _ = work
+    folder, _ = prepared
+    stamps = [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))]
+
+    def load(self):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(Embedder, "load", load)
+    again = prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
+    assert again["embedded"] == 0 and again["rows"] == sum(f["reused"]
+                                                          for f in again["files"].values())
+    assert [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))] == stamps
+    shard = sorted((root / "fineweb").glob("*.parquet"))[0]
+    shard.touch()  # the same bytes, a new modification time: its rows are checked again
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
+    monkeypatch.undo()
+    assert prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(),
+                   progress=False)["embedded"] == 0
+
 def test_prepare_names_the_file_and_column_of_bad_input(tmp_path, work, embedder):
     table = pq.read_table(sorted((work[0] / "fineweb").glob("*.parquet"))[0])
     bad = tmp_path / "bad.parquet"

@@ -433,7 +433,9 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
     inputs, every shard's columns and values, ids, earlier outputs. Each finished shard is renamed
     into place with the configuration it was made with (rows are reused only from a shard made the
     same way), so an interrupted run resumes where it stopped; the merge task writes prepare.json
-    once every task finished. A run that fails removes the files it created."""
+    once every task finished, with each input's size and modification time as the run found them.
+    A rerun whose every shard was made this way from its input as it is now returns at once,
+    loading no model and starting no executor. A run that fails removes the files it created."""
     check_executor(executor, workers, cluster)
     files = check_inputs(inputs, output)
     check_shards(files, scorer)
@@ -444,6 +446,12 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
     config = {"embedder": embedder.identity, "quality": scorer.name}
     earlier = _manifest(output / MANIFEST)
     check_embedding_model(output, files, embedder, earlier)
+    inputs = dict(zip((f.name for f in files), file_stats(files).values()))
+    if all(_up_to_date(output / f.name, earlier.get(f.name, {}), config, inputs[f.name])
+           for f in files):  # nothing to embed: no model is loaded, no executor started
+        return _summary(output, embedder, scorer, {f.name: {
+            "rows": earlier[f.name]["rows"], "embedded": 0, "reused": earlier[f.name]["rows"]}
+            for f in files})
     embedder.load()  # a static model is distilled here, once every check has passed
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
@@ -457,13 +465,23 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
         work = PrepareShards(shards, str(output.absolute()), embedder, scorer, config, run,
                              earlier, chunk, progress,
                              partial(task_device, executor, gpus, workers, device=embedder.device))
-        merge = WriteManifest(shards, str(output.absolute()), config, run, earlier)
+        merge = WriteManifest(shards, str(output.absolute()), config, run, earlier, inputs)
         jobs = run_then_merge(executor, [work], tasks, [merge], logs, workers, cluster, "prepare")
         if jobs:  # Slurm: submitted; the merge job writes prepare.json
             return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
     records = json.loads((output / MANIFEST).read_text())["files"]
-    counts = {f.name: {k: records[f.name][k] for k in ("rows", "embedded", "reused")}
-              for f in files}
+    return _summary(output, embedder, scorer, {
+        f.name: {k: records[f.name][k] for k in ("rows", "embedded", "reused")} for f in files})
+
+
+def _up_to_date(shard: Path, record: dict, config: dict, input_stats: list) -> bool:
+    """Whether `shard` is whole and was made with `config` from its input as it is now (the
+    input's size and modification time when that run started)."""
+    return (record.get("config") == config and record.get("input") == input_stats
+            and shard.is_file() and pq.read_metadata(shard).num_rows == record["rows"])
+
+
+def _summary(output: Path, embedder: Embedder, scorer: Scorer, counts: dict) -> dict:
     return {"output": str(output), "quality": scorer.name, "embedder": embedder.identity,
             "rows": sum(c["rows"] for c in counts.values()),
             "embedded": sum(c["embedded"] for c in counts.values()), "files": counts}
@@ -520,10 +538,10 @@ class WriteManifest(datatrove_base.PipelineStep):
     type = "🧭 - PREPARE"
 
     def __init__(self, shards: list[str], output: str, config: dict, run_id: str,
-                 earlier: dict):
+                 earlier: dict, inputs: dict):
         super().__init__()
         self.shards, self.output, self.config = shards, output, config
-        self.run_id, self.earlier = run_id, earlier
+        self.run_id, self.earlier, self.inputs = run_id, earlier, inputs
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         records = dict(self.earlier)  # shards of other inputs keep their records
@@ -537,7 +555,8 @@ class WriteManifest(datatrove_base.PipelineStep):
                                 f"since?); delete {Path(self.output) / 'logs'} and rerun")
             embedded = record["embedded"] if record.get("run") == self.run_id else 0
             records[source.name] = {"config": self.config, "rows": rows, "embedded": embedded,
-                                    "reused": rows - embedded}
+                                    "reused": rows - embedded,
+                                    "input": self.inputs[source.name]}  # as the run found it
             self.stat_update("embedded", value=embedded)
         write_json_atomic({"files": records}, Path(self.output) / MANIFEST)
         yield from data or ()
