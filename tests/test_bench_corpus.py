@@ -16,13 +16,12 @@ import pytest
 from reproduce.bench import corpus as bench
 
 DOCUMENTS = 400
-STAGES = ["corpus", "prepare", "select", "tokenizer", "tokenize", "prepare slice, static",
-          "prepare slice, transformer"]
+STAGES = ["corpus", "prepare", "select", "tokenizer", "tokenize", "prepare slice, transformer"]
 
 
 def flags(pool_dir, work, *more):
     return ["--pool", str(pool_dir), "--work", str(work), "--documents", str(DOCUMENTS),
-            "--shard_documents", "150", "--slice", "20", "--workers", "2", *more]
+            "--shard_documents", "150", "--slice", "20", "--workers", "1", *more]
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ flat whatever N. Then the stages a user runs, each as its own `python -m reprodu
 process on the local executor: prepare (the static embedding model, the heuristic quality scorer),
 select (datamask at select's defaults, in blocks of --block_size rows), tokenizer (trained on the
 first shard), tokenize. On a slice of the same corpus (--slice documents) prepare runs again with
-the static model and with the transformer (all-MiniLM-L6-v2, prepare's default), one worker each,
-and the parts of prepare (reading, each embedding, the scorer) are timed in this process on the
-slice's first documents.
+the transformer (all-MiniLM-L6-v2, prepare's default) on one worker, and the parts of prepare
+(reading, each embedding, the scorer) are timed side by side in this process on the slice's
+first documents.
 
 Per stage: wall time, documents/s, peak resident memory (the largest process of the stage's tree,
 from getrusage of the reaped child, and the tree's sum, sampled), bytes of its output; and the
@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask import processes
-from datamask.data import block_count, write_json_atomic, write_table_atomic
+from datamask.data import atomic_output, block_count, write_json_atomic, write_table_atomic
 from datamask.errors import UserError
 from datamask.paths import check_folder_output, remove_temporaries
 
@@ -226,6 +226,32 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+class PeakSampler:
+    """In a thread, every SAMPLE_S: the peak of `tree_rss(pid)`, and `each()` (progress); once
+    more when the `with` ends."""
+
+    def __init__(self, pid: int, each=lambda: None):
+        self.pid, self.each, self.peak = pid, each, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        while True:
+            ended = self.stop.wait(SAMPLE_S)
+            self.peak = max(self.peak, tree_rss(self.pid))
+            self.each()
+            if ended:
+                return
+
+    def __enter__(self) -> "PeakSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def output_bytes(paths: list[Path]) -> int:
     """Bytes of the files under `paths` (its logs included)."""
     total = 0
@@ -268,35 +294,27 @@ def run_stage(stage: Stage, work: Path) -> dict:
     progress = Progress(stage.name, stage.total, COMMAND)
     for item in sorted(before):
         progress.tick(f"{stage.unit} {item} (done before)", worked=False)
-    peak, seen, stop = [0], set(before), threading.Event()
+    seen = set(before)
+
+    def tick_new():
+        for item in sorted(stage.finished() - seen):
+            seen.add(item)
+            progress.tick(f"{stage.unit} {item}")
+
     started = time.perf_counter()
     with open(log, "a") as out:
         child = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def sample():
-        while True:
-            ended = stop.wait(SAMPLE_S)
-            peak[0] = max(peak[0], tree_rss(child.pid))
-            for item in sorted(stage.finished() - seen):
-                seen.add(item)
-                progress.tick(f"{stage.unit} {item}")
-            if ended:
-                return
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - started
-    stop.set()
-    sampler.join()
+    with PeakSampler(child.pid, tick_new) as sampler:
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
     if not stage.items and child.returncode == 0:
         progress.tick(stage.name)
     if child.returncode != 0:
         tail = "".join(log.read_text(errors="replace").splitlines(True)[-5:])
         raise UserError(f"{stage.name}: `{' '.join(cmd[1:])}` failed (exit "
                         f"{child.returncode}); its log {log} ends:\n{tail.rstrip()}")
-    return record(stage, wall, usage.ru_maxrss * 1024, peak[0], resumed)
+    return record(stage, wall, usage.ru_maxrss * 1024, sampler.peak, resumed)
 
 
 def record(stage: Stage, wall: float, largest: int, tree: int, resumed: bool) -> dict:
@@ -417,10 +435,6 @@ def stages(args: argparse.Namespace, work: Path) -> list[Stage]:
                            "--tokenizer", str(tokenizer), "--output", str(tokens), *workers],
               tokens / "summary.json", [tokens], n, completions(tokens / "logs" / "ranks"),
               tokenize_ranks, "rank"),
-        Stage("prepare slice, static", [
-            "prepare", "--input", str(slice_shards), "--output", str(work / "slice-static"),
-            "--embedding_model", "static", *prepare_flags, "--workers", "1"],
-              work / "slice-static" / "prepare.json", [work / "slice-static"], slice_n),
         Stage("prepare slice, transformer", [
             "prepare", "--input", str(slice_shards), "--output", str(work / "slice-transformer"),
             *prepare_flags, "--workers", "1"],
@@ -446,6 +460,7 @@ def done_before(name: str, work: Path, finished: Path, command: str) -> dict | N
 
 
 def keep(name: str, work: Path, result: dict) -> dict:
+    record_path(name, work).parent.mkdir(exist_ok=True)
     write_json_atomic(result, record_path(name, work))
     return result
 
@@ -466,23 +481,14 @@ def run(args: argparse.Namespace) -> None:
     else:
         resumed = (corpus_folder / "fineweb").exists()
         t0 = time.perf_counter()
-        sampled = [0]
-        stop = threading.Event()
-
-        def sample():
-            while not stop.wait(SAMPLE_S):
-                sampled[0] = max(sampled[0], tree_rss(os.getpid()))
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        build_corpus(args.pool, corpus_folder, args.documents, args.shard_documents, args.seed)
-        stop.set()
-        sampler.join()
+        with PeakSampler(os.getpid()) as sampler:
+            build_corpus(args.pool, corpus_folder, args.documents, args.shard_documents,
+                         args.seed)
         largest = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         corpus_stage = Stage("corpus", [], corpus_folder / "corpus.json", [corpus_folder],
                              args.documents)
         results["corpus"] = keep("corpus", work, {
-            **record(corpus_stage, time.perf_counter() - t0, largest, sampled[0], resumed),
+            **record(corpus_stage, time.perf_counter() - t0, largest, sampler.peak, resumed),
             "command": CORPUS_COMMAND})
     summary = json.loads((corpus_folder / "corpus.json").read_text())
 
@@ -499,6 +505,7 @@ def run(args: argparse.Namespace) -> None:
               f"{min(PARTS_DOCUMENTS, slice_n):,} documents", flush=True)
         parts = prepare_parts(slice_texts[:PARTS_DOCUMENTS],
                               work / "slice" / "fineweb" / "00000.parquet")
+        parts_file.parent.mkdir(exist_ok=True)
         write_json_atomic(parts, parts_file)
     load["end"] = os.getloadavg()
 
@@ -515,20 +522,19 @@ def run(args: argparse.Namespace) -> None:
            "tokenize": {k: tokens_summary.get(k) for k in ("documents", "tokens", "tasks")}}
     out["projection"] = projection(out, args)
     text = markdown(out)
-    write_json_atomic(out, work / "results.json")
-    (work / "results.md").write_text(text)
-    if args.results:
-        args.results.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out, args.results / "results.json")
-        (args.results / "results.md").write_text(text)
+    for folder in [work] + ([args.results] if args.results else []):
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out, folder / "results.json")
+        with atomic_output(folder / "results.md") as tmp:
+            Path(tmp).write_text(text)
     print(text, flush=True)
 
 
 def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) \
-        if Path("/proc/cpuinfo").exists() else platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines
+                  if line.startswith("model name")), platform.processor())
     return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
             "system": platform.platform()}
 
@@ -540,8 +546,7 @@ def projection(out: dict, args: argparse.Namespace) -> dict:
     share select kept, and the tokenizer's training once."""
     stages, n = out["stages"], args.project
     ratio = out["select"]["selected"] / out["select"]["rows"]
-    selected = out["tokenize"]["documents"] or out["select"]["selected"]
-    tokenize_rate = selected / stages["tokenize"]["wall_s"]
+    tokenize_rate = out["tokenize"]["documents"] / stages["tokenize"]["wall_s"]
     rows = {
         "prepare (static model, heuristic scorer)": n / stages["prepare"]["documents_per_s"],
         "select (datamask, select's defaults)": n / stages["select"]["documents_per_s"],
