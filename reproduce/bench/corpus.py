@@ -135,16 +135,25 @@ def pool_config(pool: Path) -> dict:
     return json.loads(manifest.read_text())["config"]
 
 
-def build_corpus(pool: Path, folder: Path, documents: int, shard_documents: int,
+def check_corpus(pool: Path, folder: Path, documents: int, shard_documents: int,
                  seed: int) -> dict:
-    """The corpus under folder/fineweb, shard by shard (atomic; finished shards skipped), then
-    corpus.json (its config, counts, and its length quantiles beside the pool's)."""
+    """The corpus's config; a corpus of other settings already in `folder` is refused (its
+    shards would be mixed with or taken for this one's)."""
     config = {"pool": str(pool.absolute()), "pool_config": pool_config(pool),
               "documents": documents, "shard_documents": shard_documents, "seed": seed}
     recorded = folder / "config.json"
     if recorded.exists() and json.loads(recorded.read_text()) != config:
         raise UserError(f"--work {folder.parent}: holds a corpus of other settings "
                         f"({recorded}); give a new --work folder")
+    return config
+
+
+def build_corpus(pool: Path, folder: Path, documents: int, shard_documents: int,
+                 seed: int) -> dict:
+    """The corpus under folder/fineweb, shard by shard (atomic; finished shards skipped), then
+    corpus.json (its config, counts, and its length quantiles beside the pool's)."""
+    config = check_corpus(pool, folder, documents, shard_documents, seed)
+    recorded = folder / "config.json"
     shards = folder / "fineweb"
     shards.mkdir(parents=True, exist_ok=True)
     write_json_atomic(config, recorded)
@@ -405,7 +414,8 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--project must be a positive number of documents, got {args.project}")
     if not args.pool.is_dir():
         raise UserError(f"--pool {args.pool}: no such folder; build one with `make pool`")
-    pool_config(args.pool)
+    check_corpus(args.pool, args.work / "corpus", args.documents, args.shard_documents,
+                 args.seed)
 
 
 def stages(args: argparse.Namespace, work: Path) -> list[Stage]:
