@@ -117,3 +117,12 @@ def test_a_work_folder_that_is_a_file_is_refused_in_one_line(pool, tmp_path, cap
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"--work {work} is a file" in err
     assert work.read_text() == "not a folder"
+
+
+def test_a_work_folder_holding_another_corpus_is_refused_in_one_line(pool, tmp_path, capsys):
+    work = tmp_path / "work"
+    bench.build_corpus(pool[0], work / "corpus", DOCUMENTS, 150, seed=0)
+    assert bench.main(flags(pool[0], work, "--shard_documents", "100")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "holds a corpus of other settings" in err
+    assert not (work / "stages").exists()

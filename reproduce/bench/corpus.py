@@ -58,6 +58,18 @@ PAPER_BLOCK = 1_000_000  # the paper's select block (ALGORITHM.md)
 PARTS_DOCUMENTS = 2_000  # the in-process part timers' documents (the slice's first)
 EMBED_CHUNK = 256  # prepare's rows per embedding call
 SAMPLE_S = 0.5  # how often the stage's process tree is sampled (memory, progress)
+# Runs the stage (argv[2:]) as its child and writes the stage tree's largest peak RSS (KiB) to
+# argv[1]: getrusage(RUSAGE_CHILDREN) of a process this small, because a child's ru_maxrss
+# starts from the RSS of the process it was forked from (Linux keeps it across exec), which in
+# this benchmark's own process holds torch and the pool's text.
+# It dies with this process and the stage with it (datamask.processes), kill -9 included.
+MAXRSS_WRAPPER = ("import os, resource, subprocess, sys\n"
+                  "from datamask import processes\n"
+                  "os.environ[processes.ENVIRONMENT] = str(os.getpid())\n"
+                  "code = subprocess.call(sys.argv[2:])\n"
+                  "open(sys.argv[1], 'w').write(str(resource.getrusage("
+                  "resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+                  "sys.exit(code)")
 CORPUS_COMMAND = "in the benchmark's process (reproduce.bench.corpus.build_corpus)"
 
 
@@ -290,7 +302,7 @@ class Stage:
 
 def run_stage(stage: Stage, work: Path) -> dict:
     """Run the stage's command as a child (it dies with this process, kill -9 included) and
-    measure it: wall time, peak RSS of its largest process (wait4's rusage: the child and the
+    measure it: wall time, peak RSS of its largest process (MAXRSS_WRAPPER: getrusage of the
     children it reaped) and of its tree (sampled), its output's bytes; progress lines as its
     items finish. A stage that fails stops the benchmark with its log's last lines."""
     log = work / "logs" / f"{stage.name}.log"
@@ -298,7 +310,7 @@ def run_stage(stage: Stage, work: Path) -> dict:
     resumed = any(p.exists() for p in stage.outputs)
     cmd = [sys.executable, "-m", "reproduce", *stage.args]
     env = {**os.environ, processes.ENVIRONMENT: str(os.getpid())}
-    print(f"{COMMAND}: {stage.name}: {' '.join(cmd[1:])} (log: {log})", flush=True)
+    print(f"{COMMAND}: {stage.name}: {stage.command} (log: {log})", flush=True)
     before = stage.finished()
     progress = Progress(stage.name, stage.total, COMMAND)
     for item in sorted(before):
@@ -310,20 +322,21 @@ def run_stage(stage: Stage, work: Path) -> dict:
             seen.add(item)
             progress.tick(f"{stage.unit} {item}")
 
+    peak_file = log.with_suffix(".maxrss")
     started = time.perf_counter()
     with open(log, "a") as out:
-        child = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen([sys.executable, "-c", MAXRSS_WRAPPER, str(peak_file), *cmd],
+                                 env=env, stdout=out, stderr=subprocess.STDOUT)
     with PeakSampler(child.pid, tick_new) as sampler:
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
+        child.wait()
         wall = time.perf_counter() - started
     if not stage.items and child.returncode == 0:
         progress.tick(stage.name)
     if child.returncode != 0:
         tail = "".join(log.read_text(errors="replace").splitlines(True)[-5:])
-        raise UserError(f"{stage.name}: `{' '.join(cmd[1:])}` failed (exit "
+        raise UserError(f"{stage.name}: `{stage.command}` failed (exit "
                         f"{child.returncode}); its log {log} ends:\n{tail.rstrip()}")
-    return record(stage, wall, usage.ru_maxrss * 1024, sampler.peak, resumed)
+    return record(stage, wall, int(peak_file.read_text()) * 1024, sampler.peak, resumed)
 
 
 def record(stage: Stage, wall: float, largest: int, tree: int, resumed: bool) -> dict:
