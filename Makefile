@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare bench-static distil clean
+	bench-defaults bench-prepare bench-static bench-corpus distil clean
 
 install: $(STAMP)
 
@@ -97,6 +97,17 @@ bench-prepare: install
 BENCH_STATIC_FLAGS ?=
 bench-static: install
 	$(BIN)/python -m reproduce.bench.static $(BENCH_STATIC_FLAGS)
+
+# a million documents through prepare (static model, heuristic scorer) -> select (datamask, in
+# blocks of the paper's 1M rows) -> tokenize on this node, each stage timed in its own process,
+# and the node-hours for 10^8 documents computed from those rates (docs/benchmarks.md); the corpus
+# is drawn from the pool (`make pool`). A benchmark, hours on 2 cores; a rerun resumes in
+# CORPUS_DIR. BENCH_CORPUS_FLAGS: --documents, --workers, --slice, --block_size, --results DIR.
+CORPUS_DIR ?= runs/bench-corpus
+BENCH_CORPUS_FLAGS ?= --documents 1000000 --workers 2 --slice 20000
+bench-corpus: pool
+	$(BIN)/python -m reproduce.bench.corpus --pool $(POOL_DIR) --work $(CORPUS_DIR) \
+		$(BENCH_CORPUS_FLAGS)
 
 # the static embedding model ahead of time: STATIC_DIR, then prepare --embedding_model static:DIR
 STATIC_DIR ?= runs/static-embedding

@@ -218,10 +218,12 @@ class Progress:
     """A stage's items counted as they finish, one line each (`downstream: STAGE k/N: WHAT (T s
     in; about R left)`), so that a long stage never looks like a hang. The time left is the
     stage's wall time per item it worked on, times the items left; an item finished by an
-    earlier run counts as done and not in the rate."""
+    earlier run counts as done and not in the rate. `command` names who prints (the benchmarks
+    that reuse it give their own)."""
 
-    def __init__(self, stage: str, total: int):
+    def __init__(self, stage: str, total: int, command: str = "downstream"):
         self.stage, self.total, self.done, self.worked = stage, total, 0, 0
+        self.command = command
         self.started, self.lock = time.time(), threading.Lock()
 
     def tick(self, what: str, worked: bool = True) -> None:
@@ -230,7 +232,7 @@ class Progress:
             spent = time.time() - self.started
             left = spent / self.worked * (self.total - self.done) if self.worked else None
             tail = f"; about {duration(left)} left" if left and self.done < self.total else ""
-            print(f"downstream: {self.stage} {self.done}/{self.total}: {what} "
+            print(f"{self.command}: {self.stage} {self.done}/{self.total}: {what} "
                   f"({spent:.0f} s in{tail})", flush=True)
 
 
