@@ -53,7 +53,6 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from datamask import processes
 from datamask.data import atomic_output, check_ratio, write_json_atomic
 from datamask.errors import UserError
 from datamask.options import SEED_MAX
@@ -64,7 +63,7 @@ from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
 
 from ..cli import chain_stages
 from .common import parse_sets
-from .stage_worker import StageWorkers
+from .stage_worker import StageWorkers, child_environment
 
 # label -> selector spec: datamask with each diversity metric at select's defaults, the paper's
 # own settings and the greedy start they begin from, quality-topk, quality-threshold, semdedup,
@@ -192,11 +191,10 @@ def python(*args: str, threads: int = 1, log: Path | None = None) -> None:
     The child dies with this process, kill -9 included (datamask.processes: `python -m
     reproduce` arms itself on start when DATAMASK_DIE_WITH_PARENT names its parent), so a killed
     run leaves nothing behind and a rerun resumes from the stages' finished files."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           processes.ENVIRONMENT: str(os.getpid())}
     cmd = [sys.executable, "-m", *args]
     with open(log, "a") if log else open(os.devnull, "w") as out:
-        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(cmd, env=child_environment(threads), stdout=out,
+                              stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise UserError(f"{' '.join(cmd)} failed (exit {done.returncode}); see {log}")
 

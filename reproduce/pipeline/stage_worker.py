@@ -26,13 +26,19 @@ from datamask import processes
 from datamask.errors import UserError
 
 
+def child_environment(threads: int) -> dict:
+    """This process's environment for a child with `threads` torch threads that dies with this
+    process, kill -9 included (it arms itself on importing datamask.processes)."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            processes.ENVIRONMENT: str(os.getpid())}
+
+
 class StageWorker:
     """One worker child with `threads` torch threads; `run` blocks until its request is done."""
 
     def __init__(self, threads: int = 1):
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               processes.ENVIRONMENT: str(os.getpid())}
-        self.process = subprocess.Popen([sys.executable, "-m", __name__], env=env, text=True,
+        self.process = subprocess.Popen([sys.executable, "-m", __name__],
+                                        env=child_environment(threads), text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def run(self, argv: list[str], log: Path) -> None:
