@@ -83,6 +83,12 @@ def random_blocks(n_rows: int, n_blocks: int, seed: int) -> list[np.ndarray]:
     return np.array_split(np.random.default_rng(seed).permutation(n_rows), n_blocks)
 
 
+def principal_direction(part: np.ndarray) -> np.ndarray:
+    """The unit direction along which `part`'s rows vary most (float64)."""
+    centred = part - part.mean(axis=0)
+    return np.linalg.eigh((centred.T @ centred).astype(np.float64))[1][:, -1]
+
+
 def neighbourhood_blocks(features: np.ndarray, n_blocks: int) -> list[np.ndarray]:
     """`n_blocks` near-equal blocks of neighbouring rows, for coverage objectives learned block by
     block: random blocks each cover a random slice of the whole space, so their union is redundant.
@@ -98,12 +104,56 @@ def neighbourhood_blocks(features: np.ndarray, n_blocks: int) -> list[np.ndarray
             blocks.append(np.sort(rows))
             continue
         part = features[rows]
-        part = part - part.mean(axis=0)
-        direction = np.linalg.eigh((part.T @ part).astype(np.float64))[1][:, -1]
+        direction = principal_direction(part)
         left = len(rows) * (b // 2) // b
-        order = np.argpartition(part @ direction.astype(part.dtype), left)
+        order = np.argpartition((part - part.mean(axis=0)) @ direction.astype(part.dtype), left)
         parts += [(rows[order[left:]], b - b // 2), (rows[order[:left]], b // 2)]
     return blocks
+
+
+@dataclass
+class NeighbourhoodTree:
+    """neighbourhood_blocks' bisection fitted on a sample and kept as cuts, so that rows no one
+    process holds together (a corpus's union of picks) are routed to the same blocks shard by
+    shard: rows on the low side of a cut go to its first child. `cuts[i]` is (direction,
+    threshold, first child, second child); a child >= 0 is a cut's index, -1 - b is block b."""
+
+    cuts: list[tuple[np.ndarray, float, int, int]]
+
+    @classmethod
+    def fit(cls, sample: np.ndarray, n_blocks: int) -> "NeighbourhoodTree":
+        cuts: list = []
+        leaves = iter(range(n_blocks))
+
+        def grow(rows: np.ndarray, b: int) -> int:
+            if b == 1:
+                return -1 - next(leaves)
+            part = sample[rows].astype(np.float64)
+            direction = (principal_direction(part) if len(rows) > 1
+                         else np.eye(sample.shape[1])[0])
+            projection = part @ direction
+            left = len(rows) * (b // 2) // b
+            ordered = np.sort(projection)  # cut midway in the gap at the quantile
+            threshold = float(ordered[max(left - 1, 0):left + 1].mean()) if len(rows) else 0.0
+            cuts.append(None)
+            at = len(cuts) - 1
+            low = projection < threshold
+            cuts[at] = (direction, threshold, grow(rows[low], b // 2), grow(rows[~low], b - b // 2))
+            return at
+
+        grow(np.arange(len(sample)), n_blocks)
+        return cls(cuts)
+
+    def route(self, features: np.ndarray) -> np.ndarray:
+        """Each row's block (int64), one matrix-vector product per cut."""
+        node = np.zeros(len(features), np.int64)
+        if not self.cuts:
+            return node
+        for at, (direction, threshold, low, high) in enumerate(self.cuts):
+            mine = np.flatnonzero(node == at)
+            node[mine] = np.where(features[mine].astype(np.float64) @ direction < threshold,
+                                  low, high)
+        return -1 - node
 
 
 def check_column_names(id_column: str, quality_column: str, feature_column: str) -> None:

@@ -68,7 +68,8 @@ def cmd_select(args) -> None:
 
     _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
                       args.block_size, args.seed, args.executor, args.workers,
-                      cluster_flags(args), args.stratify, args.strata_from))
+                      cluster_flags(args), args.stratify, args.strata_from, args.merge_ratio,
+                      args.merge_rows, args.merge_partition))
 
 
 def cmd_methods(args) -> None:
@@ -206,6 +207,17 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--strata_from", nargs="+", metavar="DIR",
                    help="FineWeb shards (files or folders) holding the --stratify column, looked "
                         "up by id; needed when the prepared shards lack it")
+    p.add_argument("--merge_ratio", type=float, default=0.0,
+                   help="a second round across the blocks: each block selects this share of "
+                        "its rows, then the union of their picks selects the budget; above "
+                        "--select_ratio, 0 for none (docs/select.md#a-merge-round-across-blocks)"
+                        " (default: %(default)s)")
+    p.add_argument("--merge_rows", type=NON_NEGATIVE, default=0,
+                   help="rows per part of the merge round, 0 for the block size "
+                        "(default: %(default)s)")
+    p.add_argument("--merge_partition", default="neighbourhood",
+                   help="how the union is cut into parts: neighbourhood (near rows together) or "
+                        "random (default: %(default)s)")
     add_executor_flags(p, "blocks")
     p.set_defaults(func=cmd_select)
 

@@ -305,16 +305,23 @@ def last_error(executor, rank: int) -> str:
 
 
 def run_then_merge(kind: str, steps: list, tasks: int, merge: list, logs: Path, workers: int,
-                   cluster: dict | None, stage: str, unit: str = "task") -> dict | None:
+                   cluster: dict | None, stage: str, unit: str = "task",
+                   then: list[tuple[list, int, str]] = ()) -> dict | None:
     """`tasks` tasks of `steps` (logs under logs/<unit>s, markers included: a rerun skips the
-    finished ones), then one task of `merge` (logs/merge). On Slurm both are submitted, the
-    merge as a job that starts once every task succeeded (afterok), and the job ids returned;
-    elsewhere None once the merge has run. A task that still fails after datatrove's retries
-    stops the stage with its log's last error line."""
-    work = make_executor(kind, steps, tasks, logs / f"{unit}s", min(workers, tasks),
-                         cluster=cluster, job_name=f"datamask-{stage}")
-    if kind == "slurm":  # the merge waits in Slurm's queue for the tasks' job array
-        merging = make_executor(kind, merge, 1, logs / "merge", 1, depends=work,
+    finished ones), then each round of `then` ((steps, tasks, unit), in order, logged the same
+    way), then one task of `merge` (logs/merge). On Slurm every round and the merge are
+    submitted, each as a job that starts once the one before succeeded (afterok), and the job ids
+    returned; elsewhere None once the merge has run. A task that still fails after datatrove's
+    retries stops the stage with its log's last error line."""
+    rounds = [(steps, tasks, unit), *then]
+    works = []
+    for round_steps, round_tasks, round_unit in rounds:  # on Slurm each waits for the one before
+        works.append(make_executor(
+            kind, round_steps, round_tasks, logs / f"{round_unit}s", min(workers, round_tasks),
+            depends=works[-1] if works and kind == "slurm" else None, cluster=cluster,
+            job_name=f"datamask-{stage}" + (f"-{round_unit}s" if works else "")))
+    if kind == "slurm":
+        merging = make_executor(kind, merge, 1, logs / "merge", 1, depends=works[-1],
                                 skip_completed=False, cluster=cluster,
                                 job_name=f"datamask-{stage}-merge")
         try:
@@ -322,14 +329,16 @@ def run_then_merge(kind: str, steps: list, tasks: int, merge: list, logs: Path, 
         except subprocess.CalledProcessError as err:
             raise UserError(f"--executor slurm: sbatch refused the job (exit {err.returncode}; "
                             f"its message is above)") from None
-        return {"tasks_job": work.job_id, "merge_job": merging.job_id}
+        later = {"round_jobs": [w.job_id for w in works[1:]]} if then else {}
+        return {"tasks_job": works[0].job_id, **later, "merge_job": merging.job_id}
     # here, not through datatrove's depends=, which polls every 2 minutes, forever, for a task
     # that failed
-    work.run()
-    failed = work.get_incomplete_ranks(range(tasks))
-    if failed:
-        raise UserError(f"--executor {kind}: {unit}s {failed[:10]} did not finish; {unit} "
-                        f"{failed[0]}'s log ends: {last_error(work, failed[0])}")
+    for work, (_, round_tasks, round_unit) in zip(works, rounds):
+        work.run()
+        failed = work.get_incomplete_ranks(range(round_tasks))
+        if failed:
+            raise UserError(f"--executor {kind}: {round_unit}s {failed[:10]} did not finish; "
+                            f"{round_unit} {failed[0]}'s log ends: {last_error(work, failed[0])}")
     make_executor(kind, merge, 1, logs / "merge", 1, skip_completed=False, cluster=cluster,
                   job_name=f"datamask-{stage}-merge").run()
     return None

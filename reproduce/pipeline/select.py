@@ -12,6 +12,17 @@ cluster), and one more task merges the blocks into a selection keyed by id. File
 A re-run with the same configuration and unchanged prepared files skips finished blocks
 (datatrove's completions); anything else clears them first.
 
+--merge_ratio R adds a second round across the blocks (GreeDi, Mirzasoleiman et al. 2013): each
+block selects R of its rows instead of select_ratio; one planning task cuts the union of those
+picks into parts of about --merge_rows rows (the block size unless given), neighbours together
+(principal-direction cuts fitted on a sample of the union, so near-copies from different blocks
+meet) or at random (--merge_partition); each part selects its share of the same count one round
+would select, on the same executor, resumable the same way. Files added:
+  union_plan.parquet  chunk_id -> union part of every pick, and each part's budget
+  unions/NNNNN.*      one part's selection and summary, as blocks/
+and selection.parquet's `union` column (-1 for rows the blocks did not pick); `selected` and
+`score` then come from the merge round.
+
 --stratify COLUMN splits the whole input's budget k = budget(select_ratio, N) over COLUMN's values
 by largest remainder (datamask.stratify), then each stratum's part over the blocks by largest
 remainder on its rows in each block; a block selects per stratum with those budgets. So the
@@ -35,6 +46,7 @@ from datamask.data import (
     FEATURE_COLUMN,
     ID_COLUMN,
     QUALITY_COLUMN,
+    NeighbourhoodTree,
     block_count,
     budget,
     check_unique_ids,
@@ -68,6 +80,11 @@ def selector_params(name: str, params: dict) -> dict:
 
 
 PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
+UNION_PLAN = "union_plan.parquet"
+PARTITIONS = ("neighbourhood", "random")  # how the merge round cuts the union of the picks
+# union rows the neighbourhood cuts are fitted on: the planning task holds this many rows'
+# features whatever the union's size
+TREE_SAMPLE = 50_000
 
 
 def check_prepared(files: list[Path]) -> int:
@@ -87,62 +104,58 @@ def check_prepared(files: list[Path]) -> int:
     return rows
 
 
+def prepared_rows(prepared: list[str], wanted: np.ndarray):
+    """The rows of `wanted` ids as a core Dataset, in prepared-file then row order."""
+    from datamask.data import Dataset
+
+    parts = []
+    for path in prepared:
+        data = read_dataset([path])
+        keep = np.isin(data.ids, wanted)
+        parts.append(Dataset(data.ids[keep], data.quality[keep], data.features[keep]))
+    return Dataset(np.concatenate([p.ids for p in parts]),
+                   np.concatenate([p.quality for p in parts]),
+                   np.ascontiguousarray(np.concatenate([p.features for p in parts])))
+
+
 class SelectBlocks(datatrove_base.PipelineStep):
-    """One task = one block: read the block's rows from the prepared shards, select, write."""
+    """One task = one block of a plan (the first round's blocks, or the merge round's parts of
+    the union): read its rows from the prepared shards, select its budget, write. The budget is
+    the plan's `budgets` entry where it has one, else select_ratio of the block's rows."""
 
     name = "select a block"
     type = "🎯 - SELECT"
 
     def __init__(self, prepared: list[str], plan: str, output: str, method: str, params: dict,
-                 select_ratio: float, stratify: str | None = None):
+                 select_ratio: float, stratify: str | None = None, group: str = "block"):
         super().__init__()
         self.prepared, self.plan, self.output = prepared, plan, output
         self.method, self.params, self.select_ratio = method, params, select_ratio
-        self.stratify = stratify
-
-    def block_rows(self, block: int):
-        """The block's rows as a core Dataset, in prepared-file then row order."""
-        from datamask.data import Dataset
-
-        plan = pq.read_table(self.plan)
-        wanted = plan.column(ID_COLUMN).to_numpy()[plan.column("block").to_numpy() == block]
-        parts = []
-        for path in self.prepared:
-            data = read_dataset([path])
-            keep = np.isin(data.ids, wanted)
-            if keep.any():
-                parts.append(Dataset(data.ids[keep], data.quality[keep], data.features[keep]))
-        return Dataset(np.concatenate([p.ids for p in parts]),
-                       np.concatenate([p.quality for p in parts]),
-                       np.ascontiguousarray(np.concatenate([p.features for p in parts])))
-
-    def block_strata(self, ids: np.ndarray) -> np.ndarray:
-        """The plan's stratum of each of `ids`."""
-        plan = pq.read_table(self.plan, columns=[ID_COLUMN, "stratum"])
-        planned = plan.column(ID_COLUMN).to_numpy()
-        order = np.argsort(planned)
-        where = order[np.searchsorted(planned, ids, sorter=order)]
-        return plan_strata(plan)[where]
+        self.stratify, self.group = stratify, group
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         from datamask.selectors import make_selector
 
-        metadata = pq.read_schema(self.plan).metadata
+        plan = pq.read_table(self.plan)
+        metadata = plan.schema.metadata
         n_blocks = int(metadata[b"n_blocks"])
+        budgets = json.loads(metadata[b"budgets"]) if b"budgets" in metadata else None
+        ids, groups = plan.column(ID_COLUMN).to_numpy(), plan.column(self.group).to_numpy()
         for block in range(rank, n_blocks, world_size):
-            rows = self.block_rows(block)
-            with self.track_time("block"):
+            rows = prepared_rows(self.prepared, ids[groups == block])
+            with self.track_time(self.group):
                 selector = make_selector(self.method, **self.params)
                 if self.stratify:
-                    plan = json.loads(metadata[b"strata"])
-                    budgets = dict(zip(plan["values"], np.asarray(plan["budgets"])[:, block]))
-                    selection = select_stratified(selector, rows, self.block_strata(rows.ids),
-                                                  self.select_ratio, self.stratify, budgets)
+                    strata = json.loads(metadata[b"strata"])
+                    share = dict(zip(strata["values"], np.asarray(strata["budgets"])[:, block]))
+                    selection = select_stratified(selector, rows, rows_strata(plan, rows.ids),
+                                                  self.select_ratio, self.stratify, share)
                 else:
-                    selection = selector.select(rows, self.select_ratio)
-            out = Path(self.output) / "blocks"
+                    k = budgets[block] if budgets else budget(self.select_ratio, len(rows))
+                    selection = select_count(selector, rows, k, self.select_ratio)
+            out = Path(self.output) / f"{self.group}s"
             selection.write(out / f"{block:05d}.parquet", ID_COLUMN)
-            summary = {"block": block, "rows": len(rows),
+            summary = {self.group: block, "rows": len(rows),
                        "selected": int(selection.selected.sum()),
                        "wall_time_s": selection.wall_time_s, **selection.run}
             if self.stratify:  # the learner's run fields are per stratum
@@ -153,8 +166,99 @@ class SelectBlocks(datatrove_base.PipelineStep):
         yield from data or ()
 
 
+def select_count(selector, rows, k: int, select_ratio: float):
+    """`selector`'s k of `rows`; none or all without running it where there is nothing to choose
+    (a part of the union can hold fewer rows than its budget needs to leave a choice)."""
+    from datamask.selectors import Selection
+
+    if 0 < k < len(rows):
+        return selector.select(rows, k / len(rows))  # budget(k / n, n) == k
+    return Selection(selector.name, rows.ids, np.full(len(rows), k == len(rows)),
+                     np.zeros(len(rows), np.float32),
+                     {**selector.params, "select_ratio": select_ratio}, 0.0)
+
+
+class PlanUnion(datatrove_base.PipelineStep):
+    """One task between the rounds: the union of the blocks' picks cut into the merge round's
+    parts, neighbours together (cuts fitted on a sample of the union, then every pick routed shard
+    by shard) or at random, and each part's budget: the whole selection's count, per stratum with
+    --stratify, split over the parts by largest remainder on their union rows."""
+
+    name = "plan the merge round"
+    type = "🎯 - SELECT"
+
+    def __init__(self, prepared: list[str], plan: str, output: str, parts: int, partition: str,
+                 seed: int, select_ratio: float, stratify: str | None = None):
+        super().__init__()
+        self.prepared, self.plan, self.output = prepared, plan, output
+        self.parts, self.partition, self.seed = parts, partition, seed
+        self.select_ratio, self.stratify = select_ratio, stratify
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        out = Path(self.output)
+        plan = pq.read_table(self.plan)
+        metadata = plan.schema.metadata
+        picks = read_round(out / "blocks", int(metadata[b"n_blocks"]), "block")
+        union = np.sort(picks.filter(picks.column("selected")).column(ID_COLUMN).to_numpy())
+        part = self.cut(union)
+        table = pa.table({ID_COLUMN: pa.array(union, pa.int64()), "union": pa.array(part)})
+        budgets = {"n_blocks": str(self.parts)}
+        if self.stratify:
+            strata = rows_strata(plan, union)
+            table = table.append_column("stratum", pa.array(strata))
+            final = json.loads(metadata[b"final_strata"])
+            budgets["strata"] = json.dumps({"values": final["values"], "budgets": [
+                split(total, np.bincount(part[strata == value], minlength=self.parts))
+                for value, total in zip(final["values"], np.sum(final["budgets"], axis=1))]})
+        else:
+            blocks = np.bincount(plan.column("block").to_numpy())
+            k = sum(budget(self.select_ratio, int(n)) for n in blocks)
+            budgets["budgets"] = json.dumps(split(k, np.bincount(part, minlength=self.parts)))
+        write_table_atomic(table.replace_schema_metadata(budgets), out / UNION_PLAN)
+        yield from data or ()
+
+    def cut(self, union: np.ndarray) -> np.ndarray:
+        """Each union id's part (int32)."""
+        part = np.empty(len(union), np.int32)
+        if self.partition == "random":
+            for index, rows in enumerate(random_blocks(len(union), self.parts, self.seed)):
+                part[rows] = index
+            return part
+        rng = np.random.default_rng(self.seed)
+        sample = union[rng.choice(len(union), min(TREE_SAMPLE, len(union)), replace=False)]
+        tree = NeighbourhoodTree.fit(prepared_rows(self.prepared, sample).features, self.parts)
+        for path in self.prepared:
+            data = read_dataset([path])
+            keep = np.isin(data.ids, union)
+            part[np.searchsorted(union, data.ids[keep])] = tree.route(data.features[keep])
+        return part
+
+
+def split(total: int, sizes: np.ndarray) -> list[int]:
+    """largest_remainder, with nothing to split over parts that hold no rows."""
+    return largest_remainder(total, sizes).tolist() if total else [0] * len(sizes)
+
+
+def read_round(folder: Path, n_blocks: int, group: str) -> pa.Table:
+    """Every block's selection of one round, with its block number in column `group`."""
+    tables = []
+    for block in range(n_blocks):
+        path = folder / f"{block:05d}.parquet"
+        if not path.exists():
+            raise UserError(f"{path}: {group} {block} has no selection; its task did not finish")
+        tables.append(pq.read_table(path).append_column(
+            group, pa.array(np.full(pq.read_metadata(path).num_rows, block, np.int32))))
+    return pa.concat_tables(tables)
+
+
+def round_times(folder: Path, n_blocks: int) -> list[float]:
+    return [json.loads((folder / f"{b:05d}.json").read_text())["wall_time_s"]
+            for b in range(n_blocks)]
+
+
 class MergeBlocks(datatrove_base.PipelineStep):
-    """One task: join the blocks into selection.parquet, checking every planned id appears once."""
+    """One task: join the blocks into selection.parquet, checking every planned id appears once;
+    after a merge round, the union's parts decide which of the blocks' picks stay selected."""
 
     name = "merge block selections"
     type = "🎯 - SELECT"
@@ -167,15 +271,8 @@ class MergeBlocks(datatrove_base.PipelineStep):
         out = Path(self.output)
         plan = pq.read_table(self.plan)
         n_blocks = int(plan.schema.metadata[b"n_blocks"])
-        tables, timings = [], []
-        for block in range(n_blocks):
-            path = out / "blocks" / f"{block:05d}.parquet"
-            if not path.exists():
-                raise UserError(f"{path}: block {block} has no selection; its task did not finish")
-            tables.append(pq.read_table(path).append_column(
-                "block", pa.array(np.full(pq.read_metadata(path).num_rows, block, np.int32))))
-            timings.append(json.loads(path.with_suffix(".json").read_text()))
-        merged = pa.concat_tables(tables)
+        merged = read_round(out / "blocks", n_blocks, "block")
+        times = round_times(out / "blocks", n_blocks)
         planned = plan.column(ID_COLUMN).to_numpy()
         got = merged.column(ID_COLUMN).to_numpy()
         if len(got) != len(planned) or not np.array_equal(np.sort(got), np.sort(planned)):
@@ -185,15 +282,17 @@ class MergeBlocks(datatrove_base.PipelineStep):
         # back to prepared order, with FineWeb's string id beside the int64 one
         prepared = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"])
                                      for p in self.prepared])
-        position = {cid: i for i, cid in enumerate(got.tolist())}
-        order = np.array([position[c] for c in prepared.column(ID_COLUMN).to_pylist()])
-        merged = merged.take(pa.array(order))
-        table = pa.table({ID_COLUMN: merged.column(ID_COLUMN), "id": prepared.column("id"),
-                          "selected": merged.column("selected"), "score": merged.column("score"),
-                          "block": merged.column("block")})
+        order = np.argsort(got)
+        merged = merged.take(pa.array(order[np.searchsorted(
+            got, prepared.column(ID_COLUMN).to_numpy(), sorter=order)]))
+        columns = {ID_COLUMN: merged.column(ID_COLUMN), "id": prepared.column("id"),
+                   "selected": merged.column("selected"), "score": merged.column("score"),
+                   "block": merged.column("block")}
+        if self.summary.get("merge_ratio"):
+            columns.update(self.merge_round(out, columns[ID_COLUMN].to_numpy()))
+        table = pa.table(columns)
         write_table_atomic(table, out / "selection.parquet")
         selected = int(pc.sum(table.column("selected")).as_py())
-        times = [t["wall_time_s"] for t in timings]
         if "stratum" in plan.column_names:  # the plan lists rows in prepared order, as `table`
             values, labels, sizes = strata_of(plan_strata(plan))
             chosen = np.bincount(labels, weights=table.column("selected").to_numpy(),
@@ -207,6 +306,39 @@ class MergeBlocks(datatrove_base.PipelineStep):
                            "output": str(out / "selection.parquet")}, out / "summary.json")
         self.stat_update("selected", value=selected)
         yield from data or ()
+
+    def merge_round(self, out: Path, ids: np.ndarray) -> dict:
+        """The merge round's columns over `ids` (prepared order): selected and score from the
+        union's parts (rows outside the union are not selected), `union` the part (-1 outside);
+        the round's counts and times go to the summary."""
+        plan = pq.read_table(out / UNION_PLAN)
+        parts = int(plan.schema.metadata[b"n_blocks"])
+        chosen = read_round(out / "unions", parts, "union")
+        union = plan.column(ID_COLUMN).to_numpy()
+        got = chosen.column(ID_COLUMN).to_numpy()
+        if len(got) != len(union) or not np.array_equal(np.sort(got), union):
+            raise UserError(f"{out}: the merge round's parts hold {len(got)} rows for the "
+                            f"union's {len(union)}; rerun the select stage")
+        order = np.argsort(ids)
+        at = order[np.searchsorted(ids, got, sorter=order)]
+        selected = np.zeros(len(ids), bool)
+        selected[at] = chosen.column("selected").to_numpy()
+        score = np.zeros(len(ids), np.float32)
+        score[at] = chosen.column("score").to_numpy()
+        part = np.full(len(ids), -1, np.int32)
+        part[at] = chosen.column("union").to_numpy()
+        times = round_times(out / "unions", parts)
+        self.summary.update({"union_rows": len(union), "unions": parts,
+                             "merge_selector_time_s": round(sum(times), 3),
+                             "slowest_union_s": round(max(times), 3)})
+        return {"selected": pa.array(selected), "score": pa.array(score), "union": pa.array(part)}
+
+
+def rows_strata(plan: pa.Table, ids: np.ndarray) -> np.ndarray:
+    """The plan's stratum of each of `ids`."""
+    planned = plan.column(ID_COLUMN).to_numpy()
+    order = np.argsort(planned)
+    return plan_strata(plan)[order[np.searchsorted(planned, ids, sorter=order)]]
 
 
 def plan_strata(plan: pa.Table) -> np.ndarray:
@@ -229,9 +361,12 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
 
 
 def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
-               strata: np.ndarray | None = None, select_ratio: float = 0.0) -> None:
+               strata: np.ndarray | None = None, select_ratio: float = 0.0,
+               merge_ratio: float = 0.0) -> None:
     """Assign every prepared row to a block: a seeded permutation cut into near-equal parts; with
-    `strata` (one value per prepared row) each row's stratum and every block's stratum budgets."""
+    `strata` (one value per prepared row) each row's stratum and every block's stratum budgets
+    (before a merge round, the larger of select_ratio's and merge_ratio's, and select_ratio's
+    kept as `final_strata` for the merge round)."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
@@ -242,8 +377,13 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
     metadata = {"n_blocks": str(n_blocks)}
     if strata is not None:
         table = table.append_column("stratum", pa.array(strata))
-        metadata["strata"] = json.dumps(stratified_budgets(strata, block, n_blocks,
-                                                           select_ratio))
+        final = stratified_budgets(strata, block, n_blocks, select_ratio)
+        metadata["strata"] = json.dumps(final)
+        if merge_ratio:  # the blocks keep more of each stratum; the merge round keeps `final`
+            wider = stratified_budgets(strata, block, n_blocks, merge_ratio)["budgets"]
+            metadata["strata"] = json.dumps({"values": final["values"], "budgets": np.maximum(
+                wider, final["budgets"]).tolist()})
+            metadata["final_strata"] = json.dumps(final)
     write_table_atomic(table.replace_schema_metadata(metadata), path)
 
 
@@ -277,13 +417,16 @@ def read_strata(files: list[Path], column: str, strata_from: list[str] | None) -
 def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: float,
                block_size: int = 0, seed: int = 0, executor: str = "local", workers: int = 1,
                cluster: dict | None = None, stratify: str | None = None,
-               strata_from: list[str] | None = None) -> dict:
-    """Plan the blocks, run them as executor tasks, merge; returns summary.json's content
-    (for Slurm, which returns at submission, the submission instead)."""
+               strata_from: list[str] | None = None, merge_ratio: float = 0.0,
+               merge_rows: int = 0, merge_partition: str = "neighbourhood") -> dict:
+    """Plan the blocks, run them as executor tasks (then the merge round's, with merge_ratio),
+    merge; returns summary.json's content (for Slurm, which returns at submission, the
+    submission instead)."""
     check_executor(executor, workers, cluster)
     if block_size < 0:
         raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
                         f"{block_size}")
+    check_merge(select_ratio, merge_ratio, merge_rows, merge_partition)
     name, params = parse_method(method_spec)
     params = selector_params(name, params)
     files = parquet_files(inputs)
@@ -296,44 +439,82 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     if strata_from and not stratify:
         raise UserError("--strata_from names where the --stratify column is; give --stratify")
     strata = read_strata(files, stratify, strata_from) if stratify else None
+    merge = {"merge_ratio": merge_ratio, "merge_rows": merge_rows or block_size,
+             "merge_partition": merge_partition} if merge_ratio and n_blocks > 1 else {}
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster, stratify, strata,
-                           strata_from)
+                           strata_from, merge)
+
+
+def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
+                merge_partition: str) -> None:
+    if merge_ratio and not select_ratio < merge_ratio <= 1:
+        raise UserError(f"--merge_ratio {merge_ratio}: must be above --select_ratio "
+                        f"{select_ratio} (each block keeps more than its share, for the merge "
+                        f"round to choose from) and at most 1")
+    if merge_rows and not merge_ratio:
+        raise UserError("--merge_rows sizes the merge round's parts; give --merge_ratio too")
+    if merge_partition not in PARTITIONS:
+        raise UserError(f"--merge_partition must be one of {', '.join(PARTITIONS)}, got "
+                        f"{merge_partition!r}")
 
 
 def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, params: dict,
                 select_ratio: float, block_size: int, seed: int, executor: str, workers: int,
                 n_blocks: int, cluster: dict | None, stratify: str | None = None,
-                strata: np.ndarray | None = None, strata_from: list[str] | None = None) -> dict:
-    """The work of run_select once everything is checked: plan, blocks, merge."""
+                strata: np.ndarray | None = None, strata_from: list[str] | None = None,
+                merge: dict | None = None) -> dict:
+    """The work of run_select once everything is checked: plan, blocks, the merge round where
+    `merge` holds its flags, merge."""
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
     output.mkdir(parents=True, exist_ok=True)
+    merge = merge or {}
     config = {"method": name, "params": params, "select_ratio": select_ratio,
-              "block_size": block_size, "seed": seed, "inputs": file_stats(files)}
+              "block_size": block_size, "seed": seed, "inputs": file_stats(files), **merge}
     if stratify:
         config["stratify"] = stratify
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
     start_or_resume(output / "config.json", config, [
-        output / name for name in ("blocks", "logs", "plan.parquet", "selection.parquet",
-                                   "summary.json")])
+        output / name for name in ("blocks", "unions", "logs", "plan.parquet", UNION_PLAN,
+                                   "selection.parquet", "summary.json")])
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
-    write_plan(files, plan, n_blocks, seed, strata, select_ratio)
+    first_ratio = merge.get("merge_ratio", select_ratio)
+    write_plan(files, plan, n_blocks, seed, strata, select_ratio, merge.get("merge_ratio", 0.0))
 
     # absolute paths: cluster workers do not start in this folder
     prepared = [str(f.absolute()) for f in files]
     plan, output = plan.absolute(), output.absolute()
     summary = {"method": method_spec, "selector": name, "params": params,
-               "select_ratio": select_ratio, "executor": executor, "started_at": time.time()}
+               "select_ratio": select_ratio, "executor": executor, "started_at": time.time(),
+               **merge}
     if stratify:
         summary["stratify"] = stratify
-    blocks = [SelectBlocks(prepared, str(plan), str(output), name, params, select_ratio, stratify)]
-    merge = [MergeBlocks(prepared, str(plan), str(output), summary)]
-    jobs = run_then_merge(executor, blocks, n_blocks, merge, output / "logs", workers, cluster,
-                          "select", unit="block")
+    blocks = [SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio, stratify)]
+    then = []
+    if merge:
+        (output / "unions").mkdir(exist_ok=True)
+        parts = block_count(union_rows(plan, first_ratio), merge["merge_rows"])
+        then = [([PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
+                            seed, select_ratio, stratify)], 1, "union_plan"),
+                ([SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
+                               select_ratio, stratify, group="union")], parts, "union")]
+    merging = [MergeBlocks(prepared, str(plan), str(output), summary)]
+    jobs = run_then_merge(executor, blocks, n_blocks, merging, output / "logs", workers, cluster,
+                          "select", unit="block", then=then)
     if jobs:  # Slurm: submitted; the merge job writes the selection
         return {"submitted": True, "blocks": n_blocks, "blocks_job": jobs["tasks_job"],
+                **({"merge_round_jobs": jobs["round_jobs"]} if merge else {}),
                 "merge_job": jobs["merge_job"], "output": str(output)}
     return json.loads((output / "summary.json").read_text())
+
+
+def union_rows(plan: Path, first_ratio: float) -> int:
+    """How many rows the blocks pick in all, so the merge round's task count is known before
+    they run (a Slurm job array is sized at submission)."""
+    table = pq.read_table(plan)
+    if b"strata" in table.schema.metadata:
+        return int(np.sum(json.loads(table.schema.metadata[b"strata"])["budgets"]))
+    return sum(budget(first_ratio, int(n)) for n in np.bincount(table.column("block").to_numpy()))

@@ -1,0 +1,173 @@
+"""select's merge round across blocks (--merge_ratio): the count, ids and strata it keeps, the
+near-copies it meets, its rerun after a killed task, and its refusals."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_shard
+
+from datamask.data import Dataset, NeighbourhoodTree, budget, neighbourhood_blocks
+from datamask.errors import UserError
+from datamask.stratify import stratum_budgets
+from reproduce.pipeline.select import UNION_PLAN, run_select
+
+RATIO, BLOCK = 0.1, 110
+
+
+def planted_rows(n: int = 400, copies: int = 40, dim: int = 8, seed: int = 0):
+    """Clustered unit rows and `copies` near-copies of some of them (noise 0.01, unit length,
+    quality copied) appended with new ids: (data, original ids, copy ids)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((20, dim))
+    features = centres[rng.integers(0, 20, n)] + 0.5 * rng.standard_normal((n, dim))
+    source = rng.choice(n, copies, replace=False)
+    features = np.concatenate([features,
+                               features[source] + 0.01 * rng.standard_normal((copies, dim))])
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    quality = rng.uniform(0, 1, n)
+    data = Dataset(np.arange(n + copies, dtype=np.int64) + 100,
+                   np.concatenate([quality, quality[source]]).astype(np.float32),
+                   features.astype(np.float32))
+    return data, source + 100, np.arange(n, n + copies) + 100
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """The planted rows as two prepared shards, with a `domain` column for --stratify."""
+    root = tmp_path_factory.mktemp("merge")
+    data, originals, copies = planted_rows()
+    domain = np.random.default_rng(1).choice(["news", "docs", "forum"], len(data),
+                                             p=[0.6, 0.3, 0.1])
+    paths = []
+    for index, rows in enumerate((slice(0, 220), slice(220, None))):
+        part = Dataset(data.ids[rows], data.quality[rows], data.features[rows])
+        paths.append(str(write_shard(
+            root / f"{index:02d}.parquet", part, domain=pa.array(domain[rows]),
+            id=pa.array([f"doc-{i}" for i in part.ids]))))
+    return paths, originals, copies, domain
+
+
+def chosen(summary: dict) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    table = pq.read_table(summary["output"])
+    return (table.column("chunk_id").to_numpy(),
+            table.column("selected").to_numpy(zero_copy_only=False), table)
+
+
+def pairs_kept(ids, selected, originals, copies) -> int:
+    picked = set(ids[selected].tolist())
+    return sum(a in picked and b in picked for a, b in zip(originals, copies))
+
+
+@pytest.mark.parametrize("merge_rows, partition", [(0, "neighbourhood"), (30, "neighbourhood"),
+                                                   (30, "random")])
+def test_merge_round_selects_the_one_round_count_from_the_blocks_picks(shards, tmp_path,
+                                                                       merge_rows, partition):
+    paths, *_ = shards
+    one = run_select(paths, tmp_path / "one", "facility-greedy", RATIO, block_size=BLOCK)
+    two = run_select(paths, tmp_path / "two", "facility-greedy", RATIO, block_size=BLOCK,
+                     merge_ratio=0.25, merge_rows=merge_rows, merge_partition=partition)
+    ids, selected, table = chosen(two)
+    one_ids, one_selected, _ = chosen(one)
+    assert np.array_equal(ids, one_ids) and len(np.unique(ids)) == 440
+    assert selected.sum() == one_selected.sum() == two["selected"]
+    union = table.column("union").to_numpy()
+    plan = pq.read_table(tmp_path / "two" / UNION_PLAN)
+    assert (union >= 0).sum() == two["union_rows"] == plan.num_rows
+    assert two["union_rows"] == 4 * budget(0.25, BLOCK) == 112
+    assert not selected[union < 0].any()  # the merge round chooses among the blocks' picks
+    assert two["unions"] == (2 if merge_rows == 0 else 4)  # parts of at most the block size
+    assert sorted(np.unique(union[union >= 0])) == list(range(two["unions"]))
+
+
+def test_neighbourhood_merge_meets_the_near_copies_the_blocks_kept(shards, tmp_path):
+    """Facility gains nothing from a second near-copy, but a block never sees the copy in
+    another block: one round keeps planted pairs whose rows sit in different blocks; a merge
+    round whose parts hold neighbours together keeps none."""
+    paths, originals, copies, _ = shards
+    one = run_select(paths, tmp_path / "one", "facility-greedy", RATIO, block_size=60)
+    two = run_select(paths, tmp_path / "two", "facility-greedy", RATIO, block_size=60,
+                     merge_ratio=0.3, merge_rows=60)
+    assert two["unions"] > 1
+    assert pairs_kept(*chosen(one)[:2], originals, copies) > 0
+    assert pairs_kept(*chosen(two)[:2], originals, copies) == 0
+
+
+def test_merge_round_keeps_the_strata_shares_to_the_row(shards, tmp_path):
+    paths, _, _, domain = shards
+    summary = run_select(paths, tmp_path / "s", "quality-topk", RATIO, block_size=BLOCK,
+                         stratify="domain", merge_ratio=0.3, merge_rows=40)
+    ids, selected, _ = chosen(summary)
+    expected = stratum_budgets(domain, budget(RATIO, len(domain)))
+    assert {v: int(selected[domain == v].sum()) for v in expected} == expected
+    assert {s["value"]: s["selected"] for s in summary["strata"]} == expected
+
+
+def test_rerun_after_a_killed_merge_task_equals_an_uninterrupted_run(shards, tmp_path):
+    paths, *_ = shards
+    flags = dict(block_size=BLOCK, merge_ratio=0.3, merge_rows=30)
+    out = tmp_path / "select"
+    before = pq.read_table(run_select(paths, out, "facility-greedy", RATIO, **flags)["output"])
+    part = out / "unions" / "00001.parquet"
+    kept = (out / "unions" / "00000.parquet").stat().st_mtime_ns
+    part.unlink()  # as if the merge round's task 1 had been killed before it finished
+    (out / "logs" / "unions" / "completions" / "00001").unlink()
+    again = run_select(paths, out, "facility-greedy", RATIO, **flags)
+    assert part.exists() and (out / "unions" / "00000.parquet").stat().st_mtime_ns == kept
+    assert pq.read_table(again["output"]).equals(before)
+
+
+def test_one_block_has_nothing_to_merge(shards, tmp_path):
+    paths, *_ = shards
+    one = run_select(paths, tmp_path / "a", "quality-topk", RATIO)
+    merged = run_select(paths, tmp_path / "b", "quality-topk", RATIO, merge_ratio=0.3)
+    assert "merge_ratio" not in merged and "union" not in pq.read_schema(merged["output"]).names
+    assert pq.read_table(merged["output"]).equals(pq.read_table(one["output"]))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(merge_ratio=0.1), r"--merge_ratio 0.1: must be above --select_ratio 0.1"),
+    (dict(merge_ratio=1.5), r"--merge_ratio 1.5: .* at most 1"),
+    (dict(merge_ratio=-0.2), r"--merge_ratio -0.2: must be above"),
+    (dict(merge_rows=50), r"--merge_rows .*give --merge_ratio"),
+    (dict(merge_ratio=0.3, merge_partition="kmeans"), r"--merge_partition must be one of"),
+])
+def test_bad_merge_flags_are_refused_before_any_work(shards, tmp_path, flags, message):
+    paths, *_ = shards
+    with pytest.raises(UserError, match=message):
+        run_select(paths, tmp_path / "out", "random", RATIO, block_size=BLOCK, **flags)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_merge_flags_reach_the_stage_and_refuse_in_one_line(shards, tmp_path, capsys):
+    from reproduce.cli import main
+
+    paths, *_ = shards
+    out = tmp_path / "cli"
+    main(["select", "--input", *paths, "--output", str(out), "--method", "quality-topk",
+          "--select_ratio", "0.1", "--block_size", "110", "--merge_ratio", "0.2"])
+    assert pq.read_table(out / UNION_PLAN).num_rows == 4 * 22
+    assert main(["select", "--input", *paths, "--output", str(tmp_path / "bad"), "--method",
+                 "random", "--merge_ratio", "0.05"]) == 2
+    assert "--merge_ratio 0.05: must be above --select_ratio 0.25" in capsys.readouterr().err
+
+
+def test_neighbourhood_tree_routes_its_sample_as_it_cut_it_and_keeps_clusters_apart():
+    """Four tight clusters at the corners of a rectangle (as for neighbourhood_blocks): the cuts
+    fitted on them route each cluster to a block of its own, the sample exactly as
+    neighbourhood_blocks cuts it, and rows moved by 1e-4 to the same blocks."""
+    rng = np.random.default_rng(0)
+    corners = np.array([[0, 0], [0, 10], [40, 0], [40, 10]], dtype=np.float32)
+    cluster = np.repeat(np.arange(4), 50)
+    features = corners[cluster] + rng.normal(scale=0.5, size=(200, 2)).astype(np.float32)
+    tree = NeighbourhoodTree.fit(features, 4)
+    routed = tree.route(features)
+    assert sorted(len(set(routed[cluster == c])) for c in range(4)) == [1] * 4
+    assert len(set(routed.tolist())) == 4
+    assert sorted(map(tuple, neighbourhood_blocks(features, 4))) == sorted(
+        tuple(np.flatnonzero(routed == b)) for b in range(4))
+    near = features + 1e-4 * rng.standard_normal(features.shape).astype(np.float32)
+    assert (tree.route(near) == routed).all()
+    assert (NeighbourhoodTree.fit(features, 1).route(features) == 0).all()
+    three = NeighbourhoodTree.fit(features, 3).route(features)
+    assert sorted(np.bincount(three).tolist()) == [66, 67, 67]
