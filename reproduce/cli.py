@@ -208,10 +208,9 @@ def add_stage_parsers(sub) -> None:
                    help="FineWeb shards (files or folders) holding the --stratify column, looked "
                         "up by id; needed when the prepared shards lack it")
     p.add_argument("--merge_ratio", type=float, default=0.0,
-                   help="a second round across the blocks: each block selects this share of "
-                        "its rows, then the union of their picks selects the budget; above "
-                        "--select_ratio, 0 for none (docs/select.md#a-merge-round-across-blocks)"
-                        " (default: %(default)s)")
+                   help="a second round across blocks: each block selects this share, then "
+                        "the union of their picks the budget; above --select_ratio, 0 for none "
+                        "(default: %(default)s)")
     p.add_argument("--merge_rows", type=NON_NEGATIVE, default=0,
                    help="rows per part of the merge round, 0 for the block size "
                         "(default: %(default)s)")

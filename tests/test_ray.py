@@ -25,7 +25,7 @@ from conftest import gaussian_data, prepare_locally, write_shard
 
 from datamask.data import read_dataset
 from datamask.errors import UserError
-from reproduce.pipeline.select import run_select
+from reproduce.pipeline.select import UNION_PLAN, run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
 METHOD, RATIO, BLOCK = "facility-greedy", 0.25, 3000  # ~1 s a block: long enough to be killed in
@@ -197,6 +197,32 @@ def test_rerun_on_ray_skips_finished_blocks(killed_run, ray_head, block_shards):
     assert "All 2 tasks appear to be completed already" in log
     assert {p.name: p.stat().st_mtime_ns for p in (out / "blocks").iterdir()} == before
     assert pq.read_table(out / "selection.parquet").equals(selection)
+
+
+MERGE = {"merge_ratio": 0.9, "merge_rows": 3000}  # a union of 5,400 picks: two ~1 s parts
+
+
+def test_merge_round_on_ray_after_a_killed_worker_equals_the_local_one(ray_head, block_shards,
+                                                                       tmp_path):
+    """The worker computing the merge round's part 1 is killed; datatrove resubmits that part
+    and the selection equals the local executor's row for row."""
+    local = run_select([str(block_shards)], tmp_path / "local", METHOD, RATIO, BLOCK, **MERGE)
+    out = tmp_path / "ray"
+    run = on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
+                 "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK),
+                 *(f"--{flag}={value}" for flag, value in MERGE.items()))
+    deadline = time.monotonic() + RUN_S
+    while not (out / UNION_PLAN).exists():  # Ray's task logs are named by rank, not by round
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
+        time.sleep(0.05)
+    for proc in wait_for_task(ray_head, run, 1):
+        proc.kill()
+    log = finish(run)
+    assert "failed with" in log
+    assert (out / "logs" / "unions" / "completions" / "00001").exists()
+    selection = pq.read_table(out / "selection.parquet")
+    assert selection.equals(pq.read_table(local["output"]))
+    assert json.loads((out / "summary.json").read_text())["unions"] == 2
 
 
 def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, block_shards,

@@ -200,9 +200,10 @@ holding() {
 # Kill (SIGKILL, like the OOM killer) the process running task $2 of the stage writing to $1 as
 # soon as it has opened its datatrove log, before its output and completion marker; then wait
 # until the tasks' job array $3 has ended, the merge left waiting on it for good, and cancel that.
+# $4: the round's log folder under logs/ (tasks unless given).
 kill_task_then_wait() {
-    local out=$1 rank=$2 tasks_job=$3 log victim="" pid
-    log="$1/logs/tasks/logs/task_$(printf %05d "$rank").log"
+    local out=$1 rank=$2 tasks_job=$3 unit=${4:-tasks} log victim="" pid
+    log="$1/logs/$unit/logs/task_$(printf %05d "$rank").log"
     local deadline=$((SECONDS + WAIT_S))
     while [[ -z $victim ]]; do
         (( SECONDS < deadline )) || { echo "stages_on_slurm: task $rank never started"; squeue; exit 1; }
@@ -211,7 +212,7 @@ kill_task_then_wait() {
         done
         sleep 0.1
     done
-    [[ ! -e $out/logs/tasks/completions/$(printf %05d "$rank") ]] \
+    [[ ! -e $out/logs/$unit/completions/$(printf %05d "$rank") ]] \
         || { echo "stages_on_slurm: task $rank finished before the kill"; exit 1; }
     echo "stages_on_slurm: killing task $rank of $out mid-task (pid$victim)"
     kill -KILL $victim
@@ -247,6 +248,42 @@ check_killed_prepare() {
     TASK0_MTIME=$(stat -c %y "$TASK0_SHARD")
     echo "stages_on_slurm: after the kill, task 0's shard alone and no process left behind"
 }
+
+# select's merge round through Slurm: the blocks, the planning task, the union's parts and the
+# merge as four jobs, each after the one before. The union's part 1 is killed mid-task; the rerun
+# submits it alone (and the merge), and the selection equals the local executor's row for row.
+MERGE=(--merge_ratio 0.9 --merge_rows 1100)
+"$PY" -m reproduce select "${FLAGS[@]}" "${MERGE[@]}" --output "$DATA/local-merge" \
+    > "$WORK/log/local-merge.log" 2>&1
+for run in first rerun; do
+    "$PY" -m reproduce select "${FLAGS[@]}" "${MERGE[@]}" --output "$DATA/slurm-merge" \
+        "${SLURM_FLAGS[@]}" --mem_per_cpu_gb 0.5 --workers 2 > "$WORK/log/merge.$run.json" \
+        2> "$WORK/log/merge.$run.log"
+    cat "$WORK/log/merge.$run.json"
+    [[ $run == rerun ]] && break
+    kill_task_then_wait "$DATA/slurm-merge" 1 "$("$PY" -c 'import json, sys
+print(json.load(sys.stdin)["merge_round_jobs"][1])' < "$WORK/log/merge.$run.json")" unions
+done
+grep -o "Launching Slurm job datamask-select-unions ([0-9]* tasks)" "$WORK/log/merge.rerun.log"
+wait_for_jobs
+"$PY" - "$DATA" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+data = Path(sys.argv[1])
+summary = data / "slurm-merge" / "summary.json"
+if not summary.exists():
+    sys.exit("stages_on_slurm: the merge round's last job wrote no summary.json")
+local = pq.read_table(data / "local-merge" / "selection.parquet")
+slurm = pq.read_table(data / "slurm-merge" / "selection.parquet")
+if not slurm.equals(local):
+    sys.exit("stages_on_slurm: the merge round's selection on Slurm differs from the local one")
+print(f"stages_on_slurm: the merge round on Slurm, part 1 killed and rerun, equals the local "
+      f"executor's row for row ({json.loads(summary.read_text())['unions']} parts)")
+EOF
 
 # The whole chain on BBC FineWeb shards, locally and through Slurm, stage after stage: prepare
 # (two tasks, a shard each, then prepare.json's merge), select (two blocks), tokenize (two
