@@ -497,12 +497,19 @@ def write_dataset(path: str | os.PathLike, ids: np.ndarray, quality: np.ndarray,
                   feature_column: str = FEATURE_COLUMN, metadata: dict | None = None) -> None:
     """Write arrays in the input contract (features as a fixed-size list of float32), with
     `metadata` as the file's schema metadata; atomically (write_table_atomic)."""
-    n, dim = features.shape
-    flat = pa.array(np.ascontiguousarray(features, dtype=np.float32).reshape(-1))
-    columns = {
-        id_column: id_array(ids),
-        quality_column: pa.array(quality.astype(np.float32)),
-        feature_column: pa.FixedSizeListArray.from_arrays(flat, dim),
-    }
-    columns.update(extra or {})
-    write_table_atomic(pa.table(columns).replace_schema_metadata(metadata), path)
+    table = dataset_table(Dataset(ids, quality, features), id_column, quality_column,
+                          feature_column)
+    for name, column in (extra or {}).items():
+        table = table.append_column(name, column)
+    write_table_atomic(table.replace_schema_metadata(metadata), path)
+
+
+def dataset_table(data: Dataset, id_column: str = ID_COLUMN,
+                  quality_column: str = QUALITY_COLUMN,
+                  feature_column: str = FEATURE_COLUMN) -> pa.Table:
+    """`data` as a table in the input contract."""
+    flat = pa.array(np.ascontiguousarray(data.features, dtype=np.float32).reshape(-1))
+    return pa.table({id_column: id_array(data.ids),
+                     quality_column: pa.array(np.asarray(data.quality).astype(np.float32)),
+                     feature_column: pa.FixedSizeListArray.from_arrays(
+                         flat, data.features.shape[1])})

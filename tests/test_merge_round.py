@@ -171,3 +171,27 @@ def test_neighbourhood_tree_routes_its_sample_as_it_cut_it_and_keeps_clusters_ap
     assert (NeighbourhoodTree.fit(features, 1).route(features) == 0).all()
     three = NeighbourhoodTree.fit(features, 3).route(features)
     assert sorted(np.bincount(three).tolist()) == [66, 67, 67]
+
+
+def test_each_block_reads_its_own_rows_from_the_scatter_round(shards, tmp_path):
+    """With several blocks, a scatter round writes each block's rows once; a block's selection is
+    the selector's on exactly the plan's rows of that block, in prepared order, and the scattered
+    copy is gone once the selection is written."""
+    from datamask.data import read_dataset
+    from datamask.selectors import make_selector
+
+    paths, *_ = shards
+    out = tmp_path / "select"
+    summary = run_select(paths, out, "pair-greedy", RATIO, block_size=BLOCK, workers=2)
+    plan = pq.read_table(out / "plan.parquet")
+    everything = read_dataset(paths)
+    _, selected, table = chosen(summary)
+    for block in range(4):
+        mine = np.isin(everything.ids, plan.column("chunk_id").to_numpy()[
+            plan.column("block").to_numpy() == block])
+        rows = Dataset(everything.ids[mine], everything.quality[mine], everything.features[mine])
+        alone = make_selector("pair-greedy").select(rows, RATIO)
+        assert np.array_equal(selected[mine], alone.selected)
+    assert sorted(p.name for p in (out / "logs" / "scatters" / "completions").iterdir()) == \
+        ["00000", "00001"]
+    assert not (out / "scattered").exists()

@@ -304,12 +304,12 @@ def last_error(executor, rank: int) -> str:
     return errors[-1]
 
 
-def run_then_merge(kind: str, steps: list, tasks: int, merge: list, logs: Path, workers: int,
-                   cluster: dict | None, stage: str, unit: str = "task",
+def run_then_merge(kind: str, steps: list, tasks: int, unit: str = "task", *, merging: list,
+                   logs: Path, workers: int, cluster: dict | None, stage: str,
                    then: list[tuple[list, int, str]] = ()) -> dict | None:
     """`tasks` tasks of `steps` (logs under logs/<unit>s, markers included: a rerun skips the
     finished ones), then each round of `then` ((steps, tasks, unit), in order, logged the same
-    way), then one task of `merge` (logs/merge). On Slurm every round and the merge are
+    way), then one task of `merging` (logs/merge). On Slurm every round and the merge are
     submitted, each as a job that starts once the one before succeeded (afterok), and the job ids
     returned; elsewhere None once the merge has run. A task that still fails after datatrove's
     retries stops the stage with its log's last error line."""
@@ -321,16 +321,16 @@ def run_then_merge(kind: str, steps: list, tasks: int, merge: list, logs: Path, 
             depends=works[-1] if works and kind == "slurm" else None, cluster=cluster,
             job_name=f"datamask-{stage}" + (f"-{round_unit}s" if works else "")))
     if kind == "slurm":
-        merging = make_executor(kind, merge, 1, logs / "merge", 1, depends=works[-1],
+        merge = make_executor(kind, merging, 1, logs / "merge", 1, depends=works[-1],
                                 skip_completed=False, cluster=cluster,
                                 job_name=f"datamask-{stage}-merge")
         try:
-            merging.run()
+            merge.run()
         except subprocess.CalledProcessError as err:
             raise UserError(f"--executor slurm: sbatch refused the job (exit {err.returncode}; "
                             f"its message is above)") from None
         later = {"round_jobs": [w.job_id for w in works[1:]]} if then else {}
-        return {"tasks_job": works[0].job_id, **later, "merge_job": merging.job_id}
+        return {"tasks_job": works[0].job_id, **later, "merge_job": merge.job_id}
     # here, not through datatrove's depends=, which polls every 2 minutes, forever, for a task
     # that failed
     for work, (_, round_tasks, round_unit) in zip(works, rounds):
@@ -339,6 +339,6 @@ def run_then_merge(kind: str, steps: list, tasks: int, merge: list, logs: Path, 
         if failed:
             raise UserError(f"--executor {kind}: {round_unit}s {failed[:10]} did not finish; "
                             f"{round_unit} {failed[0]}'s log ends: {last_error(work, failed[0])}")
-    make_executor(kind, merge, 1, logs / "merge", 1, skip_completed=False, cluster=cluster,
+    make_executor(kind, merging, 1, logs / "merge", 1, skip_completed=False, cluster=cluster,
                   job_name=f"datamask-{stage}-merge").run()
     return None

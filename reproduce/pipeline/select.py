@@ -34,7 +34,9 @@ The column comes from the prepared shards when they hold it, else from the FineW
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +48,13 @@ from datamask.data import (
     FEATURE_COLUMN,
     ID_COLUMN,
     QUALITY_COLUMN,
+    Dataset,
     NeighbourhoodTree,
+    atomic_output,
     block_count,
     budget,
     check_unique_ids,
+    dataset_table,
     random_blocks,
     read_column,
     read_dataset,
@@ -81,6 +86,7 @@ def selector_params(name: str, params: dict) -> dict:
 
 PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
 UNION_PLAN = "union_plan.parquet"
+SCATTERED = "scattered"  # the blocks' rows, written by the scatter round; removed by the merge
 PARTITIONS = ("neighbourhood", "random")  # how the merge round cuts the union of the picks
 # union rows the neighbourhood cuts are fitted on: the planning task holds this many rows'
 # features whatever the union's size
@@ -106,8 +112,6 @@ def check_prepared(files: list[Path]) -> int:
 
 def prepared_rows(prepared: list[str], wanted: np.ndarray):
     """The rows of `wanted` ids as a core Dataset, in prepared-file then row order."""
-    from datamask.data import Dataset
-
     parts = []
     for path in prepared:
         data = read_dataset([path])
@@ -116,6 +120,47 @@ def prepared_rows(prepared: list[str], wanted: np.ndarray):
     return Dataset(np.concatenate([p.ids for p in parts]),
                    np.concatenate([p.quality for p in parts]),
                    np.ascontiguousarray(np.concatenate([p.features for p in parts])))
+
+
+class ScatterRows(datatrove_base.PipelineStep):
+    """The round before the blocks, where there are several: task r reads its contiguous share of
+    the prepared shards once and writes each block's rows of them to scattered/BLOCK/r.parquet,
+    so that a block's task reads its own rows (in prepared order) instead of every shard."""
+
+    name = "scatter rows to blocks"
+    type = "🎯 - SELECT"
+
+    def __init__(self, prepared: list[str], plan: str, output: str, tasks: int):
+        super().__init__()
+        self.prepared, self.plan, self.output, self.tasks = prepared, plan, output, tasks
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        plan = pq.read_table(self.plan, columns=[ID_COLUMN, "block"])
+        planned, blocks = plan.column(ID_COLUMN).to_numpy(), plan.column("block").to_numpy()
+        order = np.argsort(planned)
+        folder = Path(self.output) / SCATTERED
+        with ExitStack() as files:
+            writers = {}
+            for index in np.array_split(np.arange(len(self.prepared)), self.tasks)[rank]:
+                rows = read_dataset([self.prepared[index]])
+                block = blocks[order[np.searchsorted(planned, rows.ids, sorter=order)]]
+                for b in np.unique(block):
+                    keep = block == b
+                    table = dataset_table(Dataset(rows.ids[keep], rows.quality[keep],
+                                                  rows.features[keep]))
+                    if b not in writers:
+                        (folder / f"{b:05d}").mkdir(parents=True, exist_ok=True)
+                        path = files.enter_context(
+                            atomic_output(folder / f"{b:05d}" / f"{rank:05d}.parquet"))
+                        writers[b] = files.enter_context(pq.ParquetWriter(path, table.schema))
+                    writers[b].write_table(table)
+                    self.stat_update("rows", value=int(keep.sum()))
+        yield from data or ()
+
+
+def block_dataset(output: Path, block: int):
+    """A block's rows, as the scatter round wrote them (in prepared order)."""
+    return read_dataset(sorted((output / SCATTERED / f"{block:05d}").glob("*.parquet")))
 
 
 class SelectBlocks(datatrove_base.PipelineStep):
@@ -142,7 +187,12 @@ class SelectBlocks(datatrove_base.PipelineStep):
         budgets = json.loads(metadata[b"budgets"]) if b"budgets" in metadata else None
         ids, groups = plan.column(ID_COLUMN).to_numpy(), plan.column(self.group).to_numpy()
         for block in range(rank, n_blocks, world_size):
-            rows = prepared_rows(self.prepared, ids[groups == block])
+            if self.group == "union":
+                rows = prepared_rows(self.prepared, ids[groups == block])
+            elif n_blocks > 1:
+                rows = block_dataset(Path(self.output), block)
+            else:  # one block: every prepared row
+                rows = read_dataset(self.prepared)
             with self.track_time(self.group):
                 selector = make_selector(self.method, **self.params)
                 if self.stratify:
@@ -299,6 +349,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
                                  minlength=len(values)).astype(int)
             self.summary["strata"] = [{"value": v, "rows": int(n), "selected": int(c)}
                                       for v, n, c in zip(values.tolist(), sizes, chosen)]
+        shutil.rmtree(out / SCATTERED, ignore_errors=True)  # a copy of the prepared rows
         write_json_atomic({**self.summary, "rows": len(table), "selected": selected,
                            "blocks": n_blocks, "selector_time_s": round(sum(times), 3),
                            "slowest_block_s": round(max(times), 3),
@@ -477,8 +528,8 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
     start_or_resume(output / "config.json", config, [
-        output / name for name in ("blocks", "unions", "logs", "plan.parquet", UNION_PLAN,
-                                   "selection.parquet", "summary.json")])
+        output / name for name in ("blocks", "unions", SCATTERED, "logs", "plan.parquet",
+                                   UNION_PLAN, "selection.parquet", "summary.json")])
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
     first_ratio = merge.get("merge_ratio", select_ratio)
@@ -493,20 +544,27 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     if stratify:
         summary["stratify"] = stratify
     blocks = [SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio, stratify)]
-    then = []
+    first, then = (blocks, n_blocks, "block"), []
+    if n_blocks > 1:  # each block reads its own rows, not every prepared shard
+        scatter = min(len(prepared), workers)
+        first, then = ([ScatterRows(prepared, str(plan), str(output), scatter)], scatter,
+                       "scatter"), [first]
     if merge:
         (output / "unions").mkdir(exist_ok=True)
         parts = block_count(union_rows(plan, first_ratio), merge["merge_rows"])
-        then = [([PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
-                            seed, select_ratio, stratify)], 1, "union_plan"),
-                ([SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
-                               select_ratio, stratify, group="union")], parts, "union")]
+        then += [([PlanUnion(prepared, str(plan), str(output), parts,
+                             merge["merge_partition"], seed, select_ratio, stratify)], 1,
+                  "union_plan"),
+                 ([SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
+                                select_ratio, stratify, group="union")], parts, "union")]
     merging = [MergeBlocks(prepared, str(plan), str(output), summary)]
-    jobs = run_then_merge(executor, blocks, n_blocks, merging, output / "logs", workers, cluster,
-                          "select", unit="block", then=then)
+    jobs = run_then_merge(executor, *first, merging=merging, logs=output / "logs",
+                          workers=workers, cluster=cluster, stage="select", then=then)
     if jobs:  # Slurm: submitted; the merge job writes the selection
-        return {"submitted": True, "blocks": n_blocks, "blocks_job": jobs["tasks_job"],
-                **({"merge_round_jobs": jobs["round_jobs"]} if merge else {}),
+        rounds = dict(zip([unit for _, _, unit in [first, *then]],
+                          [jobs["tasks_job"], *jobs.get("round_jobs", [])]))
+        return {"submitted": True, "blocks": n_blocks,
+                **{f"{unit}s_job": job for unit, job in rounds.items()},
                 "merge_job": jobs["merge_job"], "output": str(output)}
     return json.loads((output / "summary.json").read_text())
 

@@ -262,7 +262,7 @@ for run in first rerun; do
     cat "$WORK/log/merge.$run.json"
     [[ $run == rerun ]] && break
     kill_task_then_wait "$DATA/slurm-merge" 1 "$("$PY" -c 'import json, sys
-print(json.load(sys.stdin)["merge_round_jobs"][1])' < "$WORK/log/merge.$run.json")" unions
+print(json.load(sys.stdin)["unions_job"])' < "$WORK/log/merge.$run.json")" unions
 done
 grep -o "Launching Slurm job datamask-select-unions ([0-9]* tasks)" "$WORK/log/merge.rerun.log"
 wait_for_jobs
