@@ -137,13 +137,12 @@ class ScatterRows(datatrove_base.PipelineStep):
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         plan = pq.read_table(self.plan, columns=[ID_COLUMN, "block"])
         planned, blocks = plan.column(ID_COLUMN).to_numpy(), plan.column("block").to_numpy()
-        order = np.argsort(planned)
         folder = Path(self.output) / SCATTERED
         with ExitStack() as files:
             writers = {}
             for index in np.array_split(np.arange(len(self.prepared)), self.tasks)[rank]:
                 rows = read_dataset([self.prepared[index]])
-                block = blocks[order[np.searchsorted(planned, rows.ids, sorter=order)]]
+                block = blocks[positions(planned, rows.ids)]
                 for b in np.unique(block):
                     keep = block == b
                     table = dataset_table(Dataset(rows.ids[keep], rows.quality[keep],
@@ -332,9 +331,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
         # back to prepared order, with FineWeb's string id beside the int64 one
         prepared = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"])
                                      for p in self.prepared])
-        order = np.argsort(got)
-        merged = merged.take(pa.array(order[np.searchsorted(
-            got, prepared.column(ID_COLUMN).to_numpy(), sorter=order)]))
+        merged = merged.take(pa.array(positions(got, prepared.column(ID_COLUMN).to_numpy())))
         columns = {ID_COLUMN: merged.column(ID_COLUMN), "id": prepared.column("id"),
                    "selected": merged.column("selected"), "score": merged.column("score"),
                    "block": merged.column("block")}
@@ -370,8 +367,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
         if len(got) != len(union) or not np.array_equal(np.sort(got), union):
             raise UserError(f"{out}: the merge round's parts hold {len(got)} rows for the "
                             f"union's {len(union)}; rerun the select stage")
-        order = np.argsort(ids)
-        at = order[np.searchsorted(ids, got, sorter=order)]
+        at = positions(ids, got)
         selected = np.zeros(len(ids), bool)
         selected[at] = chosen.column("selected").to_numpy()
         score = np.zeros(len(ids), np.float32)
@@ -385,11 +381,15 @@ class MergeBlocks(datatrove_base.PipelineStep):
         return {"selected": pa.array(selected), "score": pa.array(score), "union": pa.array(part)}
 
 
+def positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Where each of `wanted` sits in `keys` (unique, and holding every one of them)."""
+    order = np.argsort(keys)
+    return order[np.searchsorted(keys, wanted, sorter=order)]
+
+
 def rows_strata(plan: pa.Table, ids: np.ndarray) -> np.ndarray:
     """The plan's stratum of each of `ids`."""
-    planned = plan.column(ID_COLUMN).to_numpy()
-    order = np.argsort(planned)
-    return plan_strata(plan)[order[np.searchsorted(planned, ids, sorter=order)]]
+    return plan_strata(plan)[positions(plan.column(ID_COLUMN).to_numpy(), ids)]
 
 
 def plan_strata(plan: pa.Table) -> np.ndarray:
