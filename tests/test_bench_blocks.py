@@ -118,7 +118,7 @@ def test_each_one_block_run_is_its_own_share_and_the_scores_are_reports(run):
             assert r["share_of_one_block"] == 1.0
         assert r["metric"] == "Pair_simi"  # datamask's default; --metric for the others
     data = read_dataset(sorted((work / "inputs" / "synthetic").glob("*.parquet"))[::-1])
-    report = bench.make_report(data, 0.25, 0.5, ["Pair_simi"], 20_000, 0)
+    report = bench.make_report(data, 0.25, 0.5, ["Pair_simi"], 10_000, 0)
     datamask = [r for r in results["runs"] if r["selector"] == SELECTORS[2]]
     for r in datamask:
         chosen = np.array(selection(work, r["selector"], r["B"]).column("selected").to_pylist())

@@ -67,9 +67,10 @@ SYNTHETIC_DIM = 64
 SYNTHETIC_CLUSTERS = 200
 COPY_SUFFIX = "#planted-copy"  # a copy's string id: its original's id and this
 DEFAULT_SELECTORS = ["datamask", "datamask:algorithm=Facility"]
-# The learner's Facility on more rows than this starts from equal logits and needs hundreds of
-# steps of a 10%-subset coverage (about 1.6e11 flop each at 100,000 rows of 64-d): tens of minutes
-# for one block on 2 cores (docs/benchmarks.md, make bench-blocks).
+# The learner's Facility on more rows than this starts from equal logits, which the stopping rule
+# does not score, so it runs at least five checks of 50 steps, each step the coverage of G = 128
+# masks on a 10% subset: 2 G k n d = 4.5e11 flop at 105,000 rows of 64-d and ratio 0.25 (k 2,625
+# of n 10,500), over 1e14 flop for one block (docs/benchmarks.md, make bench-blocks).
 DEFAULT_MAX_ROWS = [("Facility", 20_000)]
 
 
@@ -139,7 +140,7 @@ def write_family(name: str, base_files: list[Path], folder: Path, rate: float, n
     strings = read_column(base_files, "id", "--families")
     copies, copy_strings, originals = plant_copies(data, strings, rate, noise, seed)
     check_unique_ids(np.concatenate([data.ids, copies.ids]), [len(data), len(copies)],
-                     [str(f) for f in base_files[:1]] + [str(planted)], ID_COLUMN)
+                     [str(base_files[0].parent), str(planted)], ID_COLUMN)
     folder.mkdir(parents=True, exist_ok=True)
     write_dataset(planted, copies.ids, copies.quality, copies.features,
                   extra={"id": pa.array(copy_strings.tolist(), pa.string())})
@@ -307,7 +308,8 @@ def run_config(family: Family, arm: Arm, blocks: int, args) -> dict:
     """What a run's record must match to be reused."""
     return {"family": family.config, "selector": arm.spec, "merge_ratio": arm.merge, "B": blocks,
             "select_ratio": args.select_ratio, "lamb": args.lamb, "seed": args.seed,
-            "metric": arm.metric, "cover_rows": args.cover_rows}
+            "metric": arm.metric,
+            "cover_rows": args.cover_rows if arm.metric == "Facility" else None}
 
 
 # ---------------------------------------------------------------- flags
@@ -381,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="METRIC=ROWS",
                         help="skip a selector of METRIC on a family of more rows (its one-block "
                              "run is out of reach); the flag alone skips none (default: Facility=20000)")
-    parser.add_argument("--cover_rows", type=POSITIVE, default=20_000,
+    parser.add_argument("--cover_rows", type=POSITIVE, default=10_000,
                         help="past this many rows Facility is scored on a seeded sample of this "
                              "many covered rows (default: %(default)s)")
     parser.add_argument("--planted", type=fraction, default=0.05,
