@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare bench-static bench-corpus distil clean
+	bench-defaults bench-prepare bench-static bench-corpus bench-blocks distil clean
 
 install: $(STAMP)
 
@@ -108,6 +108,17 @@ BENCH_CORPUS_FLAGS ?= --documents 1000000 --workers 2 --slice 20000
 bench-corpus: pool
 	$(BIN)/python -m reproduce.bench.corpus --pool $(POOL_DIR) --work $(CORPUS_DIR) \
 		$(BENCH_CORPUS_FLAGS)
+
+# what selecting in independent blocks loses against one block (docs/benchmarks.md): the select
+# stage at 1, 2, 4, 8, 16 and 32 blocks on the pool's and BBC's rows (prepared here with the
+# transformer at 128 tokens) and 100,000 synthetic rows, 5% planted near-copies in each, every
+# selection scored on all rows; a rerun reuses what is done in BLOCKS_DIR. BENCH_BLOCKS_FLAGS:
+# --families, --selectors, --blocks, --merge_ratio, --results DIR.
+BLOCKS_DIR ?= runs/bench-blocks
+BENCH_BLOCKS_FLAGS ?=
+bench-blocks: pool
+	$(BIN)/python -m reproduce.bench.blocks --pool $(POOL_DIR) --work $(BLOCKS_DIR) \
+		$(BENCH_BLOCKS_FLAGS)
 
 # the static embedding model ahead of time: STATIC_DIR, then prepare --embedding_model static:DIR
 STATIC_DIR ?= runs/static-embedding

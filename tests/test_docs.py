@@ -148,6 +148,7 @@ def command_parsers():
     """(name, parser) of every experiment's, benchmark's and pipeline stage's command line."""
     from reproduce import cli
     from reproduce.bench import baselines, chunks, defaults, objectives, soak
+    from reproduce.bench import blocks as bench_blocks
     from reproduce.bench import corpus as bench_corpus
     from reproduce.bench import prepare as bench_prepare
     from reproduce.bench import static as bench_static
@@ -161,7 +162,7 @@ def command_parsers():
                "bench.baselines": baselines, "bench.chunks": chunks,
                "bench.objectives": objectives, "bench.soak": soak, "bench.defaults": defaults,
                "bench.prepare": bench_prepare, "bench.static": bench_static,
-               "bench.corpus": bench_corpus,
+               "bench.corpus": bench_corpus, "bench.blocks": bench_blocks,
                "pipeline.gpu_check": gpu_check}
     named = [(name, module.build_parser()) for name, module in modules.items()]
     named.append(("reproduce", cli.build_parser()))

@@ -1,0 +1,250 @@
+"""`make bench-blocks` on a tiny synthetic family: every run keeps every row id once, the planted
+pairs are counted as the selections and block plans say, each selector's one-block run is its own
+share 1, a rerun reuses the records, and bad flags are refused in one line. Times are not
+checked."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from datamask.data import ID_COLUMN, Dataset, read_dataset
+from datamask.examples.synthetic import synthetic_dataset
+from reproduce.bench import blocks as bench
+from reproduce.pipeline.prepare import chunk_id
+from reproduce.pipeline.select import run_select
+
+ROWS = 2_000
+SELECTORS = ["random", "quality-topk", "datamask:n_epochs=50"]
+
+
+def flags(work, *more):
+    return ["--work", str(work), "--families", "synthetic", "--synthetic_rows", str(ROWS),
+            "--blocks", "1", "2", "4", "--selectors", *SELECTORS, *more]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("bench-blocks") / "work"
+    assert bench.main(flags(work)) == 0
+    return work, json.loads((work / "results.json").read_text())
+
+
+def selection(work, spec, b, family="synthetic"):
+    return pq.read_table(work / "select" / family / bench.slug(spec) / f"B{b}" /
+                         "selection.parquet")
+
+
+def test_every_run_keeps_every_row_id_once_and_the_originals_unchanged(run):
+    work, results = run
+    inputs = work / "inputs" / "synthetic"
+    original = read_dataset([inputs / "rows.parquet"])
+    made = synthetic_dataset(ROWS, bench.SYNTHETIC_DIM, bench.SYNTHETIC_CLUSTERS, seed=0)
+    assert np.array_equal(original.ids, made.ids)
+    copies = read_dataset([inputs / "planted.parquet"])
+    everything = np.concatenate([original.ids, copies.ids])
+    assert len(np.unique(everything)) == len(everything) == ROWS + 100
+    assert [(r["selector"], r["B"]) for r in results["runs"]] == [
+        (s, b) for s in SELECTORS for b in (1, 2, 4)]
+    for r in results["runs"]:
+        table = selection(work, r["selector"], r["B"])
+        assert np.array_equal(table.column(ID_COLUMN).to_numpy(), everything)
+        assert r["selected"] == sum(table.column("selected").to_pylist())
+        assert r["blocks"] == r["B"] == len(set(table.column("block").to_pylist()))
+
+
+def test_the_copies_are_noisy_unit_copies_with_new_ids(run):
+    work, _ = run
+    inputs = work / "inputs" / "synthetic"
+    original = read_dataset([inputs / "rows.parquet"])
+    copies = read_dataset([inputs / "planted.parquet"])
+    pairs = np.array(json.loads((inputs / "family.json").read_text())["pairs"])
+    assert pairs.shape == (100, 2) and len(np.unique(pairs[:, 0])) == 100
+    assert np.array_equal(pairs[:, 1], ROWS + np.arange(100))
+    sources = original.features[pairs[:, 0]]
+    assert np.allclose(np.linalg.norm(copies.features, axis=1), 1, atol=1e-5)
+    cosine = np.sum(sources * copies.features, axis=1)
+    # noise 0.01 per dimension in 64 dimensions: about 1 / sqrt(1 + 64 * 1e-4)
+    assert np.all(cosine > 0.99) and np.all(cosine < 1)
+    assert np.array_equal(copies.quality, original.quality[pairs[:, 0]])
+    strings = pq.read_table(inputs / "planted.parquet").column("id").to_pylist()
+    assert strings[0] == f"synthetic-0-{pairs[0, 0]}{bench.COPY_SUFFIX}"
+    assert copies.ids.tolist() == [chunk_id(s) for s in strings]
+
+
+def test_the_planted_pairs_are_counted_as_the_selection_and_plan_say(run):
+    work, results = run
+    pairs = np.array(json.loads((work / "inputs" / "synthetic" / "family.json")
+                             .read_text())["pairs"])
+    for r in results["runs"]:
+        table = selection(work, r["selector"], r["B"])
+        chosen = np.array(table.column("selected").to_pylist())
+        block = np.array(table.column("block").to_pylist())
+        plan = pq.read_table(work / "select" / "synthetic" / bench.slug(r["selector"]) /
+                             f"B{r['B']}" / "plan.parquet")
+        planned = dict(zip(plan.column(ID_COLUMN).to_pylist(), plan.column("block").to_pylist()))
+        ids = table.column(ID_COLUMN).to_pylist()
+        split = [planned[ids[a]] != planned[ids[b]] for a, b in pairs]
+        both = [chosen[a] and chosen[b] for a, b in pairs]
+        assert r["pairs"] == 100
+        assert r["pairs_split"] == sum(split) == np.sum(block[pairs[:, 0]] != block[pairs[:, 1]])
+        assert r["both_selected"] == sum(both)
+        assert r["both_selected_split"] == sum(s and k for s, k in zip(split, both))
+        n = ROWS + 100
+        assert r["both_selected_random"] == pytest.approx(
+            100 * r["selected"] * (r["selected"] - 1) / (n * (n - 1)))
+    one_block = [r for r in results["runs"] if r["B"] == 1]
+    assert one_block and all(r["pairs_split"] == 0 for r in one_block)
+    assert all(r["pairs_split"] > 0 for r in results["runs"] if r["B"] == 4)
+
+
+def test_pair_counts_on_a_selection_made_by_hand():
+    pairs = np.array([[0, 5], [1, 6], [2, 7], [3, 8]])
+    selected = np.array([1, 1, 0, 1, 0, 1, 1, 1, 0, 0], bool)
+    block = np.array([0, 0, 1, 1, 0, 1, 0, 0, 1, 0])
+    assert bench.pair_counts(pairs, selected, block) == {
+        "pairs": 4, "pairs_split": 2, "both_selected": 2, "both_selected_split": 1,
+        "both_selected_random": 4 * 6 * 5 / (10 * 9)}
+
+
+def test_each_one_block_run_is_its_own_share_and_the_scores_are_reports(run):
+    work, results = run
+    for r in results["runs"]:
+        if r["B"] == 1:
+            assert r["share_of_one_block"] == 1.0
+        assert r["metric"] == "Pair_simi"  # datamask's default; --metric for the others
+    data = read_dataset(sorted((work / "inputs" / "synthetic").glob("*.parquet"))[::-1])
+    report = bench.make_report(data, 0.25, 0.5, ["Pair_simi"], 10_000, 0)
+    datamask = [r for r in results["runs"] if r["selector"] == SELECTORS[2]]
+    for r in datamask:
+        chosen = np.array(selection(work, r["selector"], r["B"]).column("selected").to_pylist())
+        assert r["joint"] == pytest.approx(bench.score(report, "Pair_simi", chosen)["joint"])
+        if r["selected"] == report.k:  # the report's own scoring at the full budget agrees
+            assert r["joint"] == pytest.approx(report(chosen)["joint_Pair_simi"], rel=1e-5)
+    assert datamask[0]["joint"] > 0  # the learner beats a random selection's mean
+    top = [r for r in results["runs"] if r["selector"] == "quality-topk"]
+    assert top[0]["quality"] >= max(r["quality"] for r in top)  # blocks can only cost quality
+    text = (work / "results.md").read_text()
+    assert "## synthetic (2,100 rows, 100 planted pairs)" in text
+    assert "\n| datamask:n_epochs=50 | Pair_simi | 4 | 525 | " in text
+
+
+def test_a_rerun_reuses_every_record(run, capsys):
+    work, results = run
+    capsys.readouterr()
+    assert bench.main(flags(work)) == 0
+    out = capsys.readouterr().out
+    assert out.count("(done before)") == len(results["runs"])
+    again = json.loads((work / "results.json").read_text())
+    assert again["runs"] == results["runs"]
+
+
+def test_facility_is_skipped_past_max_rows_and_scored_on_a_cover_sample(tmp_path):
+    work = tmp_path / "work"
+    assert bench.main(["--work", str(work), "--families", "synthetic", "--synthetic_rows", "300",
+                       "--blocks", "1", "2", "--selectors", "random", "--metric", "Facility",
+                       "--max_rows", "Pair_simi=10", "--cover_rows", "100"]) == 0
+    results = json.loads((work / "results.json").read_text())
+    assert [r["metric"] for r in results["runs"]] == ["Facility", "Facility"]
+    data = read_dataset([work / "inputs" / "synthetic" / n for n in ("rows.parquet",
+                                                                     "planted.parquet")])
+    report = bench.make_report(data, 0.25, 0.5, ["Facility"], 100, 0)
+    assert len(report.metrics["Facility"].cover) == 100
+    assert bench.main(["--work", str(tmp_path / "skip"), "--families", "synthetic",
+                       "--synthetic_rows", "300", "--blocks", "1", "--selectors", "random",
+                       "--metric", "Facility", "--max_rows", "Facility=100"]) == 0
+    skipped = json.loads((tmp_path / "skip" / "results.json").read_text())
+    assert skipped["runs"] == [] and skipped["skipped"][0]["why"] == "--max_rows Facility=100"
+
+
+@pytest.mark.parametrize("more, named", [
+    (["--blocks", "2", "4"], "--blocks"),
+    (["--blocks", "0"], "--blocks"),
+    (["--planted", "0"], "--planted"),
+    (["--noise", "-1"], "--noise"),
+    (["--max_rows", "Cosine=5"], "--max_rows"),
+    (["--select_ratio", "1.5"], "--select_ratio"),
+    (["--lamb", "2"], "--lamb"),
+    (["--selectors", "nosuch"], "nosuch"),
+    (["--selectors", "datamask:steps=3"], "steps"),
+    (["--families", "pool", "--pool", "/nonexistent/pool"], "--pool"),
+    (["--synthetic_rows", "20", "--select_ratio", "0.01"], "--select_ratio"),
+])
+def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, capsys, more, named):
+    work = tmp_path / "work"
+    assert exit_status(flags(work, *more)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err, err
+    assert not work.exists()
+
+
+def exit_status(argv) -> int:
+    """main's status: a flag the parser refuses exits (SystemExit), a UserError returns 2."""
+    try:
+        return bench.main(argv)
+    except SystemExit as exit:
+        return exit.code
+
+
+def test_merge_ratio_is_refused_until_the_select_stage_takes_it(tmp_path, capsys):
+    work = tmp_path / "work"
+    if "merge_ratio" in inspect.signature(run_select).parameters:
+        assert bench.main(flags(work, "--merge_ratio", "0.3")) == 0
+        runs = json.loads((work / "results.json").read_text())["runs"]
+        merged = [(r["arm"], r["B"]) for r in runs if r["merge_ratio"] == 0.3]
+        assert merged == [(f"{s}, merge 0.3", b) for s in SELECTORS for b in (2, 4)]
+    else:
+        assert bench.main(flags(work, "--merge_ratio", "0.3")) == 2
+        assert "--merge_ratio" in capsys.readouterr().err
+        assert not work.exists()
+
+
+def test_plant_copies_never_touches_the_originals_and_noise_zero_copies_exactly():
+    rng = np.random.default_rng(1)
+    features = bench.unit_rows(rng.standard_normal((40, 8)))
+    data = Dataset(np.arange(40, dtype=np.int64), rng.random(40).astype(np.float32), features)
+    before = data.features.copy()
+    copies, strings, originals = bench.plant_copies(
+        data, np.array([f"doc{i}" for i in range(40)], dtype=object), 0.1, 0.0, seed=3)
+    assert np.array_equal(data.features, before) and len(copies) == 4
+    assert np.allclose(copies.features, features[originals], atol=1e-6)
+    assert strings.tolist() == [f"doc{i}{bench.COPY_SUFFIX}" for i in originals]
+    again = bench.plant_copies(data, np.array([f"doc{i}" for i in range(40)], dtype=object), 0.1,
+                               0.0, seed=3)
+    assert np.array_equal(again[2], originals)
+
+
+def test_the_pool_family_is_prepared_here_and_planted_beside_its_shards(pool, tmp_path, capsys):
+    """The text path on the tests' small pool: prepare (MiniLM at 32 tokens) into --work, the
+    prepared shards kept as prepare wrote them, the copies in a shard of their own."""
+    work = tmp_path / "work"
+    argv = ["--work", str(work), "--families", "pool", "--pool", str(pool[0]),
+            "--max_seq_length", "32", "--blocks", "1", "2", "--selectors", "random"]
+    assert bench.main(argv) == 0
+    prepared = sorted((work / "prepared" / "pool").glob("*.parquet"))
+    rows = pq.read_table(prepared[0]).num_rows
+    before = [f.stat().st_mtime_ns for f in prepared]
+    table = selection(work, "random", 2, "pool").to_pandas()
+    n = len(pool[2])
+    copies = round(0.05 * n)
+    assert len(table) == n + copies and table[ID_COLUMN].is_unique
+    assert set(table["id"][:n]) == {r["id"] for r in pool[2]}
+    assert (table["id"][n:].str.endswith(bench.COPY_SUFFIX)).all()
+    capsys.readouterr()
+    assert bench.main(argv) == 0  # prepared and planted once: the rerun reuses both
+    assert "(done before)" in capsys.readouterr().out
+    assert [f.stat().st_mtime_ns for f in prepared] == before and rows > 0
+
+
+def test_the_bbc_shards_are_written_once_into_work(tmp_path):
+    shards = bench.text_shards("bbc", tmp_path, None)
+    files = sorted(shards.glob("*.parquet"))
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert sum(pq.read_metadata(f).num_rows for f in files) == 2_003  # 2,225 less 222 held out
+    assert bench.text_shards("bbc", tmp_path, None) == shards
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bbc"]
