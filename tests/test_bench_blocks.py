@@ -5,7 +5,6 @@ checked."""
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import numpy as np
@@ -16,7 +15,6 @@ from datamask.data import ID_COLUMN, Dataset, read_dataset
 from datamask.examples.synthetic import synthetic_dataset
 from reproduce.bench import blocks as bench
 from reproduce.pipeline.prepare import chunk_id
-from reproduce.pipeline.select import run_select
 
 ROWS = 2_000
 SELECTORS = ["random", "quality-topk", "datamask:n_epochs=50"]
@@ -173,6 +171,9 @@ def test_facility_is_skipped_past_max_rows_and_scored_on_a_cover_sample(tmp_path
     (["--selectors", "datamask:steps=3"], "steps"),
     (["--families", "pool", "--pool", "/nonexistent/pool"], "--pool"),
     (["--synthetic_rows", "20", "--select_ratio", "0.01"], "--select_ratio"),
+    (["--merge_ratio", "0.2"], "--merge_ratio 0.2"),
+    (["--merge_ratio", "0.5", "--merge_partitions", "kmeans"], "--merge_partitions"),
+    (["--merge_ratio", "0.5", "--merge_blocks", "8"], "--merge_blocks"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, capsys, more, named):
     work = tmp_path / "work"
@@ -190,17 +191,17 @@ def exit_status(argv) -> int:
         return exit.code
 
 
-def test_merge_ratio_is_refused_until_the_select_stage_takes_it(tmp_path, capsys):
+def test_merge_arms_run_at_the_merge_blocks_with_each_partition(tmp_path):
     work = tmp_path / "work"
-    if "merge_ratio" in inspect.signature(run_select).parameters:
-        assert bench.main(flags(work, "--merge_ratio", "0.3")) == 0
-        runs = json.loads((work / "results.json").read_text())["runs"]
-        merged = [(r["arm"], r["B"]) for r in runs if r["merge_ratio"] == 0.3]
-        assert merged == [(f"{s}, merge 0.3", b) for s in SELECTORS for b in (2, 4)]
-    else:
-        assert bench.main(flags(work, "--merge_ratio", "0.3")) == 2
-        assert "--merge_ratio" in capsys.readouterr().err
-        assert not work.exists()
+    assert bench.main(flags(work, "--selectors", "datamask:n_epochs=50", "--merge_ratio", "0.5",
+                            "--merge_partitions", "neighbourhood", "random",
+                            "--merge_blocks", "4")) == 0
+    runs = json.loads((work / "results.json").read_text())["runs"]
+    assert [(r["arm"], r["B"]) for r in runs if r["merge_ratio"]] == [
+        ("datamask:n_epochs=50, merge 0.5 neighbourhood", 4),
+        ("datamask:n_epochs=50, merge 0.5 random", 4)]
+    plain = {r["B"]: r["selected"] for r in runs if r["merge_ratio"] is None}
+    assert all(r["selected"] == plain[4] for r in runs if r["merge_ratio"])
 
 
 def test_plant_copies_never_touches_the_originals_and_noise_zero_copies_exactly():

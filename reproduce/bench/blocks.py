@@ -16,7 +16,8 @@ beside what a random selection of the same size keeps. Families:
              SYNTHETIC_CLUSTERS clusters of heavy-tailed sizes (datamask.examples.synthetic)
 Each family gets --planted of its row count as new rows: a copy of an original drawn at random,
 its embedding plus Gaussian noise (--noise per dimension) scaled back to unit length, its quality
-copied, a new id. --merge_ratio adds an arm per ratio that passes it to run_select.
+copied, a new id. --merge_ratio adds an arm per ratio and --merge_partitions entry, select's
+merge round across blocks, at the block counts of --merge_blocks.
 Everything lands in --work; a rerun reuses each finished run's record (records/) and each
 prepared family. results.json and results.md go to --work (and --results).
 """
@@ -24,7 +25,6 @@ prepared family. results.json and results.md go to --work (and --results).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
@@ -202,14 +202,18 @@ def slug(text: str) -> str:
 
 
 class Arm:
-    """A selector spec, and the merge ratio passed to run_select (None: the plain stage)."""
+    """A selector spec, and the merge round's ratio and partition passed to run_select (None:
+    the plain stage)."""
 
-    def __init__(self, spec: str, metric: str, merge: float | None = None):
-        self.spec, self.metric, self.merge = spec, metric, merge
+    def __init__(self, spec: str, metric: str, merge: float | None = None,
+                 partition: str | None = None):
+        self.spec, self.metric, self.merge, self.partition = spec, metric, merge, partition
 
     @property
     def label(self) -> str:
-        return self.spec if self.merge is None else f"{self.spec}, merge {self.merge:g}"
+        if self.merge is None:
+            return self.spec
+        return f"{self.spec}, merge {self.merge:g} {self.partition}"
 
 
 def selector_metric(spec: str, fallback: str) -> str:
@@ -286,7 +290,8 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
     from reproduce.pipeline.select import run_select
 
     block_size = math.ceil(family.rows / blocks)
-    keywords = {} if arm.merge is None else {"merge_ratio": arm.merge}
+    keywords = ({} if arm.merge is None
+                else {"merge_ratio": arm.merge, "merge_partition": arm.partition})
     with stage_log(log):
         started = time.perf_counter()
         summary = run_select([str(f) for f in family.files], folder, arm.spec, args.select_ratio,
@@ -295,7 +300,7 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
         wall = time.perf_counter() - started
     selected, block = read_selection(folder, ids)
     return {"family": family.name, "selector": arm.spec, "arm": arm.label, "metric": arm.metric,
-            "merge_ratio": arm.merge, "B": blocks, "blocks": int(summary["blocks"]),
+            "merge_ratio": arm.merge, "merge_partition": arm.partition, "B": blocks, "blocks": int(summary["blocks"]),
             "block_rows": block_size if blocks > 1 else family.rows, "rows": family.rows,
             "selected": int(selected.sum()), "select_wall_s": round(wall, 2),
             "selector_time_s": summary["selector_time_s"],
@@ -306,7 +311,8 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
 
 def run_config(family: Family, arm: Arm, blocks: int, args) -> dict:
     """What a run's record must match to be reused."""
-    return {"family": family.config, "selector": arm.spec, "merge_ratio": arm.merge, "B": blocks,
+    return {"family": family.config, "selector": arm.spec, "merge_ratio": arm.merge,
+            "merge_partition": arm.partition, "B": blocks,
             "select_ratio": args.select_ratio, "lamb": args.lamb, "seed": args.seed,
             "metric": arm.metric,
             "cover_rows": args.cover_rows if arm.metric == "Facility" else None}
@@ -397,15 +403,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=SEED, default=0,
                         help="seed of the synthetic rows, the planting and select's block plan")
     parser.add_argument("--merge_ratio", type=positive_number, nargs="+", default=[],
-                        metavar="R", help="an arm per R: run_select(..., merge_ratio=R) at every "
-                                          "B above 1 (default: none)")
+                        metavar="R", help="an arm per R and --merge_partitions entry: select's "
+                                          "merge round (default: none)")
+    parser.add_argument("--merge_partitions", nargs="+", default=["neighbourhood"],
+                        metavar="P", help="select's --merge_partition for the merge arms "
+                                          "(default: %(default)s)")
+    parser.add_argument("--merge_blocks", type=POSITIVE, nargs="+", metavar="B",
+                        help="the block counts (above 1) the merge arms run at (default: every "
+                             "B of --blocks above 1)")
     parser.set_defaults(func=run)
     return parser
 
 
 def check_flags(args: argparse.Namespace) -> list[Arm]:
     """Everything checked before any work; the arms (selector spec, metric, merge ratio)."""
-    from reproduce.pipeline.select import run_select, selector_params
+    from reproduce.pipeline.select import PARTITIONS, check_merge, selector_params
 
     check_folder_output("--work", args.work)
     if args.results is not None:
@@ -422,15 +434,23 @@ def check_flags(args: argparse.Namespace) -> list[Arm]:
 
         pool_config(args.pool)  # a built pool, or a one-line refusal naming --pool
         check_paths({"--pool": [args.pool]}, folders={"--work": args.work})
-    if args.merge_ratio and "merge_ratio" not in inspect.signature(run_select).parameters:
-        raise UserError("--merge_ratio: this select stage's run_select takes no merge_ratio")
+    for ratio in args.merge_ratio:
+        check_merge(args.select_ratio, ratio, 0, "neighbourhood")
+    for partition in args.merge_partitions:
+        if partition not in PARTITIONS:
+            raise UserError(f"--merge_partitions: each must be one of {', '.join(PARTITIONS)}, "
+                            f"got {partition!r}")
+    args.merge_blocks = sorted(set(args.merge_blocks or [b for b in args.blocks if b > 1]))
+    if not set(args.merge_blocks) <= set(args.blocks) - {1}:
+        raise UserError(f"--merge_blocks {' '.join(map(str, args.merge_blocks))}: each must be a "
+                        f"B of --blocks above 1")
     arms = []
     for spec in args.selectors:
         name, params = parse_method(spec)
         selector_params(name, params)  # an unknown selector or option: refused now
         metric = selector_metric(spec, args.metric)
         arms.append(Arm(spec, metric))
-        arms += [Arm(spec, metric, r) for r in args.merge_ratio]
+        arms += [Arm(spec, metric, r, p) for r in args.merge_ratio for p in args.merge_partitions]
     return arms
 
 
@@ -487,7 +507,8 @@ def run(args: argparse.Namespace) -> None:
                     skipped.append({"family": name, "selector": arm.spec, "rows": rows[name],
                                     "why": f"--max_rows {arm.metric}={limit}"})
                 continue
-            plan += [(name, arm, b) for b in args.blocks if arm.merge is None or b > 1]
+            plan += [(name, arm, b) for b in args.blocks
+                     if arm.merge is None or b in args.merge_blocks]
     print(f"{COMMAND}: {len(plan)} select runs over {', '.join(args.families)} "
           f"({', '.join(f'{n}: {r:,} rows' for n, r in rows.items())}) in {work}"
           + "".join(f"; skipped {s['selector']} on {s['family']} ({s['why']})" for s in skipped),
