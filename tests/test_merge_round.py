@@ -192,6 +192,14 @@ def test_each_block_reads_its_own_rows_from_the_scatter_round(shards, tmp_path):
         rows = Dataset(everything.ids[mine], everything.quality[mine], everything.features[mine])
         alone = make_selector("pair-greedy").select(rows, RATIO)
         assert np.array_equal(selected[mine], alone.selected)
-    assert sorted(p.name for p in (out / "logs" / "scatters" / "completions").iterdir()) == \
-        ["00000", "00001"]
+    assert sorted(p.name for p in (out / "logs" / "scatters" / "logs").iterdir()) == \
+        ["task_00000.log", "task_00001.log"]
     assert not (out / "scattered").exists()
+    # block 2's selection lost after the run: the rerun scatters its rows alone and redoes it
+    before = pq.read_table(summary["output"])
+    (out / "blocks" / "00002.parquet").unlink()
+    (out / "logs" / "blocks" / "completions" / "00002").unlink()
+    kept = (out / "blocks" / "00000.parquet").stat().st_mtime_ns
+    again = run_select(paths, out, "pair-greedy", RATIO, block_size=BLOCK, workers=2)
+    assert pq.read_table(again["output"]).equals(before)
+    assert (out / "blocks" / "00000.parquet").stat().st_mtime_ns == kept

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +55,7 @@ from datamask.data import (
     budget,
     check_unique_ids,
     dataset_table,
+    id_array,
     random_blocks,
     read_column,
     read_dataset,
@@ -87,6 +88,7 @@ def selector_params(name: str, params: dict) -> dict:
 PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
 UNION_PLAN = "union_plan.parquet"
 SCATTERED = "scattered"  # the blocks' rows, written by the scatter round; removed by the merge
+UNION_ROWS = "union_rows"  # the merge round parts' rows, written by its planning task; the same
 PARTITIONS = ("neighbourhood", "random")  # how the merge round cuts the union of the picks
 # union rows the neighbourhood cuts are fitted on: the planning task holds this many rows'
 # features whatever the union's size
@@ -137,35 +139,59 @@ class ScatterRows(datatrove_base.PipelineStep):
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         plan = pq.read_table(self.plan, columns=[ID_COLUMN, "block"])
         planned, blocks = plan.column(ID_COLUMN).to_numpy(), plan.column("block").to_numpy()
-        folder = Path(self.output) / SCATTERED
-        with ExitStack() as files:
-            writers = {}
-            for index in np.array_split(np.arange(len(self.prepared)), self.tasks)[rank]:
-                rows = read_dataset([self.prepared[index]])
-                block = blocks[positions(planned, rows.ids)]
-                for b in np.unique(block):
-                    keep = block == b
-                    table = dataset_table(Dataset(rows.ids[keep], rows.quality[keep],
-                                                  rows.features[keep]))
-                    if b not in writers:
-                        (folder / f"{b:05d}").mkdir(parents=True, exist_ok=True)
-                        path = files.enter_context(
-                            atomic_output(folder / f"{b:05d}" / f"{rank:05d}.parquet"))
-                        writers[b] = files.enter_context(pq.ParquetWriter(path, table.schema))
-                    writers[b].write_table(table)
-                    self.stat_update("rows", value=int(keep.sum()))
+        missing = unfinished(Path(self.output) / "blocks", int(blocks.max()) + 1)
+        if len(missing):  # a rerun scatters only what a block still to run needs
+            with rows_by_group(Path(self.output) / SCATTERED, f"{rank:05d}.parquet") as add:
+                for index in np.array_split(np.arange(len(self.prepared)), self.tasks)[rank]:
+                    rows = read_dataset([self.prepared[index]])
+                    block = blocks[positions(planned, rows.ids)]
+                    add(block, rows, np.isin(block, missing))
+                    self.stat_update("rows", value=len(rows))
         yield from data or ()
 
 
-def block_dataset(output: Path, block: int):
-    """A block's rows, as the scatter round wrote them (in prepared order)."""
-    return read_dataset(sorted((output / SCATTERED / f"{block:05d}").glob("*.parquet")))
+def unfinished(folder: Path, n_blocks: int) -> np.ndarray:
+    """The blocks of a round whose selection is not written yet."""
+    return np.array([b for b in range(n_blocks) if not (folder / f"{b:05d}.parquet").exists()],
+                    np.int64)
+
+
+@contextmanager
+def rows_by_group(folder: Path, name: str):
+    """`add(groups, rows, wanted)` appends each row (of those `wanted`, a bool mask) to
+    folder/GROUP/name, one Parquet file per group, each renamed into place only when the `with`
+    ends without an error."""
+    with ExitStack() as files:
+        writers = {}
+
+        def add(groups: np.ndarray, rows: Dataset, wanted: np.ndarray | None = None) -> None:
+            for group in np.unique(groups if wanted is None else groups[wanted]):
+                keep = groups == group
+                table = dataset_table(Dataset(rows.ids[keep], rows.quality[keep],
+                                              rows.features[keep]))
+                if group not in writers:
+                    (folder / f"{group:05d}").mkdir(parents=True, exist_ok=True)
+                    path = files.enter_context(atomic_output(folder / f"{group:05d}" / name))
+                    writers[group] = files.enter_context(pq.ParquetWriter(path, table.schema))
+                writers[group].write_table(table)
+
+        yield add
+
+
+def group_rows(folder: Path, group: int) -> Dataset:
+    """A group's rows as rows_by_group wrote them, in the order they were added (none where no
+    row went to the group)."""
+    files = sorted((folder / f"{group:05d}").glob("*.parquet"))
+    if not files:
+        return Dataset(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, 0), np.float32))
+    return read_dataset(files)
 
 
 class SelectBlocks(datatrove_base.PipelineStep):
     """One task = one block of a plan (the first round's blocks, or the merge round's parts of
-    the union): read its rows from the prepared shards, select its budget, write. The budget is
-    the plan's `budgets` entry where it has one, else select_ratio of the block's rows."""
+    the union): read its rows (the prepared shards for one block, else what the scatter round or
+    the merge round's planning task wrote for it), select its budget, write. The budget is the
+    plan's `budgets` entry where it has one, else select_ratio of the block's rows."""
 
     name = "select a block"
     type = "🎯 - SELECT"
@@ -184,12 +210,11 @@ class SelectBlocks(datatrove_base.PipelineStep):
         metadata = plan.schema.metadata
         n_blocks = int(metadata[b"n_blocks"])
         budgets = json.loads(metadata[b"budgets"]) if b"budgets" in metadata else None
-        ids, groups = plan.column(ID_COLUMN).to_numpy(), plan.column(self.group).to_numpy()
         for block in range(rank, n_blocks, world_size):
             if self.group == "union":
-                rows = prepared_rows(self.prepared, ids[groups == block])
+                rows = group_rows(Path(self.output) / UNION_ROWS, block)
             elif n_blocks > 1:
-                rows = block_dataset(Path(self.output), block)
+                rows = group_rows(Path(self.output) / SCATTERED, block)
             else:  # one block: every prepared row
                 rows = read_dataset(self.prepared)
             with self.track_time(self.group):
@@ -247,10 +272,13 @@ class PlanUnion(datatrove_base.PipelineStep):
         out = Path(self.output)
         plan = pq.read_table(self.plan)
         metadata = plan.schema.metadata
+        missing = unfinished(out / "unions", self.parts)
+        if (out / UNION_PLAN).exists() and not len(missing):  # a rerun of a finished round
+            return
         picks = read_round(out / "blocks", int(metadata[b"n_blocks"]), "block")
         union = np.sort(picks.filter(picks.column("selected")).column(ID_COLUMN).to_numpy())
-        part = self.cut(union)
-        table = pa.table({ID_COLUMN: pa.array(union, pa.int64()), "union": pa.array(part)})
+        part = self.cut(union, out / UNION_ROWS, missing)
+        table = pa.table({ID_COLUMN: id_array(union), "union": pa.array(part)})
         budgets = {"n_blocks": str(self.parts)}
         if self.stratify:
             strata = rows_strata(plan, union)
@@ -266,20 +294,27 @@ class PlanUnion(datatrove_base.PipelineStep):
         write_table_atomic(table.replace_schema_metadata(budgets), out / UNION_PLAN)
         yield from data or ()
 
-    def cut(self, union: np.ndarray) -> np.ndarray:
-        """Each union id's part (int32)."""
+    def cut(self, union: np.ndarray, folder: Path, missing: np.ndarray) -> np.ndarray:
+        """Each union id's part (int32), in one pass over the prepared shards that writes the
+        rows of the `missing` parts to folder/PART/ on the way."""
         part = np.empty(len(union), np.int32)
         if self.partition == "random":
             for index, rows in enumerate(random_blocks(len(union), self.parts, self.seed)):
                 part[rows] = index
-            return part
-        rng = np.random.default_rng(self.seed)
-        sample = union[rng.choice(len(union), min(TREE_SAMPLE, len(union)), replace=False)]
-        tree = NeighbourhoodTree.fit(prepared_rows(self.prepared, sample).features, self.parts)
-        for path in self.prepared:
-            data = read_dataset([path])
-            keep = np.isin(data.ids, union)
-            part[np.searchsorted(union, data.ids[keep])] = tree.route(data.features[keep])
+        else:
+            rng = np.random.default_rng(self.seed)
+            sample = union[rng.choice(len(union), min(TREE_SAMPLE, len(union)), replace=False)]
+            tree = NeighbourhoodTree.fit(prepared_rows(self.prepared, sample).features,
+                                         self.parts)
+        with rows_by_group(folder, "00000.parquet") as add:
+            for path in self.prepared:
+                data = read_dataset([path])
+                keep = np.isin(data.ids, union)
+                rows = Dataset(data.ids[keep], data.quality[keep], data.features[keep])
+                at = np.searchsorted(union, rows.ids)
+                if self.partition != "random":
+                    part[at] = tree.route(rows.features)
+                add(part[at], rows, np.isin(part[at], missing))
         return part
 
 
@@ -346,7 +381,11 @@ class MergeBlocks(datatrove_base.PipelineStep):
                                  minlength=len(values)).astype(int)
             self.summary["strata"] = [{"value": v, "rows": int(n), "selected": int(c)}
                                       for v, n, c in zip(values.tolist(), sizes, chosen)]
-        shutil.rmtree(out / SCATTERED, ignore_errors=True)  # a copy of the prepared rows
+        # the copies of the prepared rows go, with the markers of the rounds that wrote them:
+        # a later rerun that finds a round's selection missing writes its rows again
+        for copy in (SCATTERED, UNION_ROWS, "logs/scatters/completions",
+                     "logs/union_plans/completions"):
+            shutil.rmtree(out / copy, ignore_errors=True)
         write_json_atomic({**self.summary, "rows": len(table), "selected": selected,
                            "blocks": n_blocks, "selector_time_s": round(sum(times), 3),
                            "slowest_block_s": round(max(times), 3),
@@ -528,8 +567,9 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
     start_or_resume(output / "config.json", config, [
-        output / name for name in ("blocks", "unions", SCATTERED, "logs", "plan.parquet",
-                                   UNION_PLAN, "selection.parquet", "summary.json")])
+        output / name for name in ("blocks", "unions", SCATTERED, UNION_ROWS, "logs",
+                                   "plan.parquet", UNION_PLAN, "selection.parquet",
+                                   "summary.json")])
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
     first_ratio = merge.get("merge_ratio", select_ratio)
