@@ -131,6 +131,13 @@ def test_one_block_has_nothing_to_merge(shards, tmp_path):
     (dict(merge_ratio=-0.2), r"--merge_ratio -0.2: must be above"),
     (dict(merge_rows=50), r"--merge_rows .*give --merge_ratio"),
     (dict(merge_ratio=0.3, merge_partition="kmeans"), r"--merge_partition must be one of"),
+    (dict(merge_ratio=0.3, merge_rows=10**12), r"--merge_rows 1,000,000,000,000: a part of the "
+                                                 r"merge round .* 8-d float32 features, 29802.3 "
+                                                 r"GiB .*over a task's .*; lower --merge_rows"),
+    (dict(merge_ratio=0.3, merge_rows=10**9, executor="ray",
+          cluster={"cpus_per_task": 1, "mem_per_cpu_gb": 4}),
+     r"--merge_rows 1,000,000,000: .* 29.8 GiB .* over a task's 4.0 GiB \(--cpus_per_task x "
+     r"--mem_per_cpu_gb\)"),
 ])
 def test_bad_merge_flags_are_refused_before_any_work(shards, tmp_path, flags, message):
     paths, *_ = shards

@@ -34,6 +34,7 @@ The column comes from the prepared shards when they hold it, else from the FineW
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from contextlib import ExitStack, contextmanager
@@ -531,6 +532,8 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     strata = read_strata(files, stratify, strata_from) if stratify else None
     merge = {"merge_ratio": merge_ratio, "merge_rows": merge_rows or block_size,
              "merge_partition": merge_partition} if merge_ratio and n_blocks > 1 else {}
+    if merge:
+        check_part_memory(files[0], merge["merge_rows"], executor, workers, cluster or {})
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster, stratify, strata,
@@ -548,6 +551,28 @@ def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
     if merge_partition not in PARTITIONS:
         raise UserError(f"--merge_partition must be one of {', '.join(PARTITIONS)}, got "
                         f"{merge_partition!r}")
+
+
+def check_part_memory(prepared: Path, rows: int, executor: str, workers: int,
+                      cluster: dict) -> None:
+    """A part of the merge round holds about `rows` rows: refused where their features alone
+    exceed one task's memory (a Ray or Slurm task's CPUs x --mem_per_cpu_gb; locally this
+    machine's memory over --workers), which the selector's own arrays only add to."""
+    kind = pq.read_schema(prepared).field(FEATURE_COLUMN).type
+    dim = getattr(kind, "list_size", None) or len(
+        pq.read_table(prepared, columns=[FEATURE_COLUMN]).slice(0, 1)[FEATURE_COLUMN][0])
+    need = rows * dim * np.dtype(np.float32).itemsize
+    if executor == "local":
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / workers
+        whose = f"this machine's memory over --workers {workers}"
+    else:
+        have = cluster.get("cpus_per_task", 1) * cluster.get("mem_per_cpu_gb", 1) * 2**30
+        whose = "--cpus_per_task x --mem_per_cpu_gb"
+    if need > have:
+        raise UserError(f"--merge_rows {rows:,}: a part of the merge round holds about that many "
+                        f"rows of {dim}-d float32 features, {need / 2**30:.1f} GiB before any "
+                        f"selector works on them, over a task's {have / 2**30:.1f} GiB "
+                        f"({whose}); lower --merge_rows")
 
 
 def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, params: dict,
