@@ -263,6 +263,9 @@ for run in first rerun; do
     [[ $run == rerun ]] && break
     kill_task_then_wait "$DATA/slurm-merge" 1 "$("$PY" -c 'import json, sys
 print(json.load(sys.stdin)["unions_job"])' < "$WORK/log/merge.$run.json")" unions
+    sleep 2  # slurmstepd reaps what the task left
+    left=$(holding "$DATA/slurm-merge")
+    [[ -z $left ]] || { echo "stages_on_slurm: processes left behind: $left"; exit 1; }
 done
 grep -o "Launching Slurm job datamask-select-unions ([0-9]* tasks)" "$WORK/log/merge.rerun.log"
 wait_for_jobs
