@@ -1,9 +1,10 @@
 """The data stages on a real one-node Slurm cluster: tests/slurm/stages_on_slurm.sh starts munged,
-slurmctld and slurmd in namespaces of their own, submits `pipeline select --executor slurm` (the
-merge a job that depends on the blocks' array), then the chain prepare -> select -> tokenize the
-same way, and compares every output with the local executor's. In the chain, the process running
-prepare's second task is killed mid-task (SIGKILL): its job fails, the merge waits for good and is
-cancelled, no process is left, and the rerun submits that task alone. Runs where Slurm and munge are
+slurmctld and slurmd in namespaces of their own, submits `pipeline select --executor slurm` with
+its merge round (scatter, blocks, planning task, the union's parts and the merge: five jobs, each
+after the one before), then the chain prepare -> select -> tokenize the same way, and compares every
+output with the local executor's. The process running the merge round's second part, and in the
+chain the one running prepare's second task, is killed mid-task (SIGKILL): its job fails, the merge
+waits for good and is cancelled, no process is left, and the rerun submits that task alone. Runs where Slurm and munge are
 installed and the suite runs as root; `make test-slurm` installs them."""
 
 import os
@@ -29,7 +30,9 @@ def test_the_data_stages_on_slurm_equal_the_local_executor():
     run = subprocess.run(["bash", str(SCRIPT)], env={**os.environ, "PYTHON": sys.executable},
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    assert "Slurm's selection equals the local executor's, row for row" in run.stdout
+    assert "the merge round on Slurm, part 1 killed and rerun, equals the local executor's row " \
+        "for row" in run.stdout
+    assert "Launching Slurm job datamask-select-unions (1 tasks)" in run.stdout
     assert "Slurm's prepared shards equal the local executor's" in run.stdout
     assert "a missing partition is refused before any work" in run.stdout
     assert "killing task 1 of" in run.stdout and "mid-task" in run.stdout

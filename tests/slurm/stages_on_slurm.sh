@@ -124,8 +124,8 @@ wait_for_jobs() {
     echo "stages_on_slurm: queue empty after $SECONDS s"
 }
 
-# A small prepared set (two shards, 2,400 rows: four blocks), the local executor's selection,
-# then the same through Slurm: the blocks as a job array, the merge as a job after them.
+# A small prepared set (two shards, 2,400 rows: four blocks of 600), selected below with the
+# merge round, by the local executor and through Slurm.
 DATA=$WORK/data
 METHOD=facility-greedy
 "$PY" - "$DATA/prepared" <<'EOF'
@@ -152,37 +152,6 @@ fi
 [[ $refused == *"--slurm_partition nosuch: no such partition (sinfo lists debug)"* && ! -e $WORK/refused ]] \
     || { echo "stages_on_slurm: a missing partition: $refused"; exit 1; }
 echo "stages_on_slurm: a missing partition is refused before any work: ${refused##*error: }"
-
-FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600)
-"$PY" -m reproduce select "${FLAGS[@]}" --output "$DATA/local" > "$WORK/log/local.log" 2>&1
-"$PY" -m reproduce select "${FLAGS[@]}" --output "$DATA/slurm" "${SLURM_FLAGS[@]}" \
-    --mem_per_cpu_gb 0.5 --workers 2 2> "$WORK/log/submit.log" | tee "$WORK/submitted.json"
-wait_for_jobs
-for log in "$DATA"/slurm/logs/*/slurm/*.out; do echo "--- ${log#"$DATA"/}"; tail -n 3 "$log"; done
-
-"$PY" - "$DATA" <<'EOF'
-import json
-import sys
-from pathlib import Path
-
-import pyarrow.parquet as pq
-
-data = Path(sys.argv[1])
-summary = data / "slurm" / "summary.json"
-if not summary.exists():
-    sys.exit("stages_on_slurm: the merge job wrote no summary.json (see the Slurm logs above)")
-local = pq.read_table(data / "local" / "selection.parquet")
-slurm = pq.read_table(data / "slurm" / "selection.parquet")
-done = sorted(p.name for p in (data / "slurm" / "logs" / "blocks" / "completions").iterdir())
-print(json.dumps({k: v for k, v in json.loads(summary.read_text()).items()
-                  if k in ("executor", "rows", "selected", "blocks", "stage_wall_s")}))
-print(f"completed block tasks: {done}")
-if not slurm.equals(local):
-    sys.exit(f"stages_on_slurm: Slurm's selection differs from the local executor's "
-             f"({slurm.num_rows} vs {local.num_rows} rows)")
-print(f"stages_on_slurm: Slurm's selection equals the local executor's, row for row "
-      f"({slurm.num_rows} rows, {sum(slurm.column('selected').to_pylist())} selected)")
-EOF
 
 # Whether process $1 has an open file whose path starts with $2.
 has_open() { ls -l "/proc/$1/fd" 2> /dev/null | grep -q -- "-> $2"; }
@@ -249,9 +218,11 @@ check_killed_prepare() {
     echo "stages_on_slurm: after the kill, task 0's shard alone and no process left behind"
 }
 
-# select's merge round through Slurm: the blocks, the planning task, the union's parts and the
-# merge as four jobs, each after the one before. The union's part 1 is killed mid-task; the rerun
-# submits it alone (and the merge), and the selection equals the local executor's row for row.
+# select in four blocks with its merge round, locally and through Slurm: the scatter, the
+# blocks, the planning task, the union's parts and the merge as five jobs, each after the one
+# before. The union's part 1 is killed mid-task; the rerun submits it alone (and the merge), and
+# the selection equals the local executor's row for row.
+FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600)
 MERGE=(--merge_ratio 0.9 --merge_rows 1100)
 "$PY" -m reproduce select "${FLAGS[@]}" "${MERGE[@]}" --output "$DATA/local-merge" \
     > "$WORK/log/local-merge.log" 2>&1
