@@ -225,9 +225,10 @@ class SelectBlocks(datatrove_base.PipelineStep):
                     share = dict(zip(strata["values"], np.asarray(strata["budgets"])[:, block]))
                     selection = select_stratified(selector, rows, rows_strata(plan, rows.ids),
                                                   self.select_ratio, self.stratify, share)
+                elif budgets is None:
+                    selection = selector.select(rows, self.select_ratio)
                 else:
-                    k = budgets[block] if budgets else budget(self.select_ratio, len(rows))
-                    selection = select_count(selector, rows, k, self.select_ratio)
+                    selection = select_count(selector, rows, budgets[block], self.select_ratio)
             out = Path(self.output) / f"{self.group}s"
             selection.write(out / f"{block:05d}.parquet", ID_COLUMN)
             summary = {self.group: block, "rows": len(rows),
