@@ -58,8 +58,9 @@ from datamask.objectives import DIVERSITY, FacilityLocation
 from datamask.paths import check_folder_output, check_paths, leave_as_found
 from datamask.report import Report
 
-from reproduce.pipeline.common import (POSITIVE, SEED, atomic_folder, file_stats, parquet_files,
-                                       parse_method, positive_number)
+from reproduce.pipeline.common import (POSITIVE, SEED, atomic_folder, file_stats,
+                                       non_negative_number, parquet_files, parse_method,
+                                       positive_number)
 
 COMMAND = "bench-blocks"
 FAMILIES = ("pool", "bbc", "synthetic")
@@ -338,16 +339,6 @@ def fraction(text: str) -> float:
     value = positive_number(text)
     if value > 1:
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
-    return value
-
-
-def non_negative_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text}")
     return value
 
 

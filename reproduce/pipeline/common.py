@@ -41,15 +41,22 @@ NON_NEGATIVE = whole_number(0)  # GPUs per task; --block_size (0: one block)
 SEED = whole_number(0, SEED_MAX, "2^63 - 1")  # what numpy's and torch's generators take
 
 
-def positive_number(text: str) -> float:
-    """An argparse type: a finite number greater than 0 (e.g. GB of memory per CPU)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a number greater than 0, got {text}")
-    return value
+def finite_number(zero_allowed: bool):
+    """An argparse type: a finite number greater than 0, or at least 0 where `zero_allowed`."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not (0 <= value if zero_allowed else 0 < value) or value == math.inf:
+            least = "a finite number of at least 0" if zero_allowed else "a number greater than 0"
+            raise argparse.ArgumentTypeError(f"must be {least}, got {text}")
+        return value
+    return parse
+
+
+positive_number = finite_number(False)  # e.g. GB of memory per CPU
+non_negative_number = finite_number(True)  # e.g. a noise's standard deviation
 
 
 def read_schema(path: Path, flag: str = "") -> pa.Schema:
