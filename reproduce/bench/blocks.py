@@ -301,7 +301,8 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
         wall = time.perf_counter() - started
     selected, block = read_selection(folder, ids)
     return {"family": family.name, "selector": arm.spec, "arm": arm.label, "metric": arm.metric,
-            "merge_ratio": arm.merge, "merge_partition": arm.partition, "B": blocks, "blocks": int(summary["blocks"]),
+            "merge_ratio": arm.merge, "merge_partition": arm.partition, "B": blocks,
+            "blocks": int(summary["blocks"]),
             "block_rows": block_size if blocks > 1 else family.rows, "rows": family.rows,
             "selected": int(selected.sum()), "select_wall_s": round(wall, 2),
             "selector_time_s": summary["selector_time_s"],
@@ -379,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_rows", type=metric_rows, nargs="*", default=DEFAULT_MAX_ROWS,
                         metavar="METRIC=ROWS",
                         help="skip a selector of METRIC on a family of more rows (its one-block "
-                             "run is out of reach); the flag alone skips none (default: Facility=20000)")
+                             "run is out of reach); the flag alone skips none (default: "
+                             "Facility=20000)")
     parser.add_argument("--cover_rows", type=POSITIVE, default=10_000,
                         help="past this many rows Facility is scored on a seeded sample of this "
                              "many covered rows (default: %(default)s)")
@@ -571,6 +573,49 @@ def with_shares(records: list[dict]) -> list[dict]:
            if r["B"] == 1 and r["merge_ratio"] is None}
     return [{**r, "share_of_one_block": r["joint"] / one[r["family"], r["selector"]]}
             for r in records]
+
+
+def merge_verdict(runs: list[dict] | None, blocks: int, screening: list[str],
+                  wall_family: str, tie: float, wall_limit: float) -> dict | None:
+    """At `blocks` blocks, the merge arm the plan's rule picks on the screening families (wall
+    time within `wall_limit` of one round's on `wall_family`, then the highest smallest share,
+    shares within `tie` tied, then fewer planted pairs kept, the smaller ratio, neighbourhood
+    first; else the smallest wall ratio), and one round and that arm in every family and
+    selector; None where the runs hold no merge arm there."""
+    runs = [r for r in runs or () if r["B"] == blocks]
+    one = {(r["family"], r["selector"]): r for r in runs if r["merge_ratio"] is None}
+    arms = {}
+    for r in runs:
+        if r["merge_ratio"] is not None:
+            arms.setdefault((r["merge_ratio"], r["merge_partition"]), {})[
+                (r["family"], r["selector"])] = r
+    if not (one and arms):
+        return None
+
+    def wall(cells: dict) -> float:
+        return max(r["select_wall_s"] / one[cell]["select_wall_s"]
+                   for cell, r in cells.items() if cell[0] == wall_family)
+
+    def screened(cells: dict) -> list[dict]:
+        return [r for cell, r in cells.items() if cell[0] in screening]
+
+    eligible = {arm: cells for arm, cells in arms.items() if wall(cells) <= wall_limit}
+    if eligible:
+        best = max(min(r["share_of_one_block"] for r in screened(c)) for c in eligible.values())
+        tied = [arm for arm, c in eligible.items()
+                if min(r["share_of_one_block"] for r in screened(c)) >= best - tie]
+        chosen = min(tied, key=lambda arm: (sum(r["both_selected"] for r in screened(arms[arm])),
+                                            arm[0], arm[1] != "neighbourhood"))
+    else:
+        chosen = min(arms, key=lambda arm: wall(arms[arm]))
+    cells = arms[chosen]
+    rows = [{"family": cell[0], "selector": cell[1], "one": one[cell], "merged": r,
+             "wall": r["select_wall_s"] / one[cell]["select_wall_s"]}
+            for cell, r in cells.items()]
+    return {"arm": f"{chosen[0]:g} {chosen[1]}", "eligible": len(eligible), "arms": len(arms),
+            "rows": rows, "worst_share": min(r["share_of_one_block"] for r in cells.values()),
+            "pairs": sum(r["both_selected"] for r in cells.values()), "wall": wall(cells),
+            "blocks": blocks}
 
 
 def markdown(out: dict) -> str:

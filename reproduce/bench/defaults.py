@@ -136,6 +136,20 @@ def gain_ratio_text(ratio, greedy_gain) -> str:
     return "greedy below random" if greedy_gain is not None and greedy_gain <= 0 else f"{ratio:.3f}"
 
 
+def shown_cells(frame: pd.DataFrame) -> list[dict]:
+    """Bench cells as shown: the gain ratio's words where the greedy lost to random, each
+    certificate's share ("no bound" where a run had none, "-" where made before them)."""
+    none = pd.Series(None, frame.index)
+    frame = frame.assign(gain_text=[gain_ratio_text(r, g) for r, g in zip(
+        frame.gain_ratio, frame.get("greedy_gain", none))])
+    for which in ("start", "written"):
+        frame[f"{which}_share"] = [
+            f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str) else "-"
+            for v, r in zip(frame.get(f"share_above_random_{which}", none),
+                            frame.get("no_bound_reason", none))]
+    return frame.to_dict("records")
+
+
 def share(value) -> str:
     """A certificate's share above random, or "no bound" where the run had none."""
     return "no bound" if value is None or pd.isna(value) else f"{value:.4f}"

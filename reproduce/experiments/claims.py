@@ -19,7 +19,8 @@ import yaml
 
 from datamask.errors import UserError
 from eval.tables import markdown
-from reproduce.bench.defaults import gain_ratio_text
+from reproduce.bench.blocks import merge_verdict
+from reproduce.bench.defaults import shown_cells
 
 from .common import lr_setting
 from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
@@ -599,20 +600,6 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
     return {"rows": needed(rows), "items": list({row["name"]: row for row in rows}.values())}
 
 
-def shown_cells(frame: pd.DataFrame) -> list[dict]:
-    """Bench cells as shown: the gain ratio's words where the greedy lost to random, each
-    certificate's share ("no bound" where a run had none, "-" where made before them)."""
-    none = pd.Series(None, frame.index)
-    frame = frame.assign(gain_text=[gain_ratio_text(r, g) for r, g in zip(
-        frame.gain_ratio, frame.get("greedy_gain", none))])
-    for which in ("start", "written"):
-        frame[f"{which}_share"] = [
-            f"{v:.4f}" if pd.notna(v) else "no bound" if isinstance(r, str) else "-"
-            for v, r in zip(frame.get(f"share_above_random_{which}", none),
-                            frame.get("no_bound_reason", none))]
-    return frame.to_dict("records")
-
-
 def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greedy: float,
                               adopted: dict[str, list[str]], beside: list[dict]) -> dict:
     """`today`'s bench-defaults cells, each replaced by the same cell of a round that adopted its
@@ -712,47 +699,10 @@ def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
     return {**needed(scored_start(folder, least)), "rows": rows}
 
 
-def merge_round(root: str, folder: str, blocks: int, screening: list[str], wall_family: str,
-                tie: float, wall_limit: float) -> dict:
-    """`make bench-blocks` at `blocks` blocks: the merge arm the plan's rule picks on the
-    screening families (wall time within `wall_limit` of one round's on `wall_family`, then the
-    highest smallest share, shares within `tie` tied, then fewer planted pairs kept, the smaller
-    ratio, neighbourhood first; else the smallest wall ratio), and one round and that arm in every
-    family and selector."""
-    runs = [r for r in needed(table_json(root, folder, "results.json"))["runs"]
-            if r["B"] == blocks]
-    one = {(r["family"], r["selector"]): r for r in runs if r["merge_ratio"] is None}
-    arms = {}
-    for r in runs:
-        if r["merge_ratio"] is not None:
-            arms.setdefault((r["merge_ratio"], r["merge_partition"]), {})[
-                (r["family"], r["selector"])] = r
-    needed(one and arms)
-
-    def wall(cells: dict) -> float:
-        return max(r["select_wall_s"] / one[cell]["select_wall_s"]
-                   for cell, r in cells.items() if cell[0] == wall_family)
-
-    def screened(cells: dict) -> list[dict]:
-        return [r for cell, r in cells.items() if cell[0] in screening]
-
-    eligible = {arm: cells for arm, cells in arms.items() if wall(cells) <= wall_limit}
-    if eligible:
-        best = max(min(r["share_of_one_block"] for r in screened(c)) for c in eligible.values())
-        tied = [arm for arm, c in eligible.items()
-                if min(r["share_of_one_block"] for r in screened(c)) >= best - tie]
-        chosen = min(tied, key=lambda arm: (sum(r["both_selected"] for r in screened(arms[arm])),
-                                            arm[0], arm[1] != "neighbourhood"))
-    else:
-        chosen = min(arms, key=lambda arm: wall(arms[arm]))
-    cells = arms[chosen]
-    rows = [{"family": cell[0], "selector": cell[1], "one": one[cell], "merged": r,
-             "wall": r["select_wall_s"] / one[cell]["select_wall_s"]}
-            for cell, r in cells.items()]
-    return {"arm": f"{chosen[0]:g} {chosen[1]}", "eligible": len(eligible), "arms": len(arms),
-            "rows": rows, "worst_share": min(r["share_of_one_block"] for r in cells.values()),
-            "pairs": sum(r["both_selected"] for r in cells.values()), "wall": wall(cells),
-            "blocks": blocks}
+def merge_round(root: str, folder: str, **rule) -> dict:
+    """`make bench-blocks`: one round and the merge arm its plan's rule picks (merge_verdict)."""
+    found = table_json(root, folder, "results.json") or {}
+    return needed(merge_verdict(found.get("runs"), **rule))
 
 
 def instrument(root: str, run: str, first: str) -> dict:
