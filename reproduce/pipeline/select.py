@@ -207,10 +207,10 @@ class SelectBlocks(datatrove_base.PipelineStep):
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         from datamask.selectors import make_selector
 
-        plan = pq.read_table(self.plan)
-        metadata = plan.schema.metadata
+        metadata = pq.read_schema(self.plan).metadata
         n_blocks = int(metadata[b"n_blocks"])
         budgets = json.loads(metadata[b"budgets"]) if b"budgets" in metadata else None
+        plan = pq.read_table(self.plan, columns=[ID_COLUMN, "stratum"]) if self.stratify else None
         for block in range(rank, n_blocks, world_size):
             if self.group == "union":
                 rows = group_rows(Path(self.output) / UNION_ROWS, block)
@@ -264,16 +264,15 @@ class PlanUnion(datatrove_base.PipelineStep):
     type = "🎯 - SELECT"
 
     def __init__(self, prepared: list[str], plan: str, output: str, parts: int, partition: str,
-                 seed: int, select_ratio: float, stratify: str | None = None):
+                 seed: int, count: int, stratify: str | None = None):
         super().__init__()
         self.prepared, self.plan, self.output = prepared, plan, output
         self.parts, self.partition, self.seed = parts, partition, seed
-        self.select_ratio, self.stratify = select_ratio, stratify
+        self.count, self.stratify = count, stratify
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output)
-        plan = pq.read_table(self.plan)
-        metadata = plan.schema.metadata
+        metadata = pq.read_schema(self.plan).metadata
         missing = unfinished(out / "unions", self.parts)
         if (out / UNION_PLAN).exists() and not len(missing):  # a rerun of a finished round
             return
@@ -283,16 +282,15 @@ class PlanUnion(datatrove_base.PipelineStep):
         table = pa.table({ID_COLUMN: id_array(union), "union": pa.array(part)})
         budgets = {"n_blocks": str(self.parts)}
         if self.stratify:
-            strata = rows_strata(plan, union)
+            strata = rows_strata(pq.read_table(self.plan, columns=[ID_COLUMN, "stratum"]), union)
             table = table.append_column("stratum", pa.array(strata))
             final = json.loads(metadata[b"final_strata"])
             budgets["strata"] = json.dumps({"values": final["values"], "budgets": [
                 split(total, np.bincount(part[strata == value], minlength=self.parts))
                 for value, total in zip(final["values"], np.sum(final["budgets"], axis=1))]})
         else:
-            blocks = np.bincount(plan.column("block").to_numpy())
-            k = sum(budget(self.select_ratio, int(n)) for n in blocks)
-            budgets["budgets"] = json.dumps(split(k, np.bincount(part, minlength=self.parts)))
+            budgets["budgets"] = json.dumps(split(self.count,
+                                                  np.bincount(part, minlength=self.parts)))
         write_table_atomic(table.replace_schema_metadata(budgets), out / UNION_PLAN)
         yield from data or ()
 
@@ -454,11 +452,11 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
 
 def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
                strata: np.ndarray | None = None, select_ratio: float = 0.0,
-               merge_ratio: float = 0.0) -> None:
+               merge_ratio: float = 0.0) -> pa.Table:
     """Assign every prepared row to a block: a seeded permutation cut into near-equal parts; with
     `strata` (one value per prepared row) each row's stratum and every block's stratum budgets
     (before a merge round, the larger of select_ratio's and merge_ratio's, and select_ratio's
-    kept as `final_strata` for the merge round)."""
+    kept as `final_strata` for the merge round). Returns the plan as written."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
@@ -476,7 +474,9 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
             metadata["strata"] = json.dumps({"values": final["values"], "budgets": np.maximum(
                 wider, final["budgets"]).tolist()})
             metadata["final_strata"] = json.dumps(final)
-    write_table_atomic(table.replace_schema_metadata(metadata), path)
+    table = table.replace_schema_metadata(metadata)
+    write_table_atomic(table, path)
+    return table
 
 
 def read_strata(files: list[Path], column: str, strata_from: list[str] | None) -> np.ndarray:
@@ -599,7 +599,8 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
     first_ratio = merge.get("merge_ratio", select_ratio)
-    write_plan(files, plan, n_blocks, seed, strata, select_ratio, merge.get("merge_ratio", 0.0))
+    planned = write_plan(files, plan, n_blocks, seed, strata, select_ratio,
+                         merge.get("merge_ratio", 0.0))
 
     # absolute paths: cluster workers do not start in this folder
     prepared = [str(f.absolute()) for f in files]
@@ -617,10 +618,15 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                        "scatter"), [first]
     if merge:
         (output / "unions").mkdir(exist_ok=True)
-        parts = block_count(union_rows(plan, first_ratio), merge["merge_rows"])
-        then += [([PlanUnion(prepared, str(plan), str(output), parts,
-                             merge["merge_partition"], seed, select_ratio, stratify)], 1,
-                  "union_plan"),
+        # the blocks' picks in all, so the parts' count is known before they run (a Slurm job
+        # array is sized at submission)
+        sizes = np.bincount(planned.column("block").to_numpy())
+        first_strata = planned.schema.metadata.get(b"strata")
+        union = (int(np.sum(json.loads(first_strata)["budgets"])) if first_strata
+                 else picked(sizes, first_ratio))
+        parts = block_count(union, merge["merge_rows"])
+        then += [([PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
+                             seed, picked(sizes, select_ratio), stratify)], 1, "union_plan"),
                  ([SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
                                 select_ratio, stratify, group="union")], parts, "union")]
     merging = [MergeBlocks(prepared, str(plan), str(output), summary)]
@@ -635,10 +641,6 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     return json.loads((output / "summary.json").read_text())
 
 
-def union_rows(plan: Path, first_ratio: float) -> int:
-    """How many rows the blocks pick in all, so the merge round's task count is known before
-    they run (a Slurm job array is sized at submission)."""
-    table = pq.read_table(plan)
-    if b"strata" in table.schema.metadata:
-        return int(np.sum(json.loads(table.schema.metadata[b"strata"])["budgets"]))
-    return sum(budget(first_ratio, int(n)) for n in np.bincount(table.column("block").to_numpy()))
+def picked(sizes: np.ndarray, ratio: float) -> int:
+    """The rows blocks of these sizes select at `ratio`, each rounding its own budget."""
+    return sum(budget(ratio, int(n)) for n in sizes)
