@@ -304,16 +304,14 @@ def last_error(executor, rank: int) -> str:
     return errors[-1]
 
 
-def run_then_merge(kind: str, steps: list, tasks: int, unit: str = "task", *, merging: list,
-                   logs: Path, workers: int, cluster: dict | None, stage: str,
-                   then: list[tuple[list, int, str]] = ()) -> dict | None:
-    """`tasks` tasks of `steps` (logs under logs/<unit>s, markers included: a rerun skips the
-    finished ones), then each round of `then` ((steps, tasks, unit), in order, logged the same
-    way), then one task of `merging` (logs/merge). On Slurm every round and the merge are
-    submitted, each as a job that starts once the one before succeeded (afterok), and the job ids
-    returned; elsewhere None once the merge has run. A task that still fails after datatrove's
-    retries stops the stage with its log's last error line."""
-    rounds = [(steps, tasks, unit), *then]
+def run_then_merge(kind: str, rounds: list[tuple[list, int, str]], merging: list, logs: Path,
+                   workers: int, cluster: dict | None, stage: str) -> dict | None:
+    """Each round of `rounds` in order, (steps, tasks, unit): `tasks` tasks of `steps`, logged
+    under logs/<unit>s, markers included (a rerun skips the finished ones); then one task of
+    `merging` (logs/merge). On Slurm every round and the merge are submitted, each as a job that
+    starts once the one before succeeded (afterok), and the job ids returned (the first round's
+    as tasks_job, the later ones' as round_jobs); elsewhere None once the merge has run. A task
+    that still fails after datatrove's retries stops the stage with its log's last error line."""
     works = []
     for round_steps, round_tasks, round_unit in rounds:  # on Slurm each waits for the one before
         works.append(make_executor(
@@ -329,7 +327,7 @@ def run_then_merge(kind: str, steps: list, tasks: int, unit: str = "task", *, me
         except subprocess.CalledProcessError as err:
             raise UserError(f"--executor slurm: sbatch refused the job (exit {err.returncode}; "
                             f"its message is above)") from None
-        later = {"round_jobs": [w.job_id for w in works[1:]]} if then else {}
+        later = {"round_jobs": [w.job_id for w in works[1:]]} if len(works) > 1 else {}
         return {"tasks_job": works[0].job_id, **later, "merge_job": merge.job_id}
     # here, not through datatrove's depends=, which polls every 2 minutes, forever, for a task
     # that failed

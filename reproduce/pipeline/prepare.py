@@ -466,8 +466,8 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
                              earlier, chunk, progress,
                              partial(task_device, executor, gpus, workers, device=embedder.device))
         merge = WriteManifest(shards, str(output.absolute()), config, run, earlier, inputs)
-        jobs = run_then_merge(executor, [work], tasks, merging=[merge], logs=logs,
-                              workers=workers, cluster=cluster, stage="prepare")
+        jobs = run_then_merge(executor, [([work], tasks, "task")], [merge], logs, workers,
+                              cluster, "prepare")
         if jobs:  # Slurm: submitted; the merge job writes prepare.json
             return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
     records = json.loads((output / MANIFEST).read_text())["files"]

@@ -610,12 +610,12 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                **merge}
     if stratify:
         summary["stratify"] = stratify
-    blocks = [SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio, stratify)]
-    first, then = (blocks, n_blocks, "block"), []
+    rounds = [([SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio,
+                             stratify)], n_blocks, "block")]
     if n_blocks > 1:  # each block reads its own rows, not every prepared shard
         scatter = min(len(prepared), workers)
-        first, then = ([ScatterRows(prepared, str(plan), str(output), scatter)], scatter,
-                       "scatter"), [first]
+        rounds.insert(0, ([ScatterRows(prepared, str(plan), str(output), scatter)], scatter,
+                          "scatter"))
     if merge:
         (output / "unions").mkdir(exist_ok=True)
         # the blocks' picks in all, so the parts' count is known before they run (a Slurm job
@@ -625,18 +625,17 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         union = (int(np.sum(json.loads(first_strata)["budgets"])) if first_strata
                  else picked(sizes, first_ratio))
         parts = block_count(union, merge["merge_rows"])
-        then += [([PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
-                             seed, picked(sizes, select_ratio), stratify)], 1, "union_plan"),
-                 ([SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
-                                select_ratio, stratify, group="union")], parts, "union")]
+        plan_union = PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
+                               seed, picked(sizes, select_ratio), stratify)
+        union_parts = SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
+                                   select_ratio, stratify, group="union")
+        rounds += [([plan_union], 1, "union_plan"), ([union_parts], parts, "union")]
     merging = [MergeBlocks(prepared, str(plan), str(output), summary)]
-    jobs = run_then_merge(executor, *first, merging=merging, logs=output / "logs",
-                          workers=workers, cluster=cluster, stage="select", then=then)
+    jobs = run_then_merge(executor, rounds, merging, output / "logs", workers, cluster, "select")
     if jobs:  # Slurm: submitted; the merge job writes the selection
-        rounds = dict(zip([unit for _, _, unit in [first, *then]],
-                          [jobs["tasks_job"], *jobs.get("round_jobs", [])]))
+        ids = [jobs["tasks_job"], *jobs.get("round_jobs", [])]
         return {"submitted": True, "blocks": n_blocks,
-                **{f"{unit}s_job": job for unit, job in rounds.items()},
+                **{f"{unit}s_job": job for (_, _, unit), job in zip(rounds, ids)},
                 "merge_job": jobs["merge_job"], "output": str(output)}
     return json.loads((output / "summary.json").read_text())
 

@@ -272,9 +272,8 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
                               seed=seed, shuffle_documents=True),
         ]
         merge = [MergeRanks(str(out), seed, n_selected, summary)]
-        jobs = run_then_merge(executor, ranks, tasks, "rank", merging=merge,
-                              logs=out / "logs", workers=workers, cluster=cluster,
-                              stage="tokenize")
+        jobs = run_then_merge(executor, [(ranks, tasks, "rank")], merge, out / "logs", workers,
+                              cluster, "tokenize")
         if jobs:  # Slurm: submitted; the merge job writes the token files and summary.json
             return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
     return json.loads((output / "summary.json").read_text())
