@@ -90,10 +90,12 @@ BENCH_PREPARE_FLAGS ?=
 bench-prepare: install
 	$(BIN)/python -m reproduce.bench.prepare $(BENCH_PREPARE_FLAGS)
 
-# prepare's static embedding model against the transformer it is distilled from
-# (reproduce/results/static-embedding/plan.md): speed, neighbours, and the objective share of
-# datamask's selection on the demo pool and a BBC slice; BENCH_STATIC_FLAGS: e.g. --extras,
-# --pool DIR (a built demo pool). The first run distils the static model (minutes; cached after).
+# embeddings for prepare judged by a fidelity yardstick that the transformer's harmless variants
+# pass first (reproduce/results/static-embedding/yardstick-plan.md): on the demo pool, a BBC slice
+# and a pool of technical text, the variants, two known-bad embeddings and the rivals (static
+# model, centred, 64 tokens), every selection scored on the transformer's vectors, and each route's
+# whole-prepare documents/s; BENCH_STATIC_FLAGS: e.g. --pool DIR, --families, --results DIR. The
+# first run distils the static model (minutes; cached after).
 BENCH_STATIC_FLAGS ?=
 bench-static: install
 	$(BIN)/python -m reproduce.bench.static $(BENCH_STATIC_FLAGS)
