@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask.data import Dataset, read_dataset
@@ -120,9 +121,13 @@ def families(work: Path, names: list[str], pool: Path | None, bbc_limit: int) ->
     if "BBC" in names:
         write_bbc_fineweb(work / "bbc", work / "bbc-tasks", limit=bbc_limit, seed=0)
         found["BBC"] = work / "bbc"
-    if "docs" in names:
-        build_pool(work / "docs-pool", 1, domains=["docs", "reference"], **POOL_FLAGS)
-        found["docs"] = work / "docs-pool" / "fineweb"
+    if "docs" in names:  # a pool needs news for its tasks: built with it, its news rows dropped
+        build_pool(work / "docs-pool", 1, domains=["news", "docs", "reference"], **POOL_FLAGS)
+        (work / "docs").mkdir()
+        for shard in parquet_files([str(work / "docs-pool" / "fineweb")]):
+            rows = pq.read_table(shard)
+            pq.write_table(rows.filter(pc.field("domain") != "news"), work / "docs" / shard.name)
+        found["docs"] = work / "docs"
     return found
 
 
