@@ -29,8 +29,8 @@ def cmd_data(args) -> None:
 
 def cmd_prepare(args) -> None:
     from .pipeline.engines import check_executor, cluster_flags
-    from .pipeline.prepare import (check_embed_device, check_inputs, make_embedder, make_scorer,
-                                   prepare)
+    from .pipeline.embedders import make_embedder
+    from .pipeline.prepare import check_embed_device, check_inputs, make_scorer, prepare
 
     # everything that needs no model first: loading one takes longer than most mistakes
     cluster = cluster_flags(args)
@@ -49,8 +49,7 @@ def cmd_distil(args) -> None:
     from datamask.paths import check_paths
     from datamask.errors import UserError
 
-    from .pipeline.prepare import default_embedding_model
-    from .pipeline.static import Distillation, check_source, distil
+    from .pipeline.embedders import Distillation, check_source, default_embedding_model, distil
 
     source = check_source(args.source or default_embedding_model())
     if args.pca_dims < 1:

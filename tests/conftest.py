@@ -139,7 +139,8 @@ def pool(tmp_path_factory, units):
 def prepare_locally(fineweb: Path, output: Path) -> Path:
     """`fineweb`'s shards through the real prepare stage in one process (all-MiniLM-L6-v2 cut to
     32 tokens, heuristic quality) into `output`."""
-    from reproduce.pipeline.prepare import Embedder, HeuristicQuality, prepare
+    from reproduce.pipeline.embedders import Embedder
+    from reproduce.pipeline.prepare import HeuristicQuality, prepare
 
     prepare([str(fineweb)], output, Embedder(max_seq_length=32), HeuristicQuality(),
             progress=False)

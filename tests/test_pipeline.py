@@ -15,7 +15,8 @@ from datamask.data import ID_COLUMN, budget, read_dataset
 from datamask.errors import UserError
 from reproduce.pipeline.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
 from reproduce.cli import main
-from reproduce.pipeline.prepare import Embedder, HeuristicQuality, chunk_id, model_identity, prepare
+from reproduce.pipeline.embedders import Embedder, model_identity
+from reproduce.pipeline.prepare import HeuristicQuality, chunk_id, prepare
 from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 from reproduce.pipeline.train import load_config, token_budget, train, window_order

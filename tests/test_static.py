@@ -15,10 +15,10 @@ from conftest import prepare_locally
 from datamask.data import read_dataset
 from reproduce.cli import main
 from reproduce.pipeline.bbc import write_bbc_fineweb
-from reproduce.pipeline.prepare import (HeuristicQuality, default_embedding_model, make_embedder,
-                                        prepare)
-from reproduce.pipeline.static import (RECORD, STATIC, Distillation, StaticEmbedder, distil,
-                                       distillation_key)
+from reproduce.pipeline.embedders import (RECORD, STATIC, Distillation, StaticEmbedder,
+                                          default_embedding_model, distil, distillation_key,
+                                          make_embedder)
+from reproduce.pipeline.prepare import HeuristicQuality, prepare
 
 pytest.importorskip("model2vec.distill")
 

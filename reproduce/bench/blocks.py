@@ -486,7 +486,7 @@ def run(args: argparse.Namespace) -> None:
         rows = {name: family_rows(name, args, work) for name in args.families}
         check_budgets(rows, args.blocks, args.select_ratio)
         if {"pool", "bbc"} & set(args.families):
-            from reproduce.pipeline.prepare import make_embedder
+            from reproduce.pipeline.embedders import make_embedder
 
             embedder = make_embedder(args.embedding_model, max_seq_length=args.max_seq_length)
     limits = dict(args.max_rows or [])

@@ -361,7 +361,8 @@ def prepare_parts(texts: list[str], slice_shard: Path) -> dict:
     on `texts` the static and the transformer embedding (prepare's chunks) and the heuristic
     scorer (a fresh one: its chunk cache starts empty). {part: {documents, s}}."""
     from reproduce.bench.prepare import embed_all, seconds
-    from reproduce.pipeline.prepare import Embedder, HeuristicQuality, make_embedder
+    from reproduce.pipeline.embedders import Embedder, make_embedder
+    from reproduce.pipeline.prepare import HeuristicQuality
 
     parts = {"read the shard (pyarrow)": {
         "documents": pq.read_metadata(slice_shard).num_rows,

