@@ -42,7 +42,7 @@ demo: install
 	echo "demo: building the pool in $(DEMO_POOL) (its Debian sources are fetched on first use)"; \
 	$(MAKE) --no-print-directory pool POOL_DIR=$(DEMO_POOL) POOL_SEED=$(DEMO_POOL_SEED) \
 		POOL_FLAGS="$(DEMO_POOL_FLAGS)" > /dev/null && \
-	$(BIN)/python -m reproduce.pipeline.downstream --pool $(DEMO_POOL) --output $(DEMO_DIR) \
+	$(BIN)/python -m reproduce.experiments.downstream --pool $(DEMO_POOL) --output $(DEMO_DIR) \
 		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
 	echo "demo: $$(( $$(date +%s) - start )) s wall (verdict in $(DEMO_DIR)/verdict.md)" | \
 		tee $(DEMO_DIR)/wall_time.txt
@@ -149,9 +149,9 @@ POOL_FLAGS ?=
 pool: install
 	$(BIN)/python -m reproduce pool --output $(POOL_DIR) --seed $(POOL_SEED) $(POOL_FLAGS)
 
-# The downstream experiment (reproduce/pipeline/downstream.py) on the pool, as
+# The downstream experiment (reproduce/experiments/downstream.py) on the pool, as
 # reproduce/results/downstream/third-design-plan.md fixes it: every method of
-# reproduce.pipeline.downstream.METHODS in both arms (free and stratified by domain), random drawn
+# reproduce.pipeline.common.METHODS in both arms (free and stratified by domain), random drawn
 # 5 times and datamask-Pair_simi, datamask-paper and greedy-start 3 times (selection seeds 0..N-1),
 # the junk and duplicate dose series (0.05-0.5), DS_SEEDS training seeds each, at the point the
 # proxy sweep picked (proxy-plan.md, proxy-sweep/proxy.md): V512-d64, a 512-entry tokenizer and
@@ -169,7 +169,7 @@ DS_FLAGS ?= --config downstream-v512 --vocab_size 512 --epochs 4 --outside $(OUT
 	--primary 'bpb macro (EMA)' 'bpb outside macro (EMA)' \
 	--draws random=5 datamask-Pair_simi=3 datamask-paper=3 greedy-start=3
 downstream: pool outside
-	$(BIN)/python -m reproduce.pipeline.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
+	$(BIN)/python -m reproduce.experiments.downstream --pool $(POOL_DIR) --output $(DS_DIR) \
 		--seeds $(DS_SEEDS) --jobs $(DS_JOBS) $(DS_FLAGS)
 
 # Held-out text from outside the pool (reproduce/pool/outside.py): ABC news (the Lee corpus in

@@ -27,7 +27,7 @@ import matplotlib.transforms  # noqa: E402
 
 from datamask.errors import UserError  # noqa: E402
 from eval.calibration import NULL, mix_or_choice, parse_dose  # noqa: E402
-from reproduce.pipeline.downstream import CONTROL, STRATIFIED, difference  # noqa: E402
+from reproduce.experiments.downstream import CONTROL, STRATIFIED, difference  # noqa: E402
 
 from .plots import save  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The downstream orchestrator (reproduce/pipeline/downstream.py) end to end on the small pool of
+"""The downstream orchestrator (reproduce/experiments/downstream.py) end to end on the small pool of
 test_pool.py with a tiny model: both arms, the null and both dose series, the epochs budget, the
 averaged checkpoints, the tables per arm and arms.md; a second invocation trains nothing again;
 and the run plan's refusals (a kill mid-training and the proxy probe: test_downstream_alone.py)."""
@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from datamask.errors import UserError
-from reproduce.pipeline import downstream
-from reproduce.pipeline.downstream import (METHODS, STRATIFIED, Progress, epoch_steps, in_parallel,
-                                           main, parse_draws, parse_methods, plan_runs, python)
+from reproduce.experiments import downstream
+from reproduce.experiments.downstream import (STRATIFIED, epoch_steps, in_parallel, main,
+                                              parse_draws, parse_methods, plan_runs, python)
+from reproduce.pipeline.common import METHODS, Progress
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
         "num_attention_heads=2", "num_key_value_heads=2", "seq_len=32", "batch_size=4",
@@ -293,7 +294,7 @@ def test_each_finished_item_says_the_count_done_and_the_time_left(monkeypatch, c
     """An item an earlier run finished counts as done but not in the rate; the last line has
     no estimate."""
     clock = iter([100.0, 100.0, 110.0, 130.0, 400.0])
-    monkeypatch.setattr(downstream.time, "time", lambda: next(clock))
+    monkeypatch.setattr("time.time", lambda: next(clock))
     progress = Progress("train+evaluate", 4)
     progress.tick("random seed 0", worked=False)
     for what in ("junk-0.5 seed 0", "random seed 1", "junk-0.5 seed 1"):

@@ -14,7 +14,7 @@ import pytest
 from test_downstream import TINY
 from test_orphans import session_processes
 
-from reproduce.pipeline.downstream import epoch_steps, main
+from reproduce.experiments.downstream import epoch_steps, main
 
 
 def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prepared,
@@ -25,7 +25,7 @@ def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prep
             "--select_ratio", "0.3", "--block_size", "0", "--vocab_size", "300",
             "--heldout_docs", "2", "--set", "max_steps=400",
             *[a for s in TINY[:-2] for a in ("--set", s)]]
-    command = [sys.executable, "-m", "reproduce.pipeline.downstream", *argv]
+    command = [sys.executable, "-m", "reproduce.experiments.downstream", *argv]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:

@@ -1,4 +1,4 @@
-"""The stage worker (reproduce/pipeline/stage_worker.py) that trains and scores the downstream
+"""The stage worker (reproduce/experiments/stage_worker.py) that trains and scores the downstream
 experiment's runs: a stage run in a worker, after another stage in the same process, writes the
 weights a fresh `python -m reproduce` process writes, bit for bit; a failing stage is one error
 naming its log, and the worker goes on serving."""
@@ -12,7 +12,7 @@ import pytest
 
 from datamask.errors import UserError
 from reproduce.pipeline.gpu_check import write_tiny_token_set
-from reproduce.pipeline.stage_worker import StageWorker
+from reproduce.experiments.stage_worker import StageWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["--set", "max_steps=6", "--set", "seq_len=32", "--set", "threads=1", "--set",

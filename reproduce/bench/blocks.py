@@ -475,7 +475,7 @@ def check_budgets(rows: dict[str, int], blocks: list[int], select_ratio: float) 
 
 def run(args: argparse.Namespace) -> None:
     from reproduce.bench.corpus import machine
-    from reproduce.pipeline.downstream import Progress
+    from reproduce.pipeline.common import Progress
 
     arms = check_flags(args)
     work = args.work

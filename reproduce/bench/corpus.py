@@ -46,8 +46,7 @@ from datamask.errors import UserError
 from datamask.paths import check_folder_output, remove_temporaries
 
 from reproduce.pipeline.bbc import FINEWEB_SCHEMA
-from reproduce.pipeline.common import POSITIVE, SEED, parquet_files
-from reproduce.pipeline.downstream import Progress
+from reproduce.pipeline.common import POSITIVE, SEED, Progress, parquet_files
 from reproduce.pool.sources import fineweb_id, paragraphs
 
 COMMAND = "bench-corpus"

@@ -29,8 +29,7 @@ import pyarrow.parquet as pq
 
 from datamask.data import Dataset, budget, read_dataset
 from datamask.selectors import selector_class
-from reproduce.pipeline.common import parse_method
-from reproduce.pipeline.downstream import METHODS
+from reproduce.pipeline.common import METHODS, parse_method
 
 from .common import experiment_main, machine
 from .records import LengthBiasResult, LengthCorpus, LengthRun, LengthSummary

@@ -1,7 +1,7 @@
 """`python -m reproduce.experiments.proxy`: which small model the downstream run should train.
 
 Each candidate (tokenizer vocabulary, model shape, token budget) is one downstream run of its own
-folder under --output, made by reproduce/pipeline/downstream.py:
+folder under --output, made by reproduce/experiments/downstream.py:
   probe      random alone, one seed, PROBE_STEPS steps with the averaged checkpoints on, two
              candidates side by side as the full run's two jobs: its tokens per second and
              evaluation seconds predict a full run's seconds; a candidate predicted over
@@ -32,7 +32,7 @@ from datamask.data import atomic_output, write_json_atomic
 from datamask.errors import UserError
 from eval.tables import markdown
 
-from ..pipeline import downstream
+from . import downstream
 
 POINT_C_STEPS = 300  # candidate C: point C as it ran (reproduce/pipeline/configs/downstream.yaml)
 EPOCHS = 4.0  # the other candidates: 4 passes over random's selection

@@ -1,6 +1,7 @@
-"""Helpers every pipeline stage shares: the flags' value types, input listing, method specs and
-whole-folder atomic outputs (optional imports with a pip hint, `require`, live in
-datamask.shared)."""
+"""Helpers the pipeline stages share, and the runs above them (the pool, the CLI, the benchmarks,
+the experiments) with them: the flags' value types, input listing, method specs and the named
+methods the experiments compare, whole-folder atomic outputs, a progress line for long runs
+(optional imports with a pip hint, `require`, live in datamask.shared)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import math
 import os
 import shutil
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -193,3 +196,56 @@ def atomic_folder(path: str | os.PathLike):
             tmp.rename(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# The downstream experiment's methods (reproduce/experiments/downstream.py; gpu_check and
+# length-bias read them too), label -> selector spec: datamask with each diversity metric at
+# select's defaults, the paper's own settings and the greedy start they begin from, quality-topk,
+# quality-threshold, semdedup, joint-greedy, one one-shot method, random; `control` is the pool's.
+LEARNER = "lamb=0.5"  # select's defaults, at the paper's lamb
+# FineWeb-Mask's selection (ALGORITHM.md): Pair_simi, lamb 0.5, the bottom 40% by quality pruned,
+# G 128 (the default), equal logits and the original quick start's linear rate 10 -> 1 over 5,000
+# steps, run to the end
+PAPER = ("algorithm=Pair_simi,lamb=0.5,prune_ratio=0.4,init=same,partial=0.1,lr_schedule=linear,"
+         "max_lr=10,min_lr=1,n_epochs=5000,stop_every=0")
+METHODS = {
+    "datamask-Pair_simi": f"datamask:algorithm=Pair_simi,{LEARNER}",
+    "datamask-Facility": f"datamask:algorithm=Facility,{LEARNER}",
+    "datamask-DiSF": f"datamask:algorithm=DiSF,{LEARNER}",
+    "datamask-paper": f"datamask:{PAPER}",
+    # the stochastic greedy on datamask-Pair_simi's own objective, written with no step of it
+    "greedy-start": f"datamask:algorithm=Pair_simi,{LEARNER},n_epochs=0",
+    "quality-topk": "quality-topk",
+    "quality-threshold": "quality-threshold",
+    "semdedup": "semdedup",
+    "joint-greedy": "joint-greedy:algorithm=Pair_simi,lamb=0.5",
+    "cluster-quota": "cluster-quota",
+    "random": "random",
+}
+
+
+class Progress:
+    """A long run's items counted as they finish, one line each (`downstream: STAGE k/N: WHAT (T
+    s in; about R left)`), so that a long stage never looks like a hang. The time left is the
+    stage's wall time per item it worked on, times the items left; an item finished by an
+    earlier run counts as done and not in the rate. `command` names who prints (the benchmarks
+    that reuse it give their own)."""
+
+    def __init__(self, stage: str, total: int, command: str = "downstream"):
+        self.stage, self.total, self.done, self.worked = stage, total, 0, 0
+        self.command = command
+        self.started, self.lock = time.time(), threading.Lock()
+
+    def tick(self, what: str, worked: bool = True) -> None:
+        with self.lock:
+            self.done, self.worked = self.done + 1, self.worked + worked
+            spent = time.time() - self.started
+            left = spent / self.worked * (self.total - self.done) if self.worked else None
+            tail = f"; about {duration(left)} left" if left and self.done < self.total else ""
+            print(f"{self.command}: {self.stage} {self.done}/{self.total}: {what} "
+                  f"({spent:.0f} s in{tail})", flush=True)
+
+
+def duration(seconds: float) -> str:
+    """`45 s` below two minutes, else `7 min`."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -57,8 +57,7 @@ from datamask.report import Report
 from datamask.selectors import make_selector
 from datamask.examples.synthetic import synthetic_dataset
 
-from .common import parse_method
-from .downstream import METHODS
+from .common import METHODS, parse_method
 from .tokenize import EOS, train_tokenizer
 
 OBJECTIVE_RTOL, OBJECTIVE_ATOL = 1e-4, 1e-5

@@ -3,7 +3,7 @@ short stages (the downstream experiment's selections, token sets, and train + ev
 and seed) imports torch, transformers and lm-eval once per worker instead of once per stage:
 about 2 s of CPU a selection or token set and 5 s a training run on the 2-core box.
 
-`StageWorker` starts `python -m reproduce.pipeline.stage_worker` and sends it one JSON line per
+`StageWorker` starts `python -m reproduce.experiments.stage_worker` and sends it one JSON line per
 request, {"argv": [...], "log": PATH}: the stages of `argv` (split at a lone `+`, as `python -m
 reproduce` splits them) run in this process with stdout and stderr appended to PATH, and the exit
 status comes back as one line. Each stage seeds what it draws (training sets torch's and numpy's

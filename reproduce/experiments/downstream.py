@@ -1,7 +1,7 @@
 """The downstream experiment: every method's selection of the pool trains models on the same token
 budget with several seeds, and the tables say which differences the run resolves.
 
-    python -m reproduce.pipeline.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
+    python -m reproduce.experiments.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
 
 Every flag is checked before the first stage; a bad one is refused with nothing written
 (docs/downstream.md, "Flags checked before any work").
@@ -30,7 +30,7 @@ Chain (each step skips what a previous run finished, so an interrupted run resum
 The calibration selections, token sets and training runs go `--jobs` at a time; the methods'
 selections one at a time, on two torch threads each (a selection depends on the thread count).
 Each stage runs in a long-lived worker of the thread that asks for it, one per torch thread count
-(reproduce/pipeline/stage_worker.py: torch, transformers and lm-eval imported once a worker, not
+(reproduce/experiments/stage_worker.py: torch, transformers and lm-eval imported once a worker, not
 once a stage; what a stage writes there is what a fresh process writes). A run trains and is
 scored with one torch thread (on the 2-core box two one-thread jobs train ~4x faster each than one
 two-thread job beside other load; training does not depend on the thread count, see
@@ -47,7 +47,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -62,32 +61,9 @@ from eval.draws import draw_label
 from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
 
 from ..cli import chain_stages
-from .common import parse_sets
+from ..pipeline.common import METHODS, Progress, parse_sets
 from .stage_worker import StageWorkers, child_environment
 
-# label -> selector spec: datamask with each diversity metric at select's defaults, the paper's
-# own settings and the greedy start they begin from, quality-topk, quality-threshold, semdedup,
-# joint-greedy, one one-shot method, random; `control` is the pool's.
-LEARNER = "lamb=0.5"  # select's defaults, at the paper's lamb
-# FineWeb-Mask's selection (ALGORITHM.md): Pair_simi, lamb 0.5, the bottom 40% by quality pruned,
-# G 128 (the default), equal logits and the original quick start's linear rate 10 -> 1 over 5,000
-# steps, run to the end
-PAPER = ("algorithm=Pair_simi,lamb=0.5,prune_ratio=0.4,init=same,partial=0.1,lr_schedule=linear,"
-         "max_lr=10,min_lr=1,n_epochs=5000,stop_every=0")
-METHODS = {
-    "datamask-Pair_simi": f"datamask:algorithm=Pair_simi,{LEARNER}",
-    "datamask-Facility": f"datamask:algorithm=Facility,{LEARNER}",
-    "datamask-DiSF": f"datamask:algorithm=DiSF,{LEARNER}",
-    "datamask-paper": f"datamask:{PAPER}",
-    # the stochastic greedy on datamask-Pair_simi's own objective, written with no step of it
-    "greedy-start": f"datamask:algorithm=Pair_simi,{LEARNER},n_epochs=0",
-    "quality-topk": "quality-topk",
-    "quality-threshold": "quality-threshold",
-    "semdedup": "semdedup",
-    "joint-greedy": "joint-greedy:algorithm=Pair_simi,lamb=0.5",
-    "cluster-quota": "cluster-quota",
-    "random": "random",
-}
 CONTROL = "control"
 TASKS = ["bbc_cloze", "bbc_headline"]
 STRATIFIED = "@strat"  # the label suffix of the stratified arm
@@ -100,8 +76,8 @@ DOSES = (0.05, 0.1, 0.25, 0.5)  # proxy-plan.md, section 3
 def parse_methods(items: list[str]) -> dict[str, str]:
     """`label` (a known one) or `label=spec`; a spec's selector and options are checked now,
     not by the select stage after prepare."""
-    from .common import parse_method
-    from .select import selector_params
+    from ..pipeline.common import parse_method
+    from ..pipeline.select import selector_params
 
     chosen = {}
     for item in items:
@@ -210,33 +186,6 @@ def in_parallel(tasks: list, jobs: int) -> None:
         except BaseException:
             workers.shutdown(cancel_futures=True)
             raise
-
-
-class Progress:
-    """A stage's items counted as they finish, one line each (`downstream: STAGE k/N: WHAT (T s
-    in; about R left)`), so that a long stage never looks like a hang. The time left is the
-    stage's wall time per item it worked on, times the items left; an item finished by an
-    earlier run counts as done and not in the rate. `command` names who prints (the benchmarks
-    that reuse it give their own)."""
-
-    def __init__(self, stage: str, total: int, command: str = "downstream"):
-        self.stage, self.total, self.done, self.worked = stage, total, 0, 0
-        self.command = command
-        self.started, self.lock = time.time(), threading.Lock()
-
-    def tick(self, what: str, worked: bool = True) -> None:
-        with self.lock:
-            self.done, self.worked = self.done + 1, self.worked + worked
-            spent = time.time() - self.started
-            left = spent / self.worked * (self.total - self.done) if self.worked else None
-            tail = f"; about {duration(left)} left" if left and self.done < self.total else ""
-            print(f"{self.command}: {self.stage} {self.done}/{self.total}: {what} "
-                  f"({spent:.0f} s in{tail})", flush=True)
-
-
-def duration(seconds: float) -> str:
-    """`45 s` below two minutes, else `7 min`."""
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
@@ -408,7 +357,7 @@ def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], confi
 def epoch_settings(output: Path, config: str, sets: list[str], epochs: float) -> list[str]:
     """The `--set` overrides that make every run read `epochs` passes over random's selection:
     max_steps, and average_every at 5% of the steps when checkpoints are averaged."""
-    from .train import load_config
+    from ..pipeline.train import load_config
 
     model_cfg, train_cfg = load_config(config, parse_sets(sets))
     summary = output / "tokens" / "random" / "summary.json"
@@ -654,8 +603,8 @@ def check_flags(args: argparse.Namespace) -> None:
     from eval.run import known_tasks
     from eval.tables import AVERAGED_BPB, lower_is_better_columns, task_metrics
 
-    from .tokenize import check_vocab_size
-    from .train import load_config
+    from ..pipeline.tokenize import check_vocab_size
+    from ..pipeline.train import load_config
 
     for flag, value, ok, allowed in (
             ("--jobs", args.jobs, args.jobs >= 1, "at least 1"),
@@ -703,7 +652,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     from datamask.cli import run_command
 
-    p = argparse.ArgumentParser(prog="python -m reproduce.pipeline.downstream", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m reproduce.experiments.downstream", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pool", required=True, help="pool folder (make pool)")
     p.add_argument("--output", required=True, help="run folder")
@@ -771,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
             args.tasks)
 
     p.set_defaults(func=command)
-    return run_command(p, argv, "reproduce.pipeline.downstream")
+    return run_command(p, argv, "reproduce.experiments.downstream")
 
 
 if __name__ == "__main__":
