@@ -1,9 +1,12 @@
 """Helpers the learner, the baselines and the pipeline share, kept in the core so that no
-package reaches up or sideways for them: the device, the deterministic top-k, optional imports."""
+package reaches up or sideways for them: the device, the machine a run ran on, the deterministic
+top-k, optional imports."""
 
 from __future__ import annotations
 
 import importlib
+import os
+import platform
 import re
 
 import numpy as np
@@ -60,6 +63,22 @@ def resolve_device(device: str) -> torch.device:
     if check_device(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def machine(device: str = "cpu") -> dict:
+    """What a run ran on, for its results file (benchmarks and experiments alike): the CPU's model
+    name, its cores, torch's threads and version, the device (and its GPU's name), Python's
+    version."""
+    dev = resolve_device(device)
+    cpu = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "device": str(dev),
+            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+            "python": platform.python_version()}
 
 
 def top_rows(logits: np.ndarray, quality: np.ndarray, k: int) -> np.ndarray:

@@ -1,8 +1,9 @@
 """`datamask-pipeline STAGE ...` (or `python -m reproduce STAGE`): one subcommand per pipeline
 stage, each reading the files the stage before wrote, and the pool's (pool, outside, control,
 calibrate, planted); stages joined by a lone `+` (`train ... + evaluate ...`) run in turn in one
-process. The command line is the CLI's alone: the stages and the pool know nothing of it. `add_pipeline_commands` hangs the same stages under
-`datamask pipeline` (registered under the `datamask.commands` entry points)."""
+process. `add_pipeline_commands` hangs the same stages under `datamask pipeline` (registered
+under the `datamask.commands` entry points). The command lines are the CLI's alone: it sits
+above the pipeline and the pool, which know nothing of it (docs/design.md)."""
 
 from __future__ import annotations
 

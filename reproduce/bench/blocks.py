@@ -474,7 +474,7 @@ def check_budgets(rows: dict[str, int], blocks: list[int], select_ratio: float) 
 
 
 def run(args: argparse.Namespace) -> None:
-    from reproduce.bench.corpus import machine
+    from datamask.shared import machine
     from reproduce.pipeline.common import Progress
 
     arms = check_flags(args)

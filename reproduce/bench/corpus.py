@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import subprocess
@@ -44,6 +43,7 @@ from datamask import processes
 from datamask.data import atomic_output, block_count, write_json_atomic, write_table_atomic
 from datamask.errors import UserError
 from datamask.paths import check_folder_output, remove_temporaries
+from datamask.shared import machine
 
 from reproduce.pipeline.bbc import FINEWEB_SCHEMA
 from reproduce.pipeline.common import POSITIVE, SEED, Progress, parquet_files
@@ -551,15 +551,6 @@ def run(args: argparse.Namespace) -> None:
         with atomic_output(folder / "results.md") as tmp:
             Path(tmp).write_text(text)
     print(text, flush=True)
-
-
-def machine() -> dict:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
-            "system": platform.platform()}
 
 
 def projection(out: dict, args: argparse.Namespace) -> dict:

@@ -35,8 +35,8 @@ from datamask.data import atomic_output, read_dataset
 from datamask.examples.synthetic import synthetic_dataset
 from datamask.report import Report
 from datamask.selectors import make_selector
+from datamask.shared import machine
 from eval.tables import markdown
-from reproduce.experiments.common import machine
 
 RATIO = 0.1
 KEEP = 0.99  # share of the best greedy's gain a default must keep
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.output:
         os.makedirs(args.output, exist_ok=True)
         record = {"argv": sys.argv[1:] if argv is None else argv, "set": overrides,
-                  "machine": machine().to_json(), "rows": rows}
+                  "machine": machine(), "rows": rows}
         for name, content in (("defaults.json", json.dumps(record, indent=1)),
                               ("defaults.md", text)):
             with atomic_output(os.path.join(args.output, name)) as tmp:

@@ -28,9 +28,10 @@ from datamask.examples.synthetic import synthetic_clusters
 from datamask.learner import LearnerConfig, MaskLearner
 from datamask.objectives import DIVERSITY
 from datamask.selectors import make_selector
+from datamask.shared import machine
 
-from .common import experiment_main, machine, metric_scorer
-from .records import ClusterRun, ClustersResult
+from .common import experiment_main, metric_scorer
+from .records import ClusterRun, ClustersResult, Machine
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,8 +87,8 @@ def run(args) -> ClustersResult:
                 last = runs[-1]
                 print(f"{metric} lamb {lamb:g} seed {seed}: {metric} {last.diversity:.5f}, "
                       f"{last.clusters} clusters, largest {last.largest_share:.3f}", flush=True)
-    return ClustersResult(experiment="clusters", machine=machine("cpu"), config=vars(args),
-                          runs=runs, random=random)
+    return ClustersResult(experiment="clusters", machine=Machine(**machine("cpu")),
+                          config=vars(args), runs=runs, random=random)
 
 
 def markdown(result: ClustersResult) -> str:

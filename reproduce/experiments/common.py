@@ -1,6 +1,6 @@
-"""What the experiments share: their command-line base, the learner's parameters, the machine
-record, one learner run with its curve, one greedy run (in process, or in a child process killed
-at a time budget), the power-law fit, and writing the JSON + Markdown pair (both atomically)."""
+"""What the experiments share: their command-line base, the learner's parameters, one learner run
+with its curve, one greedy run (in process, or in a child process killed at a time budget), the
+power-law fit, and writing the JSON + Markdown pair (both atomically)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import argparse
 import math
 import multiprocessing
 import os
-import platform
 import time
 from typing import Callable, Iterable, TypeVar
 
@@ -24,7 +23,7 @@ from datamask.selectors import make_selector
 from datamask.shared import resolve_device
 from datamask.examples.synthetic import synthetic_dataset
 
-from .records import CurvePoint, ExperimentResult, Fit, Machine
+from .records import CurvePoint, ExperimentResult, Fit
 
 T = TypeVar("T")
 
@@ -32,19 +31,6 @@ LEARNER_INITS = LearnerConfig.__dataclass_fields__["init"].metadata["choices"]  
 STALL_ON = LearnerConfig.__dataclass_fields__["stall_on"]  # select's --stall_on
 START_OPTIMIZER = LearnerConfig.__dataclass_fields__["start_optimizer"]  # select's flag
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
-
-
-def machine(device: str = "cpu") -> Machine:
-    dev = resolve_device(device)
-    cpu = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return Machine(cpu=cpu, cores=os.cpu_count(), torch_threads=torch.get_num_threads(),
-                   torch=torch.__version__, device=str(dev),
-                   gpu=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-                   python=platform.python_version())
 
 
 def lr_setting(config: LearnerConfig = LearnerConfig()) -> str:

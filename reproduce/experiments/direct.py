@@ -37,10 +37,12 @@ import numpy as np
 from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.examples.synthetic import synthetic_dataset
+from datamask.shared import machine
 
 from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
-                     learner_params, learner_run, lr_of, machine, warm_up_learner)
-from .records import DirectResult, DirectRun, DirectSummary, Outcome, best_of, of_metric
+                     learner_params, learner_run, lr_of, warm_up_learner)
+from .records import (DirectResult, DirectRun, DirectSummary, Machine, Outcome, best_of,
+                      of_metric)
 
 LEARNER, GREEDY = "datamask", "joint-greedy"
 ONE_SHOT = ("knn-density", "cluster-quota", "mmr", "quality-topk", "random")
@@ -120,8 +122,8 @@ def run(args) -> DirectResult:
 
     methods = [LEARNER, GREEDY, *ONE_SHOT]
     summary = summarise(runs, args.metrics, methods)
-    return DirectResult(experiment="ablation-direct", machine=machine("cpu"), config=vars(args),
-                        methods=methods, runs=runs, summary=summary,
+    return DirectResult(experiment="ablation-direct", machine=Machine(**machine("cpu")),
+                        config=vars(args), methods=methods, runs=runs, summary=summary,
                         best={m: best_of(of_metric(summary, m)).method for m in args.metrics})
 
 

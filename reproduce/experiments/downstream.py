@@ -1,7 +1,7 @@
 """The downstream experiment: every method's selection of the pool trains models on the same token
 budget with several seeds, and the tables say which differences the run resolves.
 
-    python -m reproduce.experiments.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
+  python -m reproduce.experiments.downstream --pool runs/pool --output runs/downstream --seeds 0 1 2
 
 Every flag is checked before the first stage; a bad one is refused with nothing written
 (docs/downstream.md, "Flags checked before any work").
@@ -652,7 +652,8 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     from datamask.cli import run_command
 
-    p = argparse.ArgumentParser(prog="python -m reproduce.experiments.downstream", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m reproduce.experiments.downstream",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pool", required=True, help="pool folder (make pool)")
     p.add_argument("--output", required=True, help="run folder")

@@ -29,10 +29,11 @@ import pyarrow.parquet as pq
 
 from datamask.data import Dataset, budget, read_dataset
 from datamask.selectors import selector_class
+from datamask.shared import machine
 from reproduce.pipeline.common import METHODS, parse_method
 
-from .common import experiment_main, machine
-from .records import LengthBiasResult, LengthCorpus, LengthRun, LengthSummary
+from .common import experiment_main
+from .records import LengthBiasResult, LengthCorpus, LengthRun, LengthSummary, Machine
 
 LENGTH_COLUMN = "text_length"  # prepare's: the document's length in characters
 Z = 1.96  # the chance band's half-width in standard deviations of a random selection's ratio
@@ -150,8 +151,8 @@ def run(args) -> LengthBiasResult:
                 distinct=len({m.tobytes() for m in masks}), ratio_min=min(ratios),
                 ratio_mean=float(np.mean(ratios)), ratio_max=max(ratios),
                 against_chance=against_chance(ratios, half)))
-    return LengthBiasResult(experiment="length-bias", machine=machine("cpu"), config=vars(args),
-                            corpora=corpora, runs=runs, summary=summary)
+    return LengthBiasResult(experiment="length-bias", machine=Machine(**machine("cpu")),
+                            config=vars(args), corpora=corpora, runs=runs, summary=summary)
 
 
 def percent(ratio: float) -> str:

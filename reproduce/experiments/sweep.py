@@ -52,11 +52,13 @@ import numpy as np
 from datamask.objectives import DIVERSITY
 from datamask.report import Report
 from datamask.examples.synthetic import synthetic_dataset
+from datamask.shared import machine
 
 from .common import (add_seeded_rows, experiment_main, experiment_parser, greedy_run,
-                     learner_params, learner_run, lr_of, lr_params, machine, parse_lr,
-                     start_of_last_run, warm_up_learner)
-from .records import GreedyLevel, Outcome, SweepResult, SweepRun, SweepSummary, best_of, of_metric
+                     learner_params, learner_run, lr_of, lr_params, parse_lr, start_of_last_run,
+                     warm_up_learner)
+from .records import (GreedyLevel, Machine, Outcome, SweepResult, SweepRun, SweepSummary, best_of,
+                      of_metric)
 
 KNOBS = {  # knob -> (default values, paper's finding); `make ablation-<knob>` sweeps it
     "G": ([32, 64, 128, 256, 512], "G from 32 to 512; diverges below 128"),
@@ -187,7 +189,7 @@ def run(args) -> SweepResult:
                                       objective=report(result["selected"])[f"joint_{metric}"]))
     summary = summarise(runs, args)
     return SweepResult(
-        experiment=f"ablation-{args.knob}", knob=args.knob, machine=machine("cpu"),
+        experiment=f"ablation-{args.knob}", knob=args.knob, machine=Machine(**machine("cpu")),
         config=vars(args), paper=KNOBS[args.knob][1], runs=runs, summary=summary, greedy=greedy,
         best={m: best_of(of_metric(summary, m)).value for m in args.metrics},
         smallest_stable=smallest_stable(summary, args.metrics))

@@ -53,13 +53,13 @@ from __future__ import annotations
 
 from datamask.errors import UserError
 from datamask.examples.synthetic import synthetic_dataset
-from datamask.shared import check_device
+from datamask.shared import check_device, machine
 
 from .common import (BLOCK_PLANS, START_OPTIMIZER, blocks_learner_run, experiment_main,
                      experiment_parser, fastest, greedy_curve, greedy_run, greedy_runs_killable,
-                     learner_params, learner_run, lr_of, machine, metric_scorer, power_law,
+                     learner_params, learner_run, lr_of, metric_scorer, power_law,
                      start_of_last_run, warm_up_learner)
-from .records import Comparison, Fit, PaperTiming, TimingResult, TimingRun
+from .records import Comparison, Fit, Machine, PaperTiming, TimingResult, TimingRun
 
 # metric -> greedies optimising it: (label, selector, params, role)
 GREEDIES = {
@@ -240,9 +240,9 @@ def run(args) -> TimingResult:
     fits = {m: {label: fit_of(runs, m, label) for label in [g[0] for g in GREEDIES[m]]
                 + ["datamask"]} for m in args.metrics}
     comparisons = compare(runs)
-    return TimingResult(experiment="timing", machine=machine(args.device), config=vars(args),
-                        paper=PAPER, runs=runs, fits=fits, comparisons=comparisons,
-                        crossover=crossover(comparisons, args.metrics))
+    return TimingResult(experiment="timing", machine=Machine(**machine(args.device)),
+                        config=vars(args), paper=PAPER, runs=runs, fits=fits,
+                        comparisons=comparisons, crossover=crossover(comparisons, args.metrics))
 
 
 def compare(runs: list[TimingRun]) -> list[Comparison]:
