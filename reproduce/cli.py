@@ -175,10 +175,17 @@ def cmd_calibrate(args) -> None:
 
 def cmd_planted(args) -> None:
     from datamask.data import write_json_atomic
+    from datamask.paths import check_paths
 
+    from .pipeline.common import selection_file
     from .pool.control import kept_fractions
 
-    report = [kept_fractions(Path(args.pool), Path(s)) for s in args.selection]
+    # before any work: every selection readable, and the report neither replaces one nor lands
+    # among the pool's shards
+    selections = [selection_file(Path(s)) for s in args.selection]
+    check_paths({"--pool": Path(args.pool) / "fineweb", "--selection": selections},
+                files={"--output": args.output})
+    report = [kept_fractions(Path(args.pool), s) for s in selections]
     if args.output:
         write_json_atomic(report, Path(args.output))
     _print(report)
@@ -385,7 +392,7 @@ def add_pool_parsers(sub) -> None:
     p.add_argument("--prepared", nargs="+", required=True, help="prepared Parquet files/folders")
     p.add_argument("--select_ratio", type=float, default=0.25, help="(default: %(default)s)")
     p.add_argument("--output", required=True, help="folder for selection.parquet")
-    p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    p.add_argument("--seed", type=SEED, default=0, help="(default: %(default)s)")
     p.set_defaults(func=cmd_control)
 
     p = sub.add_parser("calibrate", help="a calibration selection: the random selection with a "
@@ -399,7 +406,7 @@ def add_pool_parsers(sub) -> None:
                         "dup: they become copies of other selected documents of their domain")
     p.add_argument("--dose", type=float, required=True,
                    help="fraction of the selected documents replaced, in (0, 1)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=SEED, default=0,
                    help="seed of the random selection, the rows replaced and the junk "
                         "(default: %(default)s)")
     p.add_argument("--base", help="start from this selection.parquet (e.g. the run's random "

@@ -208,7 +208,9 @@ def test_bad_control_and_report_inputs_name_the_flag(tmp_path, capsys, pool, pre
     code = main(["control", "--pool", str(out), "--prepared", str(prepared), "--output",
                  str(tmp_path / "c"), "--select_ratio", "1.5"])
     assert code == 2 and "--select_ratio" in capsys.readouterr().err
-    code = main(["planted", "--pool", str(tmp_path), "--selection", str(tmp_path)])
+    selection = tmp_path / "selection.parquet"
+    pq.write_table(pa.table({"id": ["x"], "selected": [True]}), selection)
+    code = main(["planted", "--pool", str(tmp_path), "--selection", str(selection)])
     assert code == 2 and "--pool" in capsys.readouterr().err
     code = main(["planted", "--pool", str(out), "--selection", str(tmp_path / "none.parquet")])
     assert code == 2 and "--selection" in capsys.readouterr().err

@@ -1,8 +1,8 @@
-"""Every flag of the data stages that takes a number, a path or an engine resource, given a value
-no run can use (zero, a negative, a file of the wrong kind, a missing file, more CPUs or GPUs
-than the machine has): refused before any model loads or any engine starts, with exit 2, one
-line naming the flag or file, no traceback, and the folder as it was. In-process, through
-reproduce.cli.main; one parametrised test per stage."""
+"""Every flag of the data stages and the pool's commands that takes a number, a path or an engine
+resource, given a value no run can use (zero, a negative, a file of the wrong kind, a missing
+file, more CPUs or GPUs than the machine has): refused before any model loads or any engine
+starts, with exit 2, one line naming the flag or file, no traceback, and the folder as it was.
+In-process, through reproduce.cli.main; one parametrised test per command."""
 
 import os
 
@@ -187,6 +187,55 @@ OUTSIDE = [
 def test_outside_refuses(files, capsys, flags, named):
     refuse(files, capsys, ["outside", "--output", "{tmp}/outside", "--cache", "{tmp}/cache",
                            *flags], named)
+
+
+# the pool is looked at last: each of these is refused before it, so none is needed
+NO_POOL = "{tmp}/no-pool"
+RATIO = [
+    (["--select_ratio", "0"], ["--select_ratio"]),
+    (["--select_ratio", "1"], ["--select_ratio"]),
+    (["--select_ratio", "-0.1"], ["--select_ratio"]),
+    (["--select_ratio", "nan"], ["--select_ratio"]),
+    (["--seed", "-1"], ["--seed"]),
+    (["--seed", str(2**63)], ["--seed"]),
+]
+
+
+@cases(RATIO)
+def test_control_refuses(files, capsys, flags, named):
+    refuse(files, capsys, ["control", "--pool", NO_POOL, "--prepared", "{tmp}/prepared",
+                           "--output", "{tmp}/control", *flags], named)
+
+
+CALIBRATE = RATIO + [
+    (["--dose", "0"], ["--dose"]),
+    (["--dose", "1"], ["--dose"]),
+    (["--dose", "-0.5"], ["--dose"]),
+    (["--dose", "1.5"], ["--dose"]),
+    (["--series", "noise"], ["--series"]),
+    (["--base", "{tmp}/notes.txt"], ["--base", "notes.txt"]),
+]
+
+
+@cases(CALIBRATE)
+def test_calibrate_refuses(files, capsys, flags, named):
+    refuse(files, capsys, ["calibrate", "--pool", NO_POOL, "--prepared", "{tmp}/prepared",
+                           "--output", "{tmp}/calibration", "--series", "junk", "--dose", "0.1",
+                           *flags], named)
+
+
+PLANTED = [
+    (["--output", "{tmp}/prepared"], ["--output", "is a folder"]),
+    (["--output", "{tmp}/selection.parquet"], ["--output", "--selection", "written over"]),
+    (["--output", "{tmp}/missing/report.json"], ["missing"]),
+    (["--selection", "{tmp}/missing.parquet"], ["--selection", "missing.parquet"]),
+]
+
+
+@cases(PLANTED)
+def test_planted_refuses(files, capsys, flags, named):
+    refuse(files, capsys, ["planted", "--pool", NO_POOL, "--selection",
+                           "{tmp}/selection.parquet", *flags], named)
 
 
 def test_tokenizer_makes_the_folder_of_its_output(files, capsys):

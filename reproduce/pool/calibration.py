@@ -36,7 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamask.data import ID_COLUMN, budget, read_dataset, write_json_atomic, write_table_atomic
+from datamask.data import (ID_COLUMN, budget, check_ratio, read_dataset, write_json_atomic,
+                           write_table_atomic)
 from datamask.errors import UserError
 from datamask.paths import check_paths
 from datamask.selectors import make_selector
@@ -62,6 +63,7 @@ def calibration_selection(pool_dir: Path, prepared: list[str], select_ratio: flo
     started = time.time()
     if series not in SERIES:
         raise UserError(f"--series must be one of {', '.join(SERIES)}, got {series!r}")
+    check_ratio(select_ratio)
     if not 0.0 < dose < 1.0:
         raise UserError(f"--dose must lie strictly between 0 and 1, got {dose}")
     files = parquet_files(prepared, "--prepared")

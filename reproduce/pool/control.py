@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datamask.data import ID_COLUMN, budget, write_json_atomic, write_table_atomic
+from datamask.data import ID_COLUMN, budget, check_ratio, write_json_atomic, write_table_atomic
 from datamask.errors import UserError
 
 from ..pipeline.common import parquet_files, selection_file
@@ -45,6 +45,7 @@ def control_selection(pool_dir: Path, prepared: list[str], select_ratio: float, 
     """Write output/selection.parquet (chunk_id, id, selected, score, block: select's columns,
     one block) and summary.json; returns the summary."""
     started = time.time()
+    check_ratio(select_ratio)
     labels = pool_labels(pool_dir)
     files = parquet_files(prepared, "--prepared")
     rows = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"]) for p in files])
