@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from test_adversarial import refused
 from datamask.errors import UserError
 from reproduce.experiments import claims, findings
 from reproduce.experiments.common import lr_setting
@@ -58,7 +59,7 @@ def test_verdicts_follow_the_numbers(tmp_path):
     write_sweep(tmp_path, "G", [row("DiSF", 32.0, 1.0, stable=False),
                                 row("DiSF", 128.0, 1.0, stable=False)],
                 smallest_stable={"DiSF": None})
-    text = findings.main(["--results", str(tmp_path)])
+    text = findings.write_findings(str(tmp_path))
     assert (tmp_path / "findings.md").read_text() == text
     rate = section(text, "The learning rate")
     assert ("- DiSF: best " + default + " (3.000 +- 0.100); too high a rate ends more than one std "
@@ -72,8 +73,7 @@ def test_verdicts_follow_the_numbers(tmp_path):
     assert "| **does not hold** | [ablation-G/](ablation-G/)" in text
     write_sweep(tmp_path, "G", [row("DiSF", 32.0, 1.0, stable=False), row("DiSF", 128.0, 1.0)],
                 smallest_stable={"DiSF": 128.0})
-    assert "| **holds** | [ablation-G/](ablation-G/)" in findings.main(["--results",
-                                                                        str(tmp_path)])
+    assert "| **holds** | [ablation-G/](ablation-G/)" in findings.write_findings(str(tmp_path))
 
 
 def test_a_claim_without_its_folder_names_the_target_that_writes_it(tmp_path):
@@ -85,12 +85,11 @@ def test_a_claim_without_its_folder_names_the_target_that_writes_it(tmp_path):
     assert text.count("| not measured | not measured |") == len(claims.load_claims())
 
 
-def test_a_results_file_of_another_shape_is_refused_by_name(tmp_path):
+def test_a_results_file_of_another_shape_is_refused_by_name(tmp_path, capsys):
+    """In one line, exit 2, nothing written: the command's refusals are the stages'."""
     (tmp_path / "ablation-G").mkdir()
     (tmp_path / "ablation-G" / "ablation-G.json").write_text(json.dumps({"knob": "G"}))
-    with pytest.raises(UserError, match="ablation-G.json"):
-        findings.main(["--results", str(tmp_path)])
-    assert not (tmp_path / "findings.md").exists()
+    refused(findings.main, ["--results", tmp_path], capsys, tmp_path, "ablation-G.json")
 
 
 def copy_results(tmp_path: Path, *folders: str) -> Path:

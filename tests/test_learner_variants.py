@@ -1,6 +1,6 @@
-"""The learner's variants beyond the paper (issue #17 part 2): per-row credit, Facility's covered
-rows sampled, Adam, the stopping rule. Each runs on CPU, seeded and repeatable; the paper's
-update stays the default, bit for bit."""
+"""The learner's variants beyond the paper: per-row credit, Facility's covered rows sampled, Adam,
+the stopping rule. Each runs on CPU, seeded and repeatable; the paper's update stays the default,
+bit for bit."""
 
 import hashlib
 from dataclasses import asdict, replace
@@ -423,7 +423,7 @@ def test_variant_sweeps_run_and_findings_apply_the_rank_rule(tmp_path, knob, val
     paper = 0 if knob in ("probes", "stop") else LearnerConfig.__dataclass_fields__[knob].default
     assert first[field] == paper  # the paper's value first
     assert second[field] != first[field]
-    text = findings.main(["--results", str(tmp_path)])
+    text = findings.write_findings(str(tmp_path))
     if knob == "stop":
         kept = text.split("## The stopping rule keeps the objective", 1)[1]
         assert all(f"| 150 | {metric} | " in kept for metric in metrics)

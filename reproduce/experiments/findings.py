@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -96,31 +97,42 @@ def fill_readme(path: str, rows: list[tuple[Claim, Finding | None]], link: str) 
         Path(tmp).write_text(before + begin + "\n" + table + end + after)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="runs/experiments",
-                        help="the results root: one folder per question, as the Make targets "
-                             "write them")
-    parser.add_argument("--readme", default=None,
-                        help="also rewrite this page's generated block (the front page, from "
-                             "the committed results)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> str:
-    args = build_parser().parse_args(argv)
-    rows = decided(args.results)
-    text = report(rows, args.results)
-    if args.readme:
-        fill_readme(args.readme, rows,
-                    os.path.relpath(args.results, os.path.dirname(os.path.abspath(args.readme))))
-    os.makedirs(args.results, exist_ok=True)
-    path = os.path.join(args.results, "findings.md")
+def write_findings(results: str, readme: str | None = None) -> str:
+    """Decide every claim from `results`, write findings.md there (and the `readme` page's block);
+    returns findings.md's text. A results file that cannot be read is a UserError, nothing
+    written."""
+    rows = decided(results)
+    text = report(rows, results)
+    if readme:
+        fill_readme(readme, rows,
+                    os.path.relpath(results, os.path.dirname(os.path.abspath(readme))))
+    os.makedirs(results, exist_ok=True)
+    path = os.path.join(results, "findings.md")
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text)
     print(path)
     return text
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m reproduce.experiments.findings",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default="runs/experiments",
+                        help="the results root: one folder per question, as the Make targets "
+                             "write them")
+    parser.add_argument("--readme", default=None,
+                        help="also rewrite this page's generated block (the front page, from "
+                             "the committed results)")
+    parser.set_defaults(func=lambda args: write_findings(args.results, args.readme))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: a results file or page it cannot use is one line on stderr and exit 2."""
+    from datamask.cli import run_command
+
+    return run_command(build_parser(), argv, "reproduce.experiments.findings")
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
