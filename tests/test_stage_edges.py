@@ -30,7 +30,8 @@ def no_ray_address(monkeypatch):
 
 @pytest.fixture
 def files(tmp_path):
-    """FineWeb shards, a prepared shard, selections of them, a tokenizer and a text file."""
+    """FineWeb shards (and one with no rows), a prepared shard, selections of them, a tokenizer
+    and a text file."""
     shards = tmp_path / "fineweb"
     shards.mkdir()
     ids = []
@@ -49,6 +50,8 @@ def files(tmp_path):
                   extra={"id": pa.array([f"doc{i}" for i in data.ids]),
                          "text_length": pa.array(np.full(40, 10))})
     (tmp_path / "notes.txt").write_text("not Parquet, not JSON\n")
+    pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+                   tmp_path / "empty.parquet")
     return tmp_path
 
 
@@ -86,6 +89,9 @@ PREPARE = [
     (["--input", "{tmp}/notes.txt"], ["notes.txt", "Parquet"]),
     (["--input", "{tmp}/prepared"], ["a.parquet", "'text'"]),
     (["--embedding_model", "{tmp}/prepared"], ["--embedding_model", "prepared"]),  # no model
+    # before the model loads: one that cannot load would be named first
+    (["--input", "{tmp}/empty.parquet", "--embedding_model", "{tmp}/prepared"],
+     ["empty.parquet", "no rows"]),
 ]
 
 

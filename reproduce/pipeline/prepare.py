@@ -225,8 +225,6 @@ def _read_shard(path: Path) -> Shard:
     schema = read_schema(path)
     columns = ["text", "id"] + ([EDU_SCORE_COLUMN] if EDU_SCORE_COLUMN in schema.names else [])
     table = _read_columns(path, columns)
-    if table.num_rows == 0:
-        raise UserError(f"{path}: the file has no rows")
     for column in ("text", "id"):
         if table.column(column).null_count:
             row = table.column(column).to_pylist().index(None)
@@ -299,9 +297,9 @@ def _manifest(path: Path) -> dict:
 def check_inputs(inputs: list[str], output: Path, quality: str | None = None) -> list[Path]:
     """The checks that need no model and no text, made before any model is loaded: the output
     against the inputs and writable, shard names unique, every shard a readable FineWeb Parquet
-    file with text as text, FineWeb-Edu scores numbers and finite where `quality` (the flag's
-    value; None: not known yet) uses them, and every earlier output shard readable. The Parquet
-    files, in order."""
+    file with text as text and at least one row, FineWeb-Edu scores numbers and finite where
+    `quality` (the flag's value; None: not known yet) uses them, and every earlier output shard
+    readable. The Parquet files, in order."""
     files = parquet_files(inputs)
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
                 folders={"--output": output})
@@ -312,6 +310,8 @@ def check_inputs(inputs: list[str], output: Path, quality: str | None = None) ->
         raise UserError(f"--input: two shards are named {dup}; outputs are named after inputs")
     for path in files:
         check_text_shard(path)
+        if pq.read_metadata(path).num_rows == 0:
+            raise UserError(f"{path}: the file has no rows")
         earlier = output / path.name
         if earlier.exists():
             try:
