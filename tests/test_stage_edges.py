@@ -147,6 +147,8 @@ SELECT = [
     (["--seed", "-1"], ["--seed"]),
     (["--block_size", "-1"], ["--block_size"]),
     (["--select_ratio", "0"], ["--select_ratio"]),
+    (["--merge_ratio", "1.5"], ["--merge_ratio 1.5: must be at most 1"]),
+    (["--merge_ratio", "0.1"], ["--merge_ratio 0.1: must be above --select_ratio 0.25"]),
     (["--workers", "0"], ["--workers"]),
     (["--input", "{tmp}/notes.txt"], ["notes.txt", "Parquet"]),
     (["--input", "{tmp}/fineweb"], ["00000.parquet", "prepare"]),

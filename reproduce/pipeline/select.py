@@ -543,10 +543,13 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
 
 def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
                 merge_partition: str) -> None:
-    if merge_ratio and not select_ratio < merge_ratio <= 1:
+    if merge_ratio > 1:
+        raise UserError(f"--merge_ratio {merge_ratio}: must be at most 1 (the share of each block "
+                        f"kept for the merge round)")
+    if merge_ratio and not select_ratio < merge_ratio:
         raise UserError(f"--merge_ratio {merge_ratio}: must be above --select_ratio "
                         f"{select_ratio} (each block keeps more than its share, for the merge "
-                        f"round to choose from) and at most 1")
+                        f"round to choose from)")
     if merge_rows and not merge_ratio:
         raise UserError("--merge_rows sizes the merge round's parts; give --merge_ratio too")
     if merge_partition not in PARTITIONS:
