@@ -12,6 +12,15 @@ export HF_DATASETS_OFFLINE := 1
 
 install: $(STAMP)
 
+# The folder this virtualenv's editable install imports datamask from (empty when it imports none),
+# asked from outside the checkout: a virtualenv moved or copied with its checkout still points at
+# the old one, or at nothing, and then the stamp is remade, the editable install with it.
+INSTALLED_FROM := $(realpath $(shell cd / && $(abspath $(BIN))/python -c "import importlib.util; \
+	print(importlib.util.find_spec('datamask').submodule_search_locations[0])" 2>/dev/null))
+ifneq ($(INSTALLED_FROM),$(realpath $(CURDIR))/datamask)
+.PHONY: $(STAMP)
+endif
+
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements.txt
