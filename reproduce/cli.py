@@ -202,7 +202,7 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--held_out", type=float, default=0.1,
                    help="fraction of articles kept out for the tasks (default: %(default)s)")
     p.add_argument("--limit", type=int, help="use only this many articles (seeded sample)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("prepare", help="FineWeb shards -> id, quality and embedding per row")

@@ -70,6 +70,20 @@ SHARD = "{tmp}/fineweb/00000.parquet"
 RAY = ["--executor", "ray"]
 
 
+DATA = [
+    (["--seed", "-1"], ["--seed"]),
+    (["--shards", "0"], ["--shards"]),
+    (["--held_out", "1"], ["--held_out"]),
+    (["--limit", "0"], ["--limit"]),
+]
+
+
+@cases(DATA)
+def test_data_refuses(files, capsys, flags, named):
+    refuse(files, capsys, ["data", "--output", "{tmp}/bbc", "--tasks_output", "{tmp}/tasks",
+                           *flags], named)
+
+
 PREPARE = [
     (["--batch_size", "0"], ["--batch_size"]),
     (["--batch_size", "-1"], ["--batch_size"]),
