@@ -3,8 +3,10 @@
 The paper optimises random blocks of rows independently; here each block is one task of a datatrove
 executor (LocalPipelineExecutor by default, SlurmPipelineExecutor or RayPipelineExecutor on a
 cluster), and one more task merges the blocks into a selection keyed by id. Files, under --output:
-  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks); with
-                     --stratify also each row's stratum, and each block's budget per stratum
+  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks) and
+                     each block's budget: the whole input's budget(select_ratio, N) split over
+                     the blocks by largest remainder on their rows, so the blocks select exactly
+                     it; with --stratify each row's stratum and each block's budget per stratum
   blocks/NNNNN.*     one block's selection (Parquet) and its summary (JSON: rows, time, and
                      the learner's steps, stop and objectives: docs/select.md#what-a-run-did)
   selection.parquet  chunk_id, id, selected, score, block: every prepared row exactly once
@@ -17,7 +19,8 @@ block selects R of its rows instead of select_ratio; one planning task cuts the 
 picks into parts of about --merge_rows rows (the block size unless given), neighbours together
 (principal-direction cuts fitted on a sample of the union, so near-copies from different blocks
 meet) or at random (--merge_partition); each part selects its share of the same count one round
-would select, on the same executor, resumable the same way. Files added:
+would select (its blocks' count at R: budget(R, N), split the same way), on the same executor,
+resumable the same way. Files added:
   union_plan.parquet  chunk_id -> union part of every pick, and each part's budget
   unions/NNNNN.*      one part's selection and summary, as blocks/
 and selection.parquet's `union` column (-1 for rows the blocks did not pick); `selected` and
@@ -192,7 +195,8 @@ class SelectBlocks(datatrove_base.PipelineStep):
     """One task = one block of a plan (the first round's blocks, or the merge round's parts of
     the union): read its rows (the prepared shards for one block, else what the scatter round or
     the merge round's planning task wrote for it), select its budget, write. The budget is the
-    plan's `budgets` entry where it has one, else select_ratio of the block's rows."""
+    plan's `budgets` entry (per stratum with --stratify), else, for one block, select_ratio of
+    its rows."""
 
     name = "select a block"
     type = "🎯 - SELECT"
@@ -450,21 +454,26 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
             "budgets": [largest_remainder(k, r).tolist() for k, r in zip(per_stratum, rows)]}
 
 
-def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
-               strata: np.ndarray | None = None, select_ratio: float = 0.0,
-               merge_ratio: float = 0.0) -> pa.Table:
-    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts; with
-    `strata` (one value per prepared row) each row's stratum and every block's stratum budgets
-    (before a merge round, the larger of select_ratio's and merge_ratio's, and select_ratio's
-    kept as `final_strata` for the merge round). Returns the plan as written."""
+def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_ratio: float,
+               strata: np.ndarray | None = None, merge_ratio: float = 0.0) -> pa.Table:
+    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts, and
+    with several blocks every block's budget, the whole input's (at merge_ratio before a merge
+    round) split by largest remainder on their rows; with `strata` (one value per prepared row)
+    each row's stratum and every block's stratum budgets instead (before a merge round, the
+    larger of select_ratio's and merge_ratio's, and select_ratio's kept as `final_strata` for
+    the merge round). Returns the plan as written."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
     block = np.empty(len(ids), np.int32)
-    for b, rows in enumerate(random_blocks(len(ids), n_blocks, seed)):
+    cut = random_blocks(len(ids), n_blocks, seed)
+    for b, rows in enumerate(cut):
         block[rows] = b
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
     metadata = {"n_blocks": str(n_blocks)}
+    if strata is None and n_blocks > 1:
+        metadata["budgets"] = json.dumps(largest_remainder(
+            budget(merge_ratio or select_ratio, len(ids)), [len(rows) for rows in cut]).tolist())
     if strata is not None:
         table = table.append_column("stratum", pa.array(strata))
         final = stratified_budgets(strata, block, n_blocks, select_ratio)
@@ -599,7 +608,7 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
     first_ratio = merge.get("merge_ratio", select_ratio)
-    planned = write_plan(files, plan, n_blocks, seed, strata, select_ratio,
+    planned = write_plan(files, plan, n_blocks, seed, select_ratio, strata,
                          merge.get("merge_ratio", 0.0))
 
     # absolute paths: cluster workers do not start in this folder
@@ -620,13 +629,12 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         (output / "unions").mkdir(exist_ok=True)
         # the blocks' picks in all, so the parts' count is known before they run (a Slurm job
         # array is sized at submission)
-        sizes = np.bincount(planned.column("block").to_numpy())
         first_strata = planned.schema.metadata.get(b"strata")
         union = (int(np.sum(json.loads(first_strata)["budgets"])) if first_strata
-                 else picked(sizes, first_ratio))
+                 else int(np.sum(json.loads(planned.schema.metadata[b"budgets"]))))
         parts = block_count(union, merge["merge_rows"])
         plan_union = PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
-                               seed, picked(sizes, select_ratio), stratify)
+                               seed, budget(select_ratio, planned.num_rows), stratify)
         union_parts = SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
                                    select_ratio, stratify, group="union")
         rounds += [([plan_union], 1, "union_plan"), ([union_parts], parts, "union")]
@@ -639,7 +647,3 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                 "merge_job": jobs["merge_job"], "output": str(output)}
     return json.loads((output / "summary.json").read_text())
 
-
-def picked(sizes: np.ndarray, ratio: float) -> int:
-    """The rows blocks of these sizes select at `ratio`, each rounding its own budget."""
-    return sum(budget(ratio, int(n)) for n in sizes)
