@@ -2,10 +2,10 @@
 
 It maximises lamb * quality + (1 - lamb) * diversity (`datamask.objectives.Joint`) with the term
 scale fitted on the whole ground set at budget k, exactly as `datamask.report.Report` fits it
-(the Report's own Joint is used), so its values are the numbers the reports print; or, given
-`term_scale`, on that scale (select's blocks pass the whole input's). Each step
-scores S + {x} for every row x at once and combines the two raw terms with `Joint.combine`; the
-raw terms come from exact incremental forms that equal the objective module's (tested against
+(the Report's own Joint is used), so its values are the numbers the reports print; given
+`term_scale`, on that scale instead (select's blocks pass the whole input's). Each step scores
+S + {x} for every row x at once and combines the two raw terms with `Joint.combine`; the raw
+terms come from exact incremental forms that equal the objective module's (tested against
 `Joint.batch`):
 - quality: (sum of q over S + q_x) / (m + 1);
 - Pair_simi: -(pair-cosine sum of S + e_x . s) / C(m + 1, 2), s the running sum of unit rows;
