@@ -2,9 +2,10 @@
 
 It maximises lamb * quality + (1 - lamb) * diversity (`datamask.objectives.Joint`) with the term
 scale fitted on the whole ground set at budget k, exactly as `datamask.report.Report` fits it
-(the Report's own Joint is used), so its values are the numbers the reports print. Each step
-scores S + {x} for every row x at once and combines the two raw terms with `Joint.combine`; the
-raw terms come from exact incremental forms that equal the objective module's (tested against
+(the Report's own Joint is used), so its values are the numbers the reports print; given
+`term_scale`, on that scale instead (select's blocks pass the whole input's). Each step scores
+S + {x} for every row x at once and combines the two raw terms with `Joint.combine`; the raw
+terms come from exact incremental forms that equal the objective module's (tested against
 `Joint.batch`):
 - quality: (sum of q over S + q_x) / (m + 1);
 - Pair_simi: -(pair-cosine sum of S + e_x . s) / C(m + 1, 2), s the running sum of unit rows;
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 from datamask.data import Dataset
 from datamask.learner import LearnerConfig
-from datamask.objectives import joint_greedy
+from datamask.objectives import Joint, TermScale, joint_greedy
 from datamask.report import Report
 from datamask.options import option
 from datamask.selectors import Selector
@@ -49,6 +50,8 @@ class JointGreedyOptions:
     epsilon: float = epsilon_option()
     rounds: int = rounds_option()
     memory_gb: float = memory_option("kernel rows on demand (Facility)")
+    term_scale: tuple[float, ...] | None = dataclasses.field(
+        default=None, metadata=_LEARNER["term_scale"].metadata)
     seed: int = option(0, "seed of the random masks that scale quality against diversity, and "
                           "of the stochastic greedy's samples")
     device: str = device_option()
@@ -66,10 +69,12 @@ class JointGreedy(Selector):
         report = Report(data, k / len(data), p.lamb, resolve_device(p.device), p.seed,
                         metrics=(p.algorithm,))
         ground = report.ground
+        joint = (report.joint(p.algorithm) if p.term_scale is None
+                 else Joint(report.metrics[p.algorithm], p.lamb, TermScale(*p.term_scale)))
         picks, history = joint_greedy(
-            report.joint(p.algorithm), ground, p.algorithm, k, p.memory_gb * 2**30,
+            joint, ground, p.algorithm, k, p.memory_gb * 2**30,
             **optimiser_arguments(p, ground.device),
             record=lambda s: {"step": s.step, "row": s.row, "joint": s.value.item(),
                               "gains_evaluated": s.gains_evaluated,
                               "elapsed_s": s.elapsed_s})
-        return (*picks_output(len(data), picks), history, (report.joint(p.algorithm), ground))
+        return (*picks_output(len(data), picks), history, (joint, ground))

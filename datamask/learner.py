@@ -156,6 +156,10 @@ class LearnerConfig:
                               "rise so far; needs --stop_every 0; 0 = off", low=0)
     min_gain: float = option(0.01, "--patience's threshold, a fraction of the rise so far",
                              low=0.0, high=1.0, open_low=True)
+    term_scale: tuple[float, ...] | None = option(
+        None, "a fixed term scale (quality's mean and spread, then diversity's): the steps, the "
+              "start and the checks all score on it and none is fitted (--scale_on and "
+              "--start_scale unused); select's blocks get the whole input's", flag=False)
     seed: int = option(0, "same seed, same device: same selection", original=True)
     device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)",
                          original=True)
@@ -899,7 +903,9 @@ class MaskLearner:
                             state.get("start_objective"), state.get("start_rows"),
                             state.get("check_scale") and TermScale(**state["check_scale"]),
                             state.get("start_s"), state.get("settled", False))
-        if cfg.scale_on == "input":
+        if cfg.term_scale is not None:  # given: the run fits no scale of its own
+            scale = TermScale(*cfg.term_scale)
+        elif cfg.scale_on == "input":
             scale = TermScale.fit(ground, shape.k_total, metric, gen)
         elif shape.n_cover < len(ground):  # on a cover sample of a step's size, as it scores
             cover = torch.randperm(len(ground), generator=gen, device=ground.device)
@@ -910,7 +916,7 @@ class MaskLearner:
                                   subset_size=None if shape.n_step == len(ground) else shape.n_step)
         start = time.perf_counter()
         check_scale, start_scale = None, cfg.start_scale_of(shape.n_total)
-        if start_scale != "step":  # the report's, or its estimate from its first masks
+        if start_scale != "step" and cfg.term_scale is None:  # the report's, or its estimate
             check_scale = TermScale.scored(ground, shape.k_total, metric, cfg.seed,
                                            n_grounds=1 if start_scale == "sampled" else
                                            SCALE_GROUNDS)

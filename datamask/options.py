@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import numbers
 import types
 import typing
@@ -81,9 +82,14 @@ SEED_MAX = 2**63 - 1
 
 def _check_named(name: str, value) -> None:
     """Rules that follow from a field's name, wherever it is declared (the learner, each
-    baseline, a user's plugin): a `seed` seeds numpy and torch, a `device` is one torch has."""
+    baseline, a user's plugin): a `seed` seeds numpy and torch, a `device` is one torch has, a
+    `term_scale` is a `TermScale`'s four numbers (means and spreads of quality and diversity)."""
     if name == "seed" and not 0 <= value <= SEED_MAX:
         raise UserError(f"--seed must be a whole number from 0 to 2^63 - 1, got {value}")
+    if name == "term_scale" and not (len(value) == 4 and all(map(math.isfinite, value))
+                                     and value[1] > 0 and value[3] > 0):
+        raise UserError(f"term_scale must be 4 finite numbers, quality's mean and spread then "
+                        f"diversity's, both spreads positive; got {list(value)}")
     if name == "device":
         from .shared import check_device  # torch, only where a device is declared
 
@@ -112,8 +118,9 @@ def check_value(field: dataclasses.Field, kind, value):
             verb = "be" if _range_text(meta).startswith(("at", "greater", "less")) else "lie"
             raise UserError(f"{what} must {verb} {_range_text(meta)}, got "
                             f"{list(value) if many else v}")
-        _check_named(field.name, v)
-    return values if many else values[0]
+    value = values if many else values[0]
+    _check_named(field.name, value)
+    return value
 
 
 def check_field(cls, name: str, value):

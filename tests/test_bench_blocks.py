@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from datamask.data import ID_COLUMN, Dataset, read_dataset
+from datamask.data import ID_COLUMN, Dataset, budget, read_dataset
 from datamask.examples.synthetic import synthetic_dataset
 from reproduce.bench import blocks as bench
 from reproduce.pipeline.prepare import chunk_id
@@ -51,7 +51,7 @@ def test_every_run_keeps_every_row_id_once_and_the_originals_unchanged(run):
     for r in results["runs"]:
         table = selection(work, r["selector"], r["B"])
         assert np.array_equal(table.column(ID_COLUMN).to_numpy(), everything)
-        assert r["selected"] == sum(table.column("selected").to_pylist())
+        assert r["selected"] == sum(table.column("selected").to_pylist()) == budget(0.25, 2100)
         assert r["blocks"] == r["B"] == len(set(table.column("block").to_pylist()))
 
 
@@ -121,14 +121,14 @@ def test_each_one_block_run_is_its_own_share_and_the_scores_are_reports(run):
     for r in datamask:
         chosen = np.array(selection(work, r["selector"], r["B"]).column("selected").to_pylist())
         assert r["joint"] == pytest.approx(bench.score(report, "Pair_simi", chosen)["joint"])
-        if r["selected"] == report.k:  # the report's own scoring at the full budget agrees
-            assert r["joint"] == pytest.approx(report(chosen)["joint_Pair_simi"], rel=1e-5)
+        # every B selects the full budget, so the report's own scoring agrees
+        assert r["joint"] == pytest.approx(report(chosen)["joint_Pair_simi"], rel=1e-5)
     assert datamask[0]["joint"] > 0  # the learner beats a random selection's mean
     top = [r for r in results["runs"] if r["selector"] == "quality-topk"]
     assert top[0]["quality"] >= max(r["quality"] for r in top)  # blocks can only cost quality
     text = (work / "results.md").read_text()
     assert "## synthetic (2,100 rows, 100 planted pairs)" in text
-    assert "\n| datamask:n_epochs=50 | Pair_simi | 4 | 525 | " in text
+    assert "\n| datamask:n_epochs=50 | Pair_simi | 4 | 525 | 525 | 525 | " in text
 
 
 def test_a_rerun_reuses_every_record(run, capsys):

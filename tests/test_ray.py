@@ -25,7 +25,7 @@ from conftest import gaussian_data, prepare_locally, write_shard
 
 from datamask.data import read_dataset
 from datamask.errors import UserError
-from reproduce.pipeline.select import UNION_PLAN, run_select
+from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
 METHOD, RATIO, BLOCK = "facility-greedy", 0.25, 3000  # ~1 s a block: long enough to be killed in
@@ -223,6 +223,18 @@ def test_merge_round_on_ray_after_a_killed_worker_equals_the_local_one(ray_head,
     selection = pq.read_table(out / "selection.parquet")
     assert selection.equals(pq.read_table(local["output"]))
     assert json.loads((out / "summary.json").read_text())["unions"] == 2
+
+
+def test_the_whole_inputs_term_scale_is_fitted_once_on_ray_as_locally(ray_head, block_shards,
+                                                                       tmp_path):
+    """joint-greedy's blocks on Ray score on the term scale one task fitted there: the local
+    executor's to the digit, and the same selection row for row."""
+    local = run_select([str(block_shards)], tmp_path / "local", "joint-greedy", 0.1, BLOCK)
+    out = tmp_path / "ray"
+    finish(on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
+                  "--method", "joint-greedy", "--select_ratio", "0.1", "--block_size", str(BLOCK)))
+    assert (out / TERM_SCALE).read_text() == (tmp_path / "local" / TERM_SCALE).read_text()
+    assert pq.read_table(out / "selection.parquet").equals(pq.read_table(local["output"]))
 
 
 def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, block_shards,

@@ -262,8 +262,8 @@ def make_report(data: Dataset, select_ratio: float, lamb: float, metrics: list[s
 
 def score(report: Report, metric: str, selected: np.ndarray) -> dict:
     """The selection's joint objective on the report's scale (fitted once at the one-block budget
-    k, so every B is read on one scale; a B-block selection holds the sum of its blocks' budgets,
-    a few rows off k), with its raw quality and diversity terms."""
+    k, so every B is read on one scale; a B-block selection holds k too), with its raw quality
+    and diversity terms."""
     joint = report.joint(metric)
     idx = torch.as_tensor(np.flatnonzero(selected)).unsqueeze(0)
     quality, diversity = joint.terms(report.ground, idx)
@@ -629,7 +629,8 @@ def markdown(out: dict) -> str:
              f"--max_seq_length {flags['max_seq_length']}, --embedding_model "
              f"{flags['embedding_model'] or 'all-MiniLM-L6-v2 (prepare default)'}.", "",
              "Joint: the selector's metric's joint objective on all rows (Report's scale: 0 is a "
-             "random selection's mean); share: of the same selector's one-block run. Pairs: "
+             "random selection's mean); share: of the same selector's one-block run. Asked: "
+             "budget(select_ratio, rows), the count select must select whatever B. Pairs: "
              "planted (original, copy) pairs; split: the two rows in different blocks; both "
              "kept: both selected (of which split), beside a random selection's mean of the same "
              "size. Wall: the select stage's, one local worker (blocks one after another); "
@@ -637,15 +638,16 @@ def markdown(out: dict) -> str:
     for family in dict.fromkeys(r["family"] for r in out["runs"]):
         runs = [r for r in out["runs"] if r["family"] == family]
         lines += [f"## {family} ({runs[0]['rows']:,} rows, {runs[0]['pairs']:,} planted pairs)",
-                  "", "| selector | metric | B | block rows | selected | joint | share | quality "
-                  "| diversity | pairs split | both kept (split) | random keeps | wall s | "
+                  "", "| selector | metric | B | block rows | asked | selected | joint | share | "
+                  "quality | diversity | pairs split | both kept (split) | random keeps | wall s | "
                   "selector s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                  "---:|---:|"]
+                  "---:|---:|---:|"]
         for r in runs:
             lines.append(
                 f"| {r['arm']} | {r['metric']} | {r['B']} | {r['block_rows']:,} | "
-                f"{r['selected']:,} | {r['joint']:.4f} | {r['share_of_one_block']:.4f} | "
-                f"{r['quality']:.4f} | {r['diversity']:.5f} | {r['pairs_split']:,} | "
+                f"{budget(flags['select_ratio'], r['rows']):,} | {r['selected']:,} | "
+                f"{r['joint']:.4f} | {r['share_of_one_block']:.4f} | {r['quality']:.4f} | "
+                f"{r['diversity']:.5f} | {r['pairs_split']:,} | "
                 f"{r['both_selected']:,} ({r['both_selected_split']:,}) | "
                 f"{r['both_selected_random']:,.1f} | {r['select_wall_s']:,.1f} | "
                 f"{r['selector_time_s']:,.1f} |")

@@ -3,8 +3,16 @@
 The paper optimises random blocks of rows independently; here each block is one task of a datatrove
 executor (LocalPipelineExecutor by default, SlurmPipelineExecutor or RayPipelineExecutor on a
 cluster), and one more task merges the blocks into a selection keyed by id. Files, under --output:
-  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks); with
-                     --stratify also each row's stratum, and each block's budget per stratum
+  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks) and
+                     each block's budget: the whole input's budget(select_ratio, N) split over
+                     the blocks by largest remainder on their rows, so the blocks select exactly
+                     it; with --stratify each row's stratum and each block's budget per stratum
+  term_scale.json    with several blocks and a selector that weighs quality against diversity
+                     (it takes `term_scale`: the learner, joint-greedy), the whole input's term
+                     scale, fitted once by one task on a seeded sample of the rows (all of them
+                     up to SCALE_SAMPLE) as the report fits its own; every block and every part
+                     of the merge round scores on it, so lamb means there what it means on the
+                     whole input (a one-block run's selector fits its own on all rows)
   blocks/NNNNN.*     one block's selection (Parquet) and its summary (JSON: rows, time, and
                      the learner's steps, stop and objectives: docs/select.md#what-a-run-did)
   selection.parquet  chunk_id, id, selected, score, block: every prepared row exactly once
@@ -17,7 +25,8 @@ block selects R of its rows instead of select_ratio; one planning task cuts the 
 picks into parts of about --merge_rows rows (the block size unless given), neighbours together
 (principal-direction cuts fitted on a sample of the union, so near-copies from different blocks
 meet) or at random (--merge_partition); each part selects its share of the same count one round
-would select, on the same executor, resumable the same way. Files added:
+would select (its blocks' count at R: budget(R, N), split the same way), on the same executor,
+resumable the same way. Files added:
   union_plan.parquet  chunk_id -> union part of every pick, and each part's budget
   unions/NNNNN.*      one part's selection and summary, as blocks/
 and selection.parquet's `union` column (-1 for rows the blocks did not pick); `selected` and
@@ -33,6 +42,7 @@ The column comes from the prepared shards when they hold it, else from the FineW
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -90,6 +100,12 @@ PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
 UNION_PLAN = "union_plan.parquet"
 SCATTERED = "scattered"  # the blocks' rows, written by the scatter round; removed by the merge
 UNION_ROWS = "union_rows"  # the merge round parts' rows, written by its planning task; the same
+SCALE_ROWS = "scale_rows"  # the term scale's sample rows, written by the scatter round; the same
+TERM_SCALE = "term_scale.json"  # the whole input's term scale, written by the scale task
+# rows the whole input's term scale is fitted on: every row up to this many (the report's own
+# scale then), else a seeded sample of it, the size up to which the learner's greedy starts fit
+# theirs on full-budget masks over all rows
+SCALE_SAMPLE = 20_000
 PARTITIONS = ("neighbourhood", "random")  # how the merge round cuts the union of the picks
 # union rows the neighbourhood cuts are fitted on: the planning task holds this many rows'
 # features whatever the union's size
@@ -128,7 +144,8 @@ def prepared_rows(prepared: list[str], wanted: np.ndarray):
 class ScatterRows(datatrove_base.PipelineStep):
     """The round before the blocks, where there are several: task r reads its contiguous share of
     the prepared shards once and writes each block's rows of them to scattered/BLOCK/r.parquet,
-    so that a block's task reads its own rows (in prepared order) instead of every shard."""
+    so that a block's task reads its own rows (in prepared order) instead of every shard; where
+    the plan marks a term scale sample not fitted yet, its rows too, to scale_rows/00000/."""
 
     name = "scatter rows to blocks"
     type = "🎯 - SELECT"
@@ -138,17 +155,77 @@ class ScatterRows(datatrove_base.PipelineStep):
         self.prepared, self.plan, self.output, self.tasks = prepared, plan, output, tasks
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        plan = pq.read_table(self.plan, columns=[ID_COLUMN, "block"])
+        out, name = Path(self.output), f"{rank:05d}.parquet"
+        sampled = ("scale_sample" in pq.read_schema(self.plan).names
+                   and not (out / TERM_SCALE).exists())
+        plan = pq.read_table(self.plan, columns=[ID_COLUMN, "block"]
+                             + (["scale_sample"] if sampled else []))
         planned, blocks = plan.column(ID_COLUMN).to_numpy(), plan.column("block").to_numpy()
-        missing = unfinished(Path(self.output) / "blocks", int(blocks.max()) + 1)
-        if len(missing):  # a rerun scatters only what a block still to run needs
-            with rows_by_group(Path(self.output) / SCATTERED, f"{rank:05d}.parquet") as add:
+        in_sample = plan.column("scale_sample").to_numpy() if sampled else None
+        missing = unfinished(out / "blocks", int(blocks.max()) + 1)
+        if len(missing) or sampled:  # a rerun scatters only what a task still to run needs
+            with rows_by_group(out / SCATTERED, name) as add, \
+                    rows_by_group(out / SCALE_ROWS, name) as add_sample:
                 for index in np.array_split(np.arange(len(self.prepared)), self.tasks)[rank]:
                     rows = read_dataset([self.prepared[index]])
-                    block = blocks[positions(planned, rows.ids)]
-                    add(block, rows, np.isin(block, missing))
+                    at = positions(planned, rows.ids)
+                    add(blocks[at], rows, np.isin(blocks[at], missing))
+                    if sampled:  # group 0, the sample; -1, the rows outside it, not written
+                        add_sample(np.where(in_sample[at], 0, -1), rows, in_sample[at])
                     self.stat_update("rows", value=len(rows))
         yield from data or ()
+
+
+class FitTermScale(datatrove_base.PipelineStep):
+    """One task between the scatter round and the blocks: the whole input's term scale, fitted
+    once on the plan's scale sample exactly as the report fits its own (`datamask.report.Report`:
+    full-budget masks at select_ratio, the selector's metric and seed), written to term_scale.json
+    for every block and part of the merge round to score on."""
+
+    name = "fit the term scale"
+    type = "🎯 - SELECT"
+
+    def __init__(self, output: str, method: str, params: dict, select_ratio: float):
+        super().__init__()
+        self.output, self.method, self.params = output, method, params
+        self.select_ratio = select_ratio
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        out = Path(self.output)
+        if not (out / TERM_SCALE).exists():  # a rerun keeps the scale it fitted
+            sample = group_rows(out / SCALE_ROWS, 0)
+            scale = whole_input_scale(sample, self.method, self.params, self.select_ratio)
+            write_json_atomic({**dataclasses.asdict(scale), "sample_rows": len(sample)},
+                              out / TERM_SCALE)
+            self.stat_update("rows", value=len(sample))
+        yield from data or ()
+
+
+def whole_input_scale(sample: Dataset, method: str, params: dict, select_ratio: float):
+    """The term scale the report fits on `sample` (a seeded sample of the whole input, or all of
+    it) for the selector's metric (`algorithm`) and `seed`, at budget(select_ratio, rows)."""
+    from datamask.report import Report
+    from datamask.selectors import make_selector
+
+    options = make_selector(method, **params).params
+    metric = options["algorithm"]
+    report = Report(sample, select_ratio, options["lamb"], seed=options["seed"], metrics=(metric,))
+    return report.joint(metric).scale
+
+
+def takes_term_scale(method: str) -> bool:
+    """Whether the selector weighs quality against diversity on a scale it can be given."""
+    from datamask.selectors import selector_class
+
+    return any(f.name == "term_scale" for f in dataclasses.fields(selector_class(method).Options))
+
+
+def read_term_scale(path: Path) -> tuple:
+    """term_scale.json as the selectors' `term_scale` option: TermScale's fields in order."""
+    from datamask.objectives import TermScale
+
+    stored = json.loads(path.read_text())
+    return tuple(stored[f.name] for f in dataclasses.fields(TermScale))
 
 
 def unfinished(folder: Path, n_blocks: int) -> np.ndarray:
@@ -192,17 +269,19 @@ class SelectBlocks(datatrove_base.PipelineStep):
     """One task = one block of a plan (the first round's blocks, or the merge round's parts of
     the union): read its rows (the prepared shards for one block, else what the scatter round or
     the merge round's planning task wrote for it), select its budget, write. The budget is the
-    plan's `budgets` entry where it has one, else select_ratio of the block's rows."""
+    plan's `budgets` entry (per stratum with --stratify), else, for one block, select_ratio of
+    its rows; with `term_scale` (a term_scale.json) the selector scores on that scale."""
 
     name = "select a block"
     type = "🎯 - SELECT"
 
     def __init__(self, prepared: list[str], plan: str, output: str, method: str, params: dict,
-                 select_ratio: float, stratify: str | None = None, group: str = "block"):
+                 select_ratio: float, stratify: str | None = None, group: str = "block",
+                 term_scale: str | None = None):
         super().__init__()
         self.prepared, self.plan, self.output = prepared, plan, output
         self.method, self.params, self.select_ratio = method, params, select_ratio
-        self.stratify, self.group = stratify, group
+        self.stratify, self.group, self.term_scale = stratify, group, term_scale
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         from datamask.selectors import make_selector
@@ -211,6 +290,9 @@ class SelectBlocks(datatrove_base.PipelineStep):
         n_blocks = int(metadata[b"n_blocks"])
         budgets = json.loads(metadata[b"budgets"]) if b"budgets" in metadata else None
         plan = pq.read_table(self.plan, columns=[ID_COLUMN, "stratum"]) if self.stratify else None
+        params = self.params
+        if self.term_scale:
+            params = {**params, "term_scale": read_term_scale(Path(self.term_scale))}
         for block in range(rank, n_blocks, world_size):
             if self.group == "union":
                 rows = group_rows(Path(self.output) / UNION_ROWS, block)
@@ -219,7 +301,7 @@ class SelectBlocks(datatrove_base.PipelineStep):
             else:  # one block: every prepared row
                 rows = read_dataset(self.prepared)
             with self.track_time(self.group):
-                selector = make_selector(self.method, **self.params)
+                selector = make_selector(self.method, **params)
                 if self.stratify:
                     strata = json.loads(metadata[b"strata"])
                     share = dict(zip(strata["values"], np.asarray(strata["budgets"])[:, block]))
@@ -383,9 +465,11 @@ class MergeBlocks(datatrove_base.PipelineStep):
                                       for v, n, c in zip(values.tolist(), sizes, chosen)]
         # the copies of the prepared rows go, with the markers of the rounds that wrote them:
         # a later rerun that finds a round's selection missing writes its rows again
-        for copy in (SCATTERED, UNION_ROWS, "logs/scatters/completions",
-                     "logs/union_plans/completions"):
+        for copy in (SCATTERED, UNION_ROWS, SCALE_ROWS, "logs/scatters/completions",
+                     "logs/union_plans/completions", "logs/scales/completions"):
             shutil.rmtree(out / copy, ignore_errors=True)
+        if (out / TERM_SCALE).exists():
+            self.summary["term_scale"] = json.loads((out / TERM_SCALE).read_text())
         write_json_atomic({**self.summary, "rows": len(table), "selected": selected,
                            "blocks": n_blocks, "selector_time_s": round(sum(times), 3),
                            "slowest_block_s": round(max(times), 3),
@@ -450,21 +534,32 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
             "budgets": [largest_remainder(k, r).tolist() for k, r in zip(per_stratum, rows)]}
 
 
-def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int,
-               strata: np.ndarray | None = None, select_ratio: float = 0.0,
-               merge_ratio: float = 0.0) -> pa.Table:
-    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts; with
-    `strata` (one value per prepared row) each row's stratum and every block's stratum budgets
-    (before a merge round, the larger of select_ratio's and merge_ratio's, and select_ratio's
-    kept as `final_strata` for the merge round). Returns the plan as written."""
+def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_ratio: float,
+               strata: np.ndarray | None = None, merge_ratio: float = 0.0,
+               scale_sample: bool = False) -> pa.Table:
+    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts, and
+    with several blocks every block's budget, the whole input's (at merge_ratio before a merge
+    round) split by largest remainder on their rows; with `strata` (one value per prepared row)
+    each row's stratum and every block's stratum budgets instead (before a merge round, the
+    larger of select_ratio's and merge_ratio's, and select_ratio's kept as `final_strata` for
+    the merge round); with `scale_sample` the rows of the term scale's sample, the permutation's
+    first SCALE_SAMPLE. Returns the plan as written."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
     block = np.empty(len(ids), np.int32)
-    for b, rows in enumerate(random_blocks(len(ids), n_blocks, seed)):
+    cut = random_blocks(len(ids), n_blocks, seed)
+    for b, rows in enumerate(cut):
         block[rows] = b
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
     metadata = {"n_blocks": str(n_blocks)}
+    if scale_sample:
+        sample = np.zeros(len(ids), bool)
+        sample[np.concatenate(cut)[:SCALE_SAMPLE]] = True
+        table = table.append_column("scale_sample", pa.array(sample))
+    if strata is None and n_blocks > 1:
+        metadata["budgets"] = json.dumps(largest_remainder(
+            budget(merge_ratio or select_ratio, len(ids)), [len(rows) for rows in cut]).tolist())
     if strata is not None:
         table = table.append_column("stratum", pa.array(strata))
         final = stratified_budgets(strata, block, n_blocks, select_ratio)
@@ -596,14 +691,15 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
     start_or_resume(output / "config.json", config, [
-        output / name for name in ("blocks", "unions", SCATTERED, UNION_ROWS, "logs",
-                                   "plan.parquet", UNION_PLAN, "selection.parquet",
+        output / name for name in ("blocks", "unions", SCATTERED, UNION_ROWS, SCALE_ROWS, "logs",
+                                   "plan.parquet", UNION_PLAN, TERM_SCALE, "selection.parquet",
                                    "summary.json")])
     (output / "blocks").mkdir(exist_ok=True)
     plan = output / "plan.parquet"
     first_ratio = merge.get("merge_ratio", select_ratio)
-    planned = write_plan(files, plan, n_blocks, seed, strata, select_ratio,
-                         merge.get("merge_ratio", 0.0))
+    scaled = n_blocks > 1 and takes_term_scale(name)
+    planned = write_plan(files, plan, n_blocks, seed, select_ratio, strata,
+                         merge.get("merge_ratio", 0.0), scaled)
 
     # absolute paths: cluster workers do not start in this folder
     prepared = [str(f.absolute()) for f in files]
@@ -613,8 +709,11 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                **merge}
     if stratify:
         summary["stratify"] = stratify
+    term_scale = str(output / TERM_SCALE) if scaled else None
     rounds = [([SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio,
-                             stratify)], n_blocks, "block")]
+                             stratify, term_scale=term_scale)], n_blocks, "block")]
+    if scaled:  # fitted once, before any block
+        rounds.insert(0, ([FitTermScale(str(output), name, params, select_ratio)], 1, "scale"))
     if n_blocks > 1:  # each block reads its own rows, not every prepared shard
         scatter = min(len(prepared), workers)
         rounds.insert(0, ([ScatterRows(prepared, str(plan), str(output), scatter)], scatter,
@@ -623,15 +722,14 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         (output / "unions").mkdir(exist_ok=True)
         # the blocks' picks in all, so the parts' count is known before they run (a Slurm job
         # array is sized at submission)
-        sizes = np.bincount(planned.column("block").to_numpy())
         first_strata = planned.schema.metadata.get(b"strata")
         union = (int(np.sum(json.loads(first_strata)["budgets"])) if first_strata
-                 else picked(sizes, first_ratio))
+                 else int(np.sum(json.loads(planned.schema.metadata[b"budgets"]))))
         parts = block_count(union, merge["merge_rows"])
         plan_union = PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
-                               seed, picked(sizes, select_ratio), stratify)
+                               seed, budget(select_ratio, planned.num_rows), stratify)
         union_parts = SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
-                                   select_ratio, stratify, group="union")
+                                   select_ratio, stratify, group="union", term_scale=term_scale)
         rounds += [([plan_union], 1, "union_plan"), ([union_parts], parts, "union")]
     merging = [MergeBlocks(prepared, str(plan), str(output), summary)]
     jobs = run_then_merge(executor, rounds, merging, output / "logs", workers, cluster, "select")
@@ -641,8 +739,3 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                 **{f"{unit}s_job": job for (_, _, unit), job in zip(rounds, ids)},
                 "merge_job": jobs["merge_job"], "output": str(output)}
     return json.loads((output / "summary.json").read_text())
-
-
-def picked(sizes: np.ndarray, ratio: float) -> int:
-    """The rows blocks of these sizes select at `ratio`, each rounding its own budget."""
-    return sum(budget(ratio, int(n)) for n in sizes)
