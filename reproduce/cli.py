@@ -110,7 +110,8 @@ def cmd_tokenize(args) -> None:
 
     _print(run_tokenize(Path(args.input), Path(args.selection), Path(args.tokenizer),
                         Path(args.output), args.tasks, args.workers, args.seed,
-                        executor=args.executor, cluster=cluster_flags(args)))
+                        executor=args.executor, cluster=cluster_flags(args),
+                        keep=Path(args.keep) if args.keep else None))
 
 
 def cmd_train(args) -> None:
@@ -202,7 +203,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_distil)
 
     p = sub.add_parser("dedup", help="near-duplicates by MinHash (text) and by embedding, as a "
-                                     "keep-list")
+                                     "keep-list that tokenize honours (--keep)")
     p.add_argument("--input", help="folder of FineWeb Parquet shards: MinHash on their text")
     p.add_argument("--prepared", help="folder of prepared rows (of those shards): near-duplicate "
                                       "embeddings among the rows MinHash kept")
@@ -278,6 +279,8 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer.json")
     p.add_argument("--output", required=True, help="folder for the .ds token files")
     p.add_argument("--seed", type=SEED, default=0, help="document shuffling seed")
+    p.add_argument("--keep", help="a keep-list of these shards (`dedup`'s output folder): the "
+                                  "documents it removes are not tokenized, selected or not")
     add_executor_flags(p, "tokenizer ranks", tasks=True)
     p.set_defaults(func=cmd_tokenize)
 

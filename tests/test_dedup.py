@@ -1,6 +1,7 @@
 """The dedup stage on a small corpus with planted copies: an exact copy and a copy with a few
 words changed (MinHash, on the text), and a near-copy of an embedding with a new id and new text
-(SemDeDup's rule inside neighbourhoods); the keep-list, its resumption and its refusals."""
+(SemDeDup's rule inside neighbourhoods); the keep-list, its resumption, its refusals, and
+tokenize honouring it."""
 
 import json
 import shutil
@@ -15,6 +16,7 @@ from datamask.data import write_dataset
 from reproduce.cli import main
 from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, region_duplicates,
                                       run_dedup)
+from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
 DIM = 32
 # task 0 reads shards 0 and 2, task 1 shard 1: both text copies' clusters span the two tasks, so
@@ -178,6 +180,16 @@ def test_a_row_near_only_a_removed_row_stays():
     assert ids[gone].tolist() == ["b"] and ids[copied].tolist() == ["a"]
 
 
+def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path):
+    train_tokenizer([str(corpus / "fineweb")], tmp_path / "tokenizer.json", vocab_size=300)
+    ids = input_ids(corpus)
+    pq.write_table(pa.table({"id": ids, "selected": [i != "empty" for i in ids]}),
+                   tmp_path / "selection.parquet")
+    summary = run_tokenize(corpus / "fineweb", tmp_path / "selection.parquet",
+                           tmp_path / "tokenizer.json", tmp_path / "tokens", keep=deduped)
+    assert summary["documents"] == len(ids) - 1 - len(removals(deduped))
+
+
 @pytest.fixture(scope="module")
 def other_keep_list(corpus, tmp_path_factory):
     """A keep-list of another input: shards 1 and 2, which hold no copy of each other's text."""
@@ -195,12 +207,19 @@ def test_text_without_copies_keeps_every_row(other_keep_list):
 
 
 @pytest.fixture
-def files(corpus, other_keep_list, tmp_path):
-    """The corpus and a keep-list of another input, in one folder that the refused commands must
-    leave as they found it."""
+def files(corpus, deduped, other_keep_list, tmp_path):
+    """The corpus, a selection of it, a tokenizer and a keep-list of another input, in one
+    folder that the refused commands must leave as they found it."""
     for name in ("fineweb", "prepared"):
         shutil.copytree(corpus / name, tmp_path / name)
     shutil.copytree(other_keep_list, tmp_path / "other")
+    shutil.copytree(deduped, tmp_path / "keep")
+    ids = input_ids(corpus)
+    pq.write_table(pa.table({"id": ids, "selected": [True] * len(ids)}),
+                   tmp_path / "selection.parquet")
+    pq.write_table(pa.table({"id": ids, "selected": [i in removals(deduped) for i in ids]}),
+                   tmp_path / "removed.parquet")
+    train_tokenizer([str(corpus / "fineweb")], tmp_path / "tokenizer.json", vocab_size=300)
     return tmp_path
 
 
@@ -234,3 +253,15 @@ def test_dedup_refuses_prepared_rows_of_other_shards_and_no_input(files, capsys)
                    "--output", str(files / "out")], capsys, files, "--prepared", "--input")
     refused(main, ["dedup", "--output", str(files / "out")], capsys, files, "--input",
             "--prepared")
+
+
+@pytest.mark.parametrize("keep,selection,named", [
+    ("other", "selection", ["--keep", "another input"]),
+    ("prepared", "selection", ["--keep", "no finished keep-list"]),
+    ("keep", "removed", ["--selection", "selects no row the keep-list (--keep) keeps"])])
+def test_tokenize_refuses_a_keep_list_not_of_its_input_or_that_leaves_nothing(
+        files, capsys, keep, selection, named):
+    refused(main, ["tokenize", "--input", str(files / "fineweb"), "--selection",
+                   str(files / f"{selection}.parquet"), "--tokenizer",
+                   str(files / "tokenizer.json"), "--output", str(files / "tokens"), "--keep",
+                   str(files / keep)], capsys, files, *named)

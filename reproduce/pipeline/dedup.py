@@ -99,6 +99,29 @@ def same_rows(ids: pa.ChunkedArray, listed: pa.Array | pa.ChunkedArray) -> bool:
     return len(ids) == len(listed) and pc.all(pc.is_in(ids, value_set=listed)).as_py()
 
 
+def removed_ids(keep: Path, ids: pa.ChunkedArray, input_flag: str,
+                flag: str = "--keep") -> pa.Array:
+    """The ids the keep-list in folder `keep` removes, once it is shown to be a finished
+    keep-list of exactly the rows `ids` (the consumer's input, named by `input_flag`): a keep-list
+    of another input is refused, naming the input it came from."""
+    keep = Path(keep)
+    if not (keep / MANIFEST).is_file() or not (keep / KEEP_FILE).is_file():
+        raise UserError(f"{flag} {keep}: no finished keep-list there (no {MANIFEST} and "
+                        f"{KEEP_FILE}); run `python -m reproduce dedup` into it first")
+    if not same_rows(ids, pq.read_table(keep / KEEP_FILE, columns=["id"]).column("id")):
+        made_from = json.loads((keep / MANIFEST).read_text())["input"]
+        raise UserError(f"{flag} {keep}: a keep-list of another input ({made_from['rows']} rows "
+                        f"of {made_from['text'] or made_from['prepared']}), not of the "
+                        f"{len(ids)} rows of {input_flag}")
+    return read_removed(keep)
+
+
+def read_removed(keep: Path) -> pa.Array:
+    """The ids the keep-list in folder `keep` removes."""
+    table = pq.read_table(Path(keep) / KEEP_FILE, columns=["id", "keep"])
+    return table.filter(pc.invert(table.column("keep"))).column("id").combine_chunks()
+
+
 def region_duplicates(ids: np.ndarray, quality: np.ndarray, features: np.ndarray,
                       threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """SemDeDup's rule on one region's rows, the copy of higher quality kept: rows in order of
