@@ -139,7 +139,8 @@ def test_either_step_alone_finds_its_own_copies(corpus, tmp_path):
 def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(deduped,
                                                                                  tmp_path):
     """As a kill -9 leaves it: the keep-list not written, one filter task and one pair task
-    without their markers and outputs (a task's outputs are written before its marker)."""
+    without their markers and outputs (a task's outputs are written before its marker), and
+    what two killed writers left half-written beside their files."""
     out = tmp_path / "out"
     shutil.copytree(deduped, out)
     for name in (KEEP_FILE, REMOVALS_FILE, MANIFEST):
@@ -149,11 +150,16 @@ def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(
         written.unlink()
     (out / "logs" / "pairs" / "completions" / "00000").unlink()
     (out / "pairs" / "00000.parquet").unlink()
+    half_written = [out / "pairs" / ".00000.parquet.0badc0de.tmp",
+                    out / ".keep.parquet.0badc0de.tmp"]
+    for path in half_written:
+        path.write_bytes(b"PAR1")
     untouched = {p: p.stat().st_mtime_ns for p in (out / "minhash" / "buckets").iterdir()}
     dedup(deduped.parent, out)
     for name in (KEEP_FILE, REMOVALS_FILE):
         assert pq.read_table(out / name).equals(pq.read_table(deduped / name)), name
     assert {p: p.stat().st_mtime_ns for p in untouched} == untouched  # the buckets did not rerun
+    assert not any(path.exists() for path in half_written)
     first = json.loads((out / MANIFEST).read_text())
     assert dedup(deduped.parent, out) == first  # a finished run returns its manifest at once
 

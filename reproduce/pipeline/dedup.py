@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from datamask.data import (NeighbourhoodTree, block_count, read_dataset, write_json_atomic,
                            write_table_atomic)
 from datamask.errors import UserError, quoted
-from datamask.paths import check_paths, leave_as_found
+from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
@@ -323,12 +323,13 @@ class FindPairs(datatrove_base.PipelineStep):
                 duplicates += ids[rows[copied]].tolist()
                 similarity.append(sims)
                 self.stat_update("removed", value=len(gone))
-        (Path(self.output) / PAIRS).mkdir(exist_ok=True)
+        written = Path(self.output) / PAIRS / f"{rank:05d}.parquet"
+        written.parent.mkdir(exist_ok=True)
+        remove_temporaries(written)  # what a killed attempt at this task left
         write_table_atomic(pa.table({
             "id": pa.array(removed, pa.string()), "duplicates": pa.array(duplicates, pa.string()),
             "similarity": pa.array(np.concatenate(similarity) if similarity else [],
-                                   pa.float32())}),
-            Path(self.output) / PAIRS / f"{rank:05d}.parquet")
+                                   pa.float32())}), written)
         yield from data or ()
 
 
@@ -373,6 +374,8 @@ class WriteKeepList(datatrove_base.PipelineStep):
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output)
         if not finished(out):
+            for name in (KEEP_FILE, REMOVALS_FILE, MANIFEST):
+                remove_temporaries(out / name)  # what a killed merge left
             ids = read_ids([Path(f) for f in self.files], self.flag)
             parts = []
             if self.text:
