@@ -21,6 +21,7 @@ from datamask.errors import UserError
 from eval.tables import markdown
 from reproduce.bench.blocks import merge_verdict
 from reproduce.bench.defaults import shown_cells
+from reproduce.bench.static import chosen, validity
 
 from .common import lr_setting
 from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
@@ -703,6 +704,16 @@ def merge_round(root: str, folder: str, **rule) -> dict:
     """`make bench-blocks`: one round and the merge arm its plan's rule picks (merge_verdict)."""
     found = table_json(root, folder, "results.json") or {}
     return needed(merge_verdict(found.get("runs"), **rule))
+
+
+def fidelity_yardstick(root: str, folder: str) -> dict:
+    """`make bench-static`: each candidate yardstick's harmless range and highest known-bad
+    score, and the one its plan's rule chooses ("none" where no yardstick is valid)."""
+    rows = needed(table_json(root, folder, "rows.json"))
+    valid = validity(rows)
+    return {"valid": sum(v["valid"] for v in valid.values()),
+            "yardstick": chosen(valid) or "none",
+            "rows": [{"yardstick": name, **v} for name, v in valid.items()]}
 
 
 def instrument(root: str, run: str, first: str) -> dict:
