@@ -290,7 +290,8 @@ def add_stage_parsers(sub) -> None:
                    help="NAME or NAME:key=value,... with a registered selector's options, e.g. "
                         "datamask:n_epochs=500,lamb=0.5 (list: python -m reproduce methods)")
     p.add_argument("--select_ratio", type=float, default=0.25,
-                   help="fraction of each block to select (default: %(default)s)")
+                   help="fraction of the input to select, split over the blocks by their rows "
+                        "(default: %(default)s)")
     p.add_argument("--block_size", type=NON_NEGATIVE, default=0,
                    help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
     p.add_argument("--seed", type=SEED, default=0, help="seed of the row-to-block assignment")
