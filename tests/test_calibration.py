@@ -146,9 +146,9 @@ def test_null_second_random_seed_through_select_and_a_calibration_base(pool, pre
                                     seed=2, base=tmp_path / "random-1" / "selection.parquet")
     assert on_base["k"] == len(one) and (chosen(tmp_path / "j") & set(by_id)) < one
     assert len(replaced_of({"folder": tmp_path / "j"}, one, by_id)) == on_base["replaced"]
-    # a selection in blocks rounds each block's share: its own count is the base's k
+    # a selection in blocks selects the whole input's count, split over its 7-row blocks
     blocked = run_select([str(prepared)], tmp_path / "blocked", "random", RATIO, block_size=7)
-    assert blocked["selected"] != budget(RATIO, len(by_id))  # 7-row blocks round 2.1 to 2
+    assert blocked["selected"] == budget(RATIO, len(by_id))
     on_blocks = calibration_selection(out, [str(prepared)], RATIO, "dup", 0.25,
                                       tmp_path / "d", seed=2,
                                       base=tmp_path / "blocked" / "selection.parquet")

@@ -141,9 +141,10 @@ def prepared_rows(files: list[Path]) -> pa.Table:
 
 def base_selection(path: Path, rows: pa.Table, select_ratio: float):
     """selected, score and block of a selection file, in the prepared rows' order; it must hold
-    every prepared row once and select select_ratio of them, give or take one row per block (each
-    block of `select` rounds its own share: the downstream run's random selects 866 of 8,651 rows
-    in two blocks where budget(0.1, 8651) is 865). The doses are fractions of what it selects."""
+    every prepared row once and select select_ratio of them, give or take one row per block (a
+    selection `select` wrote before its blocks split one count, where each block rounded its own
+    share: the committed downstream runs' random selects 866 of 8,651 rows in two blocks where
+    budget(0.1, 8651) is 865). The doses are fractions of what it selects."""
     names = pq.read_schema(path).names
     table = pq.read_table(path, columns=[c for c in ("id", "selected", "score", "block")
                                          if c in names])
