@@ -3,7 +3,9 @@
 The paper optimises random blocks of rows independently; here each block is one task of a datatrove
 executor (LocalPipelineExecutor by default, SlurmPipelineExecutor or RayPipelineExecutor on a
 cluster), and one more task merges the blocks into a selection keyed by id. Files, under --output:
-  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks) and
+  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks; with
+                     --partition neighbourhood the leaves of a NeighbourhoodTree fitted on a
+                     seeded sample of --partition_sample rows' features, every row routed) and
                      each block's budget: the whole input's budget(select_ratio, N) split over
                      the blocks by largest remainder on their rows, so the blocks select exactly
                      it; with --stratify each row's stratum and each block's budget per stratum
