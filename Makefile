@@ -211,14 +211,20 @@ PIPE_METHODS ?= $(eval PIPE_METHODS := $(shell $(BIN)/python -m reproduce method
 RP := $(BIN)/python -m reproduce
 method_name = $(firstword $(subst :, ,$(1)))
 
-.PHONY: pipeline-demo pipeline-data pipeline-prepare pipeline-select pipeline-tokenize \
-	pipeline-train pipeline-evaluate pipeline-tables
+.PHONY: pipeline-demo pipeline-data pipeline-prepare pipeline-dedup pipeline-select \
+	pipeline-tokenize pipeline-train pipeline-evaluate pipeline-tables
 
 pipeline-data: install
 	$(RP) data --output $(PIPE_DIR)/fineweb --tasks_output $(PIPE_DIR)/tasks
 
 pipeline-prepare: pipeline-data
 	$(RP) prepare --input $(PIPE_DIR)/fineweb --output $(PIPE_DIR)/prepared --max_seq_length 128
+
+# The keep-list of near-duplicates (MinHash on the text, SemDeDup's rule on the embeddings);
+# not part of the demo's chain: `tokenize --keep $(PIPE_DIR)/dedup` honours it.
+pipeline-dedup: pipeline-prepare
+	$(RP) dedup --input $(PIPE_DIR)/fineweb --prepared $(PIPE_DIR)/prepared \
+		--output $(PIPE_DIR)/dedup
 
 pipeline-select: pipeline-prepare
 	$(foreach m,$(PIPE_METHODS),$(RP) select --input $(PIPE_DIR)/prepared --method "$(m)" \

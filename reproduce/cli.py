@@ -63,6 +63,17 @@ def cmd_distil(args) -> None:
     _print(distil(source, output, Distillation(pca_dims=args.pca_dims)))
 
 
+def cmd_dedup(args) -> None:
+    from .pipeline.dedup import run_dedup
+    from .pipeline.engines import cluster_flags
+
+    _print(run_dedup(Path(args.input) if args.input else None,
+                     Path(args.prepared) if args.prepared else None, Path(args.output),
+                     args.threshold, args.n_grams, args.num_buckets, args.hashes_per_bucket,
+                     args.hash_precision, args.region_rows, args.sample, args.seed, args.tasks,
+                     args.workers, args.executor, cluster_flags(args)))
+
+
 def cmd_select(args) -> None:
     from .pipeline.engines import cluster_flags
     from .pipeline.select import run_select
@@ -101,7 +112,8 @@ def cmd_tokenize(args) -> None:
 
     _print(run_tokenize(Path(args.input), Path(args.selection), Path(args.tokenizer),
                         Path(args.output), args.tasks, args.workers, args.seed,
-                        executor=args.executor, cluster=cluster_flags(args)))
+                        executor=args.executor, cluster=cluster_flags(args),
+                        keep=Path(args.keep) if args.keep else None))
 
 
 def cmd_train(args) -> None:
@@ -242,6 +254,36 @@ def add_stage_parsers(sub) -> None:
                    help="dimensions kept by PCA, at most the transformer's (default: %(default)s)")
     p.set_defaults(func=cmd_distil)
 
+    p = sub.add_parser("dedup", help="near-duplicates by MinHash (text) and by embedding, as a "
+                                     "keep-list that tokenize honours (--keep)")
+    p.add_argument("--input", help="folder of FineWeb Parquet shards: MinHash on their text")
+    p.add_argument("--prepared", help="folder of prepared rows (of those shards): near-duplicate "
+                                      "embeddings among the rows MinHash kept")
+    p.add_argument("--output", required=True, help="folder for the keep-list")
+    group = p.add_argument_group("minhash (datatrove's; FineWeb's settings by default)")
+    group.add_argument("--n_grams", type=POSITIVE, default=5,
+                       help="words per shingle (default: %(default)s)")
+    group.add_argument("--num_buckets", type=POSITIVE, default=14,
+                       help="LSH bands; a pair sharing one band's hashes is a match (default: "
+                            "%(default)s)")
+    group.add_argument("--hashes_per_bucket", type=POSITIVE, default=8,
+                       help="hashes per band (default: %(default)s)")
+    group.add_argument("--hash_precision", type=int, default=64, choices=(32, 64),
+                       help="bits per hash (default: %(default)s)")
+    group = p.add_argument_group("embedding (SemDeDup's rule inside neighbourhoods)")
+    group.add_argument("--threshold", type=float, default=0.99,
+                       help="cosine at or above which the row of lower quality is removed, in "
+                            "(0, 1] (default: %(default)s, SemDeDup's eps 0.01)")
+    group.add_argument("--region_rows", type=POSITIVE, default=10_000,
+                       help="rows per neighbourhood whose pairs are compared (default: "
+                            "%(default)s)")
+    group.add_argument("--sample", type=POSITIVE,
+                       help="rows the neighbourhood cuts are fitted on (default: 50 per "
+                            "neighbourhood, at least 100,000, at most every row)")
+    group.add_argument("--seed", type=SEED, default=0, help="seed of that sample")
+    add_executor_flags(p, "dedup tasks", tasks=True)
+    p.set_defaults(func=cmd_dedup)
+
     p = sub.add_parser("select", help="run one selector over prepared rows in independent blocks")
     p.add_argument("--input", nargs="+", required=True, help="prepared Parquet files or folders")
     p.add_argument("--output", required=True, help="folder for this method's selection")
@@ -296,6 +338,8 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer.json")
     p.add_argument("--output", required=True, help="folder for the .ds token files")
     p.add_argument("--seed", type=SEED, default=0, help="document shuffling seed")
+    p.add_argument("--keep", help="a keep-list of these shards (`dedup`'s output folder): the "
+                                  "documents it removes are not tokenized, selected or not")
     add_executor_flags(p, "tokenizer ranks", tasks=True)
     p.set_defaults(func=cmd_tokenize)
 

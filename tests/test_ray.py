@@ -2,7 +2,7 @@
 2 CPUs), each stage run as a user runs it (the CLI, in its own process). select and prepare have
 a Ray worker killed while it computes a task, and their outputs are compared with the local
 executor's (the selection row for row; the prepared shards' ids and quality exactly, embeddings
-to 1e-5); tokenize's token files byte for byte."""
+to 1e-5); tokenize's token files byte for byte; dedup's keep-list row for row."""
 
 import json
 import os
@@ -22,9 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import gaussian_data, prepare_locally, write_shard
+from test_dedup import corpus, deduped  # noqa: F401 (fixtures: planted copies, local keep-list)
 
 from datamask.data import read_dataset
 from datamask.errors import UserError
+from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE
 from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
@@ -386,3 +388,11 @@ def test_tokenize_on_ray_writes_the_local_executors_token_files(ray_head, pool,
     assert summary["documents"] == local["documents"] == sum(i % 3 != 0 for i in range(len(ids)))
     assert summary["tokens"] == local["tokens"] and summary["executor"] == "ray"
     assert not (work / "ray" / "ranks").exists()  # the ranks' files go once merged
+
+
+def test_dedup_on_ray_writes_the_local_executors_keep_list(ray_head, corpus, deduped, tmp_path):
+    finish(on_ray(ray_head, "dedup", "--input", str(corpus / "fineweb"), "--prepared",
+                  str(corpus / "prepared"), "--output", str(tmp_path / "ray"), "--tasks", "2"))
+    for name in (KEEP_FILE, REMOVALS_FILE):
+        assert pq.read_table(tmp_path / "ray" / name).equals(pq.read_table(deduped / name)), name
+    assert pq.read_table(deduped / REMOVALS_FILE).num_rows == 3  # the planted copies

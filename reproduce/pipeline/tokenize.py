@@ -1,7 +1,8 @@
 """Stage 3, tokenize: datatrove ParquetReader -> KeepSelected -> DocumentTokenizer, in ranks, then
 DocumentTokenizerMerger, as datatrove tokenizes a corpus.
 
-Only the documents a selection marks `selected` reach the tokenizer. The tokenizer is a local
+Only the documents a selection marks `selected` reach the tokenizer (with --keep, only those of
+them that a keep-list of the dedup stage keeps). The tokenizer is a local
 tokenizer.json: trained here with the `tokenizers` library on the pool's text (one tokenizer for
 every method, so their token budgets compare), or any file given by path. Each tokenizer rank is an
 executor task (datatrove's local, Ray or Slurm executor: reproduce/pipeline/engines.py) that reads
@@ -40,6 +41,7 @@ from datamask.shared import require
 
 from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
                      read_schema, selection_file, selection_path)
+from .dedup import KEEP_FILE, read_removed, removed_ids
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
 
 EOS = "<|endoftext|>"
@@ -94,13 +96,14 @@ def train_tokenizer(inputs: list[str], output: Path, vocab_size: int = 8192,
 
 
 class KeepSelected(filters.BaseFilter):
-    """Keeps a document only when the selection marks its FineWeb id `selected`."""
+    """Keeps a document only when the selection marks its FineWeb id `selected` and the
+    keep-list in folder `keep`, where there is one, does not remove it."""
 
     name = "keep selected ids"
 
-    def __init__(self, selection: str):
+    def __init__(self, selection: str, keep: str | None = None):
         super().__init__()
-        self.selection = selection
+        self.selection, self.keep = selection, keep
         self._keep: set[str] | None = None
 
     def filter(self, doc) -> bool:
@@ -108,6 +111,8 @@ class KeepSelected(filters.BaseFilter):
             table = pq.read_table(self.selection, columns=["id", "selected"])
             mask = table.column("selected").to_numpy(zero_copy_only=False)
             self._keep = set(np.asarray(table.column("id").to_pylist(), dtype=object)[mask])
+            if self.keep:
+                self._keep -= set(read_removed(Path(self.keep)).to_pylist())
         return doc.id in self._keep
 
 
@@ -131,12 +136,18 @@ def _ids(path: Path) -> pa.ChunkedArray:
                         f"({quoted(err)})") from None
 
 
-def check_selected_once(selection: Path, files: list[Path], side: Path | None) -> int:
-    """Every selected id is in exactly one row of the shards and the side shard, so reading them
-    all through KeepSelected tokenizes it once; the number of selected ids."""
+def check_selected_once(selection: Path, files: list[Path], side: Path | None,
+                        removed: pa.Array | None = None) -> int:
+    """Every selected id that a keep-list does not remove (`removed`: the ids it removes) is in
+    exactly one row of the shards and the side shard, so reading them all through KeepSelected
+    tokenizes it once; the number of those ids."""
     chosen = _selected_ids(selection)
+    if removed is not None:
+        chosen = chosen.filter(pc.invert(pc.is_in(chosen.cast(pa.string()), value_set=removed)))
     if not len(chosen):
-        raise UserError(f"--selection {selection}: selects no row; there is nothing to tokenize")
+        kept = " the keep-list (--keep) keeps" if removed is not None else ""
+        raise UserError(f"--selection {selection}: selects no row{kept}; there is nothing to "
+                        f"tokenize")
     if len(pc.unique(chosen)) != len(chosen):
         raise UserError(f"--selection {selection}: an id is selected twice")
     if side is not None and not {"id", "text"} <= set(read_schema(side).names):
@@ -220,9 +231,10 @@ class MergeRanks(datatrove_base.PipelineStep):
 def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: Path,
                  tasks: int | None = 1, workers: int = 1, seed: int = 0,
                  side: Path | None = None, executor: str = "local",
-                 cluster: dict | None = None) -> dict:
+                 cluster: dict | None = None, keep: Path | None = None) -> dict:
     """Tokenize the selected documents of the FineWeb shards in `input_folder` (and of the side
-    shard: `side`, else the one beside the selection) into `output`, in `tasks` tokenizer ranks
+    shard: `side`, else the one beside the selection) that the keep-list in folder `keep`, where
+    given (one made of these shards), does not remove into `output`, in `tasks` tokenizer ranks
     (None: `workers`; at most one per shard) and one merge; returns summary.json's content (for
     Slurm, which returns at submission, the submission)."""
     from datatrove.pipeline.readers import ParquetReader
@@ -238,10 +250,13 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
     if side is not None and not side.is_file():
         raise UserError(f"side shard {side}: no such file")
     check_paths({"--input": [input_folder, *files], "--selection": selection,
-                 "--tokenizer": tokenizer, "side shard": side}, folders={"--output": output})
+                 "--tokenizer": tokenizer, "side shard": side, "--keep": keep},
+                folders={"--output": output})
     check_distinct_files(files + ([side] if side else []))
     bytes_per_token = token_size(tokenizer)
-    n_selected = check_selected_once(Path(selection), files, side)
+    removed = None if keep is None else removed_ids(
+        keep, pa.chunked_array([_ids(path) for path in files]), f"--input {input_folder}")
+    n_selected = check_selected_once(Path(selection), files, side, removed)
     tasks = workers if tasks is None else tasks
     if tasks < 1:
         raise UserError(f"--tasks must be at least 1, got {tasks}")
@@ -250,9 +265,10 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
                "side": str(side.absolute()) if side else None, "tokenizer": str(tokenizer),
                "input": str(input_folder), "token_size": bytes_per_token,
                "executor": executor, "tasks": tasks, "started_at": time.time(),
-               "output": str(output)}
+               "output": str(output), "keep": str(Path(keep).absolute()) if keep else None}
     config = {"inputs": file_stats(files + ([side] if side else [])),
               "selection": file_stats([Path(selection)]), "tokenizer": file_stats([tokenizer]),
+              "keep": file_stats([Path(keep) / KEEP_FILE]) if keep else None,
               "seed": seed, "tasks": tasks}
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
@@ -266,7 +282,8 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
                           text_key="text", id_key="id"),
             *([ParquetReader(str(side.parent.absolute()), glob_pattern=side.name,
                              text_key="text", id_key="id")] if side else []),
-            KeepSelected(str(Path(selection).absolute())),
+            KeepSelected(str(Path(selection).absolute()),
+                         str(Path(keep).absolute()) if keep else None),
             DocumentTokenizer(output_folder=str(out / RANKS),
                               tokenizer_name_or_path=str(tokenizer.absolute()), eos_token=EOS,
                               seed=seed, shuffle_documents=True),

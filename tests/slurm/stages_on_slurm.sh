@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The data stages on a real one-node Slurm cluster (slurmctld + slurmd + munged on this machine),
 # each compared with the local executor: select's blocks (row for row), then the whole chain on
-# BBC FineWeb shards, prepare -> select -> tokenize, each stage a job array and a merge job after
-# it (prepared ids and quality exactly, embeddings to 1e-5; the selection row for row; the token
-# files byte for byte). Prepare's second task is killed mid-task on Slurm (SIGKILL): its job
+# BBC FineWeb shards, prepare -> dedup -> select -> tokenize, each stage a job array and a merge
+# job after it (prepared ids and quality exactly, embeddings to 1e-5; the keep-list and the
+# selection row for row; the token files byte for byte). Prepare's second task is killed mid-task on Slurm (SIGKILL): its job
 # fails, the merge behind it is cancelled, no process is left, and the rerun submits that task
 # alone. Run as root from the repository root:
 #   bash tests/slurm/stages_on_slurm.sh
@@ -260,24 +260,34 @@ print(f"stages_on_slurm: the merge round on Slurm, part 1 killed and rerun, equa
       f"executor's row for row ({json.loads(summary.read_text())['unions']} parts)")
 EOF
 
-# The whole chain on BBC FineWeb shards, locally and through Slurm, stage after stage: prepare
-# (two tasks, a shard each, then prepare.json's merge), select (two blocks), tokenize (two
-# ranks, then datatrove's merge). Every Slurm stage returns at submission; the next one starts
+# The whole chain on BBC FineWeb shards (one article copied into the other shard under a new id),
+# locally and through Slurm, stage after stage: prepare (two tasks, a shard each, then
+# prepare.json's merge), dedup (MinHash's rounds and the embedding step's, then the keep-list),
+# select (two blocks), tokenize (two ranks, then datatrove's merge, leaving out what the keep-list
+# removes). Every Slurm stage returns at submission; the next one starts
 # once the queue is empty.
 CHAIN=$WORK/chain
 "$PY" - "$CHAIN" <<'EOF'
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.tokenize import train_tokenizer
 
 chain = Path(sys.argv[1])
 write_bbc_fineweb(chain / "fineweb", chain / "tasks", n_shards=2, limit=60, seed=1)
+first, second = sorted((chain / "fineweb").glob("*.parquet"))
+copy = pq.read_table(second).slice(0, 1)
+copy = copy.set_column(copy.schema.get_field_index("id"), "id", pa.array(["planted-copy"]))
+pq.write_table(pa.concat_tables([pq.read_table(first), copy]), first)
 train_tokenizer([str(chain / "fineweb")], chain / "tokenizer.json", vocab_size=300)
 EOF
 PREPARE=(prepare --input "$CHAIN/fineweb" --max_seq_length 32 --quality heuristic --no_progress
          --tasks 2)
+DEDUP=(dedup --input "$CHAIN/fineweb" --tasks 2)
 SELECT=(select --method quality-topk --select_ratio 0.5 --block_size 25)
 TOKENIZE=(tokenize --input "$CHAIN/fineweb" --tokenizer "$CHAIN/tokenizer.json" --tasks 2)
 for run in local slurm; do
@@ -299,11 +309,15 @@ for run in local slurm; do
             || { echo "stages_on_slurm: the rerun rewrote task 0's finished shard"; exit 1; }
         echo "stages_on_slurm: the rerun left task 0's shard as it was"
     fi
+    "$PY" -m reproduce "${DEDUP[@]}" --prepared "$CHAIN/$run/prepared" \
+        --output "$CHAIN/$run/dedup" "${flags[@]}" > /dev/null 2> "$WORK/log/dedup.$run.log"
+    [[ $run == local ]] || wait_for_jobs
     "$PY" -m reproduce "${SELECT[@]}" --input "$CHAIN/$run/prepared" \
         --output "$CHAIN/$run/select" "${flags[@]}" > /dev/null 2> "$WORK/log/select.$run.log"
     [[ $run == local ]] || wait_for_jobs
     "$PY" -m reproduce "${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet" \
-        --output "$CHAIN/$run/tokens" "${flags[@]}" > /dev/null 2> "$WORK/log/tokenize.$run.log"
+        --keep "$CHAIN/$run/dedup" --output "$CHAIN/$run/tokens" "${flags[@]}" > /dev/null \
+        2> "$WORK/log/tokenize.$run.log"
     [[ $run == local ]] || wait_for_jobs
 done
 for log in "$CHAIN"/slurm/*/logs/*/slurm/*.out; do echo "--- ${log#"$CHAIN"/}"; tail -n 2 "$log"; done
@@ -320,8 +334,8 @@ from datamask.data import read_dataset
 
 chain = Path(sys.argv[1])
 local, slurm = chain / "local", chain / "slurm"
-for stage, done in (("prepared", "prepare.json"), ("select", "summary.json"),
-                    ("tokens", "summary.json")):
+for stage, done in (("prepared", "prepare.json"), ("dedup", "manifest.json"),
+                    ("select", "summary.json"), ("tokens", "summary.json")):
     if not (slurm / stage / done).exists():
         sys.exit(f"stages_on_slurm: no {stage}/{done}: a merge job did not run (see its log)")
 shards = sorted(p.name for p in (local / "prepared").glob("*.parquet"))
@@ -344,6 +358,15 @@ if embedded[0] != 0 or embedded[1] != records[shards[1]]["rows"]:
 print(f"stages_on_slurm: Slurm's prepared shards equal the local executor's "
       f"({ {name: r['rows'] for name, r in records.items()} } rows; the rerun embedded "
       f"{embedded})")
+for name in ("keep.parquet", "removals.parquet"):
+    if not pq.read_table(slurm / "dedup" / name).equals(pq.read_table(local / "dedup" / name)):
+        sys.exit(f"stages_on_slurm: Slurm's dedup {name} differs from the local executor's")
+removals = pq.read_table(slurm / "dedup" / "removals.parquet").to_pylist()
+if not any("planted-copy" in (r["id"], r["duplicates"]) and r["reason"] == "minhash"
+           for r in removals):
+    sys.exit(f"stages_on_slurm: dedup on Slurm did not remove the planted copy ({removals})")
+print(f"stages_on_slurm: Slurm's keep-list equals the local executor's, row for row "
+      f"({len(removals)} removed, the planted copy among them)")
 if not pq.read_table(slurm / "select" / "selection.parquet").equals(
         pq.read_table(local / "select" / "selection.parquet")):
     sys.exit("stages_on_slurm: the chain's selection on Slurm differs from the local one")

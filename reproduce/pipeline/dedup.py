@@ -1,0 +1,510 @@
+"""Stage dedup, between prepare and select: near-duplicate documents, found two ways, written as
+one keep-list that later stages honour.
+
+Text (--input, the FineWeb shards): datatrove's MinHash deduplication, its four steps as rounds of
+executor tasks: signatures (task r of N: shards r, r+N, ...), buckets (one task per bucket),
+clusters (one task), filter (the signature tasks' shards again). FineWeb's settings are the
+defaults: word 5-grams, 14 buckets of 8 hashes, 64-bit hashes. Of each cluster datatrove keeps
+one document; every other is removed as a duplicate of it.
+
+Embedding (--prepared, prepare's rows; those the text step kept): SemDeDup's rule inside
+neighbourhoods, so that the pair work stays local. The rows are cut into regions of about
+--region_rows rows by principal-direction cuts fitted on a seeded sample and then routed shard by
+shard (datamask.data.NeighbourhoodTree); inside a region, taken by quality (higher first, ties:
+the smaller id), a row whose cosine to a row kept before it reaches --threshold is removed as a
+duplicate of the nearest such row. So every embedding removal names a row that stays, the copy of
+higher quality. A near-copy that a cut separates from its original is not found.
+
+Files under --output: the keep-list, keep.parquet (id, keep: every input row once, in input
+order), removals.parquet (id, reason, duplicates, similarity: each removed row, why, and the row
+it copies) and manifest.json (written last: the inputs, settings and counts); config.json and
+logs/ (datatrove's logs and completion markers: a rerun with the same inputs and settings runs
+only the unfinished tasks, anything else starts afresh); and the steps' working files (minhash/,
+regions/, pairs/), of which the bulky signatures and region rows are removed once the keep-list
+is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datamask.data import (NeighbourhoodTree, block_count, read_dataset, write_json_atomic,
+                           write_table_atomic)
+from datamask.errors import UserError, quoted
+from datamask.paths import check_paths, leave_as_found, remove_temporaries
+from datamask.processes import children_die_with_parent
+from datamask.shared import require
+
+from .common import check_distinct_files, check_text_shard, file_stats, parquet_files
+from .engines import check_executor, engine_session, run_then_merge, start_or_resume
+from .select import check_prepared
+
+datatrove_base = require("datatrove.pipeline.base", "dedup")
+
+KEEP_FILE = "keep.parquet"
+REMOVALS_FILE = "removals.parquet"
+MANIFEST = "manifest.json"
+MINHASH = "minhash"  # signatures/, buckets/, clusters/, removed/, kept/
+REGIONS = "regions"  # each pair task's rows, written by the region plan
+PAIRS = "pairs"  # each pair task's removals
+SAMPLE_FLOOR = 100_000  # rows the default sample holds at least (all where fewer)
+SAMPLE_PER_REGION = 50  # and per region, so that deep cuts are fitted on enough rows
+SIMILARITY_BYTES = 64 * 2**20  # a region's similarities computed at once
+PRECISIONS = (32, 64)
+
+
+def minhash_config(n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
+                   precision: int = 64):
+    """datatrove's MinhashConfig; the defaults are FineWeb's."""
+    from datatrove.pipeline.dedup import MinhashConfig
+    from datatrove.utils.hashing import HashConfig
+
+    return MinhashConfig(n_grams=n_grams, num_buckets=num_buckets,
+                         hashes_per_bucket=hashes_per_bucket,
+                         hash_config=HashConfig(precision=precision))
+
+
+def read_ids(files: list[Path], flag: str) -> pa.ChunkedArray:
+    """The `id` column of `files` as text, in file then row order; a null or an id in two rows
+    is refused, naming it (the keep-list holds every id once)."""
+    parts = []
+    for path in files:
+        try:
+            column = pq.read_table(path, columns=["id"]).column("id")
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{flag} {path}: no readable 'id' column ({quoted(err)})") from None
+        if column.null_count:
+            raise UserError(f"{flag} {path}: column 'id' is null at row "
+                            f"{column.to_pylist().index(None)}")
+        parts.append(column.cast(pa.string()))
+    ids = pa.chunked_array([c for part in parts for c in part.chunks], pa.string())
+    counts = pc.value_counts(ids)
+    twice = counts.filter(pc.greater(counts.field("counts"), 1))
+    if len(twice):
+        raise UserError(f"{flag}: id {twice.field('values')[0]} is in "
+                        f"{twice.field('counts')[0]} rows; every row needs its own id")
+    return ids
+
+
+def same_rows(ids: pa.ChunkedArray, listed: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether two id columns, each without a repeat, hold the same ids."""
+    return len(ids) == len(listed) and pc.all(pc.is_in(ids, value_set=listed)).as_py()
+
+
+def removed_ids(keep: Path, ids: pa.ChunkedArray, input_flag: str,
+                flag: str = "--keep") -> pa.Array:
+    """The ids the keep-list in folder `keep` removes, once it is shown to be a finished
+    keep-list of exactly the rows `ids` (the consumer's input, named by `input_flag`): a keep-list
+    of another input is refused, naming the input it came from."""
+    keep = Path(keep)
+    if not (keep / MANIFEST).is_file() or not (keep / KEEP_FILE).is_file():
+        raise UserError(f"{flag} {keep}: no finished keep-list there (no {MANIFEST} and "
+                        f"{KEEP_FILE}); run `python -m reproduce dedup` into it first")
+    if not same_rows(ids, pq.read_table(keep / KEEP_FILE, columns=["id"]).column("id")):
+        made_from = json.loads((keep / MANIFEST).read_text())["input"]
+        raise UserError(f"{flag} {keep}: a keep-list of another input ({made_from['rows']} rows "
+                        f"of {made_from['text'] or made_from['prepared']}), not of the "
+                        f"{len(ids)} rows of {input_flag}")
+    return read_removed(keep)
+
+
+def read_removed(keep: Path) -> pa.Array:
+    """The ids the keep-list in folder `keep` removes."""
+    table = pq.read_table(Path(keep) / KEEP_FILE, columns=["id", "keep"])
+    return table.filter(pc.invert(table.column("keep"))).column("id").combine_chunks()
+
+
+def region_duplicates(ids: np.ndarray, quality: np.ndarray, features: np.ndarray,
+                      threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SemDeDup's rule on one region's rows, the copy of higher quality kept: rows in order of
+    quality (higher first, ties: the smaller id); a row whose cosine to a row kept before it is
+    at least `threshold` is removed, as a duplicate of the most similar one. (removed rows,
+    the row each duplicates, their cosine), rows as indices into the arguments."""
+    order = np.lexsort((ids, -quality.astype(np.float64)))
+    unit = features[order].astype(np.float32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    kept = np.ones(len(order), bool)
+    removed, duplicates, similarity = [], [], []
+    step = max(1, SIMILARITY_BYTES // (4 * max(len(order), 1)))
+    for start in range(0, len(order), step):
+        stop = min(start + step, len(order))
+        sims = unit[start:stop] @ unit[:stop].T
+        earlier = np.arange(stop)[None, :] < np.arange(start, stop)[:, None]
+        rows, cols = np.nonzero((sims >= threshold) & earlier)
+        for row in np.unique(rows):  # in order: a row's fate is known before a later one asks
+            candidates = cols[rows == row]
+            candidates = candidates[kept[candidates]]
+            if len(candidates):
+                best = candidates[np.argmax(sims[row, candidates])]
+                kept[start + row] = False
+                removed.append(start + row)
+                duplicates.append(best)
+                similarity.append(sims[row, best])
+    return (order[np.array(removed, np.int64)], order[np.array(duplicates, np.int64)],
+            np.array(similarity, np.float32))
+
+
+def cluster_row(writer, document) -> dict:
+    """What the MinHash filter writes of a document (an adapter of datatrove's writers): its id
+    and its cluster (-1 for none)."""
+    return {"id": str(document.id), "cluster": document.metadata["minhash_cluster_id"]}
+
+
+def in_a_cluster(document) -> bool:
+    """A kept document with duplicates: its cluster's one copy that stays."""
+    return document.metadata["minhash_cluster_id"] >= 0
+
+
+class CompleteClusterFiles(datatrove_base.PipelineStep):
+    """After datatrove's cluster step: an empty .remove and .clusters file for every signature
+    task that has none, so its filter task reads its documents' clusters rather than passing
+    them on unlabelled (datatrove's filter does so where a task has no .remove file)."""
+
+    name = "complete the cluster files"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, folder: str, tasks: int):
+        super().__init__()
+        self.folder, self.tasks = folder, tasks
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        Path(self.folder).mkdir(parents=True, exist_ok=True)  # not made where nothing matched
+        for task in range(self.tasks):
+            for suffix in ("remove", "clusters"):
+                (Path(self.folder) / f"{task:06d}.{suffix}").touch()
+        yield from data or ()
+
+
+def minhash_rounds(fineweb: Path, work: Path, config, tasks: int) -> list[tuple[list, int, str]]:
+    """datatrove's four MinHash steps as executor rounds, (steps, tasks, unit): each filter task
+    writes the documents it removes, and the ones its clusters keep, as (id, cluster) under
+    `work`/removed and `work`/kept."""
+    from datatrove.pipeline.dedup import (MinhashDedupBuckets, MinhashDedupCluster,
+                                          MinhashDedupFilter, MinhashDedupSignature)
+    from datatrove.pipeline.filters import LambdaFilter
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.writers import ParquetWriter
+
+    def shards():
+        return ParquetReader(str(fineweb), glob_pattern="*.parquet", text_key="text", id_key="id")
+
+    signatures, buckets, clusters = (str(work / name) for name in ("signatures", "buckets",
+                                                                   "clusters"))
+    return [
+        ([shards(), MinhashDedupSignature(signatures, config=config)], tasks, "signature"),
+        ([MinhashDedupBuckets(signatures, buckets, config=config)], config.num_buckets,
+         "bucket"),
+        ([MinhashDedupCluster(buckets, clusters, config=config, save_cluster_id=True),
+          CompleteClusterFiles(clusters, tasks)], 1, "cluster"),
+        ([shards(),
+          MinhashDedupFilter(clusters, load_cluster_ids=True, exclusion_writer=ParquetWriter(
+              str(work / "removed"), adapter=cluster_row)),
+          LambdaFilter(in_a_cluster),
+          ParquetWriter(str(work / "kept"), adapter=cluster_row)], tasks, "filter"),
+    ]
+
+
+def minhash_removals(work: Path) -> pa.Table:
+    """What the MinHash filter tasks wrote, as removals: (id, duplicates), the second the
+    document its cluster keeps."""
+    def read(name: str) -> pa.Table:
+        files = sorted((work / name).glob("*.parquet"))
+        schema = pa.schema([("id", pa.string()), ("cluster", pa.int64())])
+        return pa.concat_tables([pq.read_table(f).select(schema.names).cast(schema)
+                                 for f in files]) if files else schema.empty_table()
+
+    removed, kept = read("removed"), read("kept")
+    joined = removed.join(kept.rename_columns(["duplicates", "cluster"]), "cluster")
+    if len(joined) != len(removed) or joined.column("duplicates").null_count:
+        raise UserError(f"{work}: a MinHash cluster lost its kept document; delete the output "
+                        f"folder and rerun")
+    return joined.select(["id", "duplicates"])
+
+
+def prepared_survivors(path: str, removed: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A prepared shard's rows the text step kept: (ids, quality, features)."""
+    ids = pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
+    rows = read_dataset([path])
+    alive = np.asarray(pc.invert(pc.is_in(ids, value_set=removed)).to_numpy(zero_copy_only=False))
+    return (np.asarray(ids.to_numpy(zero_copy_only=False), dtype=object)[alive],
+            rows.quality[alive], rows.features[alive])
+
+
+def text_removed(output: Path, text: bool) -> pa.Array:
+    """The ids the MinHash step removed (none where it did not run)."""
+    if not text:
+        return pa.array([], pa.string())
+    return minhash_removals(output / MINHASH).column("id").combine_chunks()
+
+
+class PlanRegions(datatrove_base.PipelineStep):
+    """One task: the cuts into `regions` regions fitted on a seeded sample of the rows the text
+    step kept, then every such row routed, shard by shard, and written to regions/GROUP/, group
+    g holding the regions g, g + groups, ... of pair task g."""
+
+    name = "plan the regions"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, prepared: list[str], output: str, text: bool, regions: int, groups: int,
+                 sample: int, seed: int):
+        super().__init__()
+        self.prepared, self.output, self.text = prepared, output, text
+        self.regions, self.groups, self.sample, self.seed = regions, groups, sample, seed
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        out = Path(self.output) / REGIONS
+        shutil.rmtree(out, ignore_errors=True)  # what a killed plan left: it is written whole
+        removed = text_removed(Path(self.output), self.text)
+        alive = [pc.sum(pc.invert(pc.is_in(pq.read_table(p, columns=["id"]).column("id")
+                                           .cast(pa.string()), value_set=removed))).as_py() or 0
+                 for p in self.prepared]
+        total = sum(alive)
+        if not total:  # the text step removed every row: no region, no pair
+            return
+        rng = np.random.default_rng(self.seed)
+        chosen = np.sort(rng.choice(total, min(self.sample, total), replace=False))
+        sample, offset = [], 0
+        for path, count in zip(self.prepared, alive):
+            mine = chosen[(chosen >= offset) & (chosen < offset + count)] - offset
+            if len(mine):
+                sample.append(prepared_survivors(path, removed)[2][mine])
+            offset += count
+        tree = NeighbourhoodTree.fit(np.concatenate(sample), self.regions)
+        for index, path in enumerate(self.prepared):
+            ids, quality, features = prepared_survivors(path, removed)
+            region = tree.route(features)
+            for group in np.unique(region % self.groups):
+                mine = region % self.groups == group
+                (out / f"{group:05d}").mkdir(parents=True, exist_ok=True)
+                flat = pa.array(np.ascontiguousarray(features[mine]).reshape(-1))
+                write_table_atomic(pa.table({
+                    "id": pa.array(ids[mine], pa.string()), "quality": quality[mine],
+                    "features": pa.FixedSizeListArray.from_arrays(flat, features.shape[1]),
+                    "region": region[mine]}), out / f"{group:05d}" / f"{index:05d}.parquet")
+            self.stat_update("rows", value=len(ids))
+        yield from data or ()
+
+
+class FindPairs(datatrove_base.PipelineStep):
+    """One task = one group of regions: region_duplicates in each, the removals written to
+    pairs/TASK.parquet (id, duplicates, similarity)."""
+
+    name = "find near-duplicate embeddings"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, output: str, threshold: float):
+        super().__init__()
+        self.output, self.threshold = output, threshold
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        files = sorted((Path(self.output) / REGIONS / f"{rank:05d}").glob("*.parquet"))
+        removed, duplicates, similarity = [], [], []
+        if files:
+            table = pa.concat_tables(pq.read_table(f) for f in files)
+            ids = np.asarray(table.column("id").to_numpy(zero_copy_only=False), dtype=object)
+            quality = table.column("quality").to_numpy()
+            vectors = table.column("features").combine_chunks()
+            features = vectors.flatten().to_numpy().reshape(len(table), vectors.type.list_size)
+            region = table.column("region").to_numpy()
+            for value in np.unique(region):
+                rows = np.flatnonzero(region == value)
+                with self.track_time("region"):
+                    gone, copied, sims = region_duplicates(ids[rows], quality[rows],
+                                                           features[rows], self.threshold)
+                removed += ids[rows[gone]].tolist()
+                duplicates += ids[rows[copied]].tolist()
+                similarity.append(sims)
+                self.stat_update("removed", value=len(gone))
+        written = Path(self.output) / PAIRS / f"{rank:05d}.parquet"
+        written.parent.mkdir(exist_ok=True)
+        remove_temporaries(written)  # what a killed attempt at this task left
+        write_table_atomic(pa.table({
+            "id": pa.array(removed, pa.string()), "duplicates": pa.array(duplicates, pa.string()),
+            "similarity": pa.array(np.concatenate(similarity) if similarity else [],
+                                   pa.float32())}), written)
+        yield from data or ()
+
+
+def remove_working_files(output: Path) -> None:
+    """The bulky copies the keep-list no longer needs, MinHash signatures and region rows, with
+    the markers of the rounds that wrote them: a later rerun that finds a task's output missing
+    writes them again."""
+    for folder in (MINHASH + "/signatures", REGIONS, "logs/signatures/completions",
+                   "logs/region_plans/completions"):
+        shutil.rmtree(output / folder, ignore_errors=True)
+
+
+def finished(output: Path) -> bool:
+    return all((output / name).is_file() for name in (KEEP_FILE, REMOVALS_FILE, MANIFEST))
+
+
+def removal_rows(found: pa.Table, reason: str) -> pa.Table:
+    """A step's removals (id, duplicates, and similarity where it measures one) as rows of
+    removals.parquet."""
+    similarity = (found.column("similarity") if "similarity" in found.column_names
+                  else pa.nulls(len(found), pa.float32()))
+    return pa.table({"id": found.column("id"), "reason": pa.array([reason] * len(found),
+                                                                  pa.string()),
+                     "duplicates": found.column("duplicates"), "similarity": similarity})
+
+
+class WriteKeepList(datatrove_base.PipelineStep):
+    """One task: keep.parquet (every input id once, in input order, and whether it stays),
+    removals.parquet (each removed id in input order, its reason and the id it duplicates), then
+    manifest.json; the working copies removed. A keep-list already written is not written
+    again."""
+
+    name = "write the keep-list"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, files: list[str], flag: str, output: str, text: bool, pairs: int,
+                 manifest: dict):
+        super().__init__()
+        self.files, self.flag, self.output, self.text = files, flag, output, text
+        self.pairs, self.manifest = pairs, manifest
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        out = Path(self.output)
+        if not finished(out):
+            for name in (KEEP_FILE, REMOVALS_FILE, MANIFEST):
+                remove_temporaries(out / name)  # what a killed merge left
+            ids = read_ids([Path(f) for f in self.files], self.flag)
+            parts = []
+            if self.text:
+                found = minhash_removals(out / MINHASH)
+                parts.append(removal_rows(found, "minhash"))
+            for task in range(self.pairs):
+                found = pq.read_table(out / PAIRS / f"{task:05d}.parquet")
+                parts.append(removal_rows(found, "embedding"))
+            removals = pa.concat_tables(parts)
+            at = pc.index_in(removals.column("id"), value_set=ids)
+            if at.null_count or len(pc.unique(removals.column("id"))) != len(removals):
+                raise UserError(f"{out}: the steps removed an id twice or one the input does not "
+                                f"hold; delete the output folder and rerun")
+            removals = removals.take(pc.sort_indices(at))  # in input order
+            keep = pc.invert(pc.is_in(ids, value_set=removals.column("id")))
+            write_table_atomic(pa.table({"id": ids, "keep": keep}), out / KEEP_FILE)
+            write_table_atomic(removals, out / REMOVALS_FILE)
+            reasons = removals.column("reason").to_pylist()
+            manifest = {**self.manifest, "kept": len(ids) - len(removals),
+                        "removed": {r: reasons.count(r) for r in ("minhash", "embedding")},
+                        "stage_wall_s": round(time.time() - self.manifest["started_at"], 3)}
+            write_json_atomic(manifest, out / MANIFEST)
+            self.stat_update("removed", value=len(removals))
+        remove_working_files(out)
+        yield from data or ()
+
+
+def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, threshold: float = 0.99,
+              n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
+              precision: int = 64, region_rows: int = 10_000, sample: int | None = None,
+              seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
+              cluster: dict | None = None) -> dict:
+    """MinHash on the FineWeb shards in `fineweb`, then near-duplicate embeddings among the
+    prepared rows in `prepared` that it kept (either step alone where the other's input is None),
+    written as one keep-list in `output`, in `tasks` executor tasks (None: `workers`); returns
+    manifest.json's content (for Slurm, which returns at submission, the submission).
+    Everything is checked before any work; a rerun of a finished run returns at once."""
+    check_executor(executor, workers, cluster)
+    if fineweb is None and prepared is None:
+        raise UserError("give --input (MinHash on the FineWeb shards' text), --prepared "
+                        "(near-duplicate embeddings of prepare's rows), or both")
+    if not 0 < threshold <= 1:
+        raise UserError(f"--threshold must be a cosine similarity above 0 and at most 1, got "
+                        f"{threshold}")
+    if precision not in PRECISIONS:
+        raise UserError(f"--hash_precision must be 32 or 64 (datatrove's hashes), got {precision}")
+    tasks = workers if tasks is None else tasks
+    text_files, prepared_files, ids, prepared_ids, regions = [], [], None, None, 0
+    if fineweb is not None:
+        if not Path(fineweb).is_dir():
+            raise UserError(f"--input {fineweb}: not a folder; give the folder of FineWeb "
+                            f"Parquet shards")
+        text_files = parquet_files([str(fineweb)])
+        check_distinct_files(text_files)
+        for path in text_files:
+            check_text_shard(path)
+        ids = read_ids(text_files, "--input")
+    if prepared is not None:
+        prepared_files = parquet_files([str(prepared)], "--prepared")
+        check_distinct_files(prepared_files, "--prepared")
+        rows = check_prepared(prepared_files)
+        prepared_ids = read_ids(prepared_files, "--prepared")
+        if ids is not None and not same_rows(ids, prepared_ids):
+            raise UserError(f"--prepared {prepared}: its {len(prepared_ids)} rows are not the "
+                            f"{len(ids)} rows of --input {fineweb}; give the rows prepare made "
+                            f"of these shards")
+        if sample is not None and sample > rows:
+            raise UserError(f"--sample {sample}: more rows than the {rows} of --prepared "
+                            f"{prepared}")
+        regions = block_count(rows, region_rows)
+        sample = sample or min(rows, max(SAMPLE_FLOOR, SAMPLE_PER_REGION * regions))
+    check_paths({"--input": [fineweb, *text_files] if fineweb else None,
+                 "--prepared": [prepared, *prepared_files] if prepared else None},
+                folders={"--output": output})
+    text_tasks = min(tasks, len(text_files))
+    pair_tasks = min(tasks, regions) if prepared is not None else 0
+    settings = {
+        "minhash": {"n_grams": n_grams, "num_buckets": num_buckets,
+                    "hashes_per_bucket": hashes_per_bucket, "hash_precision": precision,
+                    "tasks": text_tasks} if fineweb is not None else None,
+        "embedding": {"threshold": threshold, "region_rows": region_rows, "regions": regions,
+                      "sample": sample, "seed": seed, "tasks": pair_tasks}
+        if prepared is not None else None}
+    config = {"inputs": file_stats(text_files + prepared_files), **settings}
+    manifest = {"input": {"text": str(Path(fineweb).absolute()) if fineweb else None,
+                          "prepared": str(Path(prepared).absolute()) if prepared else None,
+                          "rows": len(ids if ids is not None else prepared_ids)},
+                **settings, "executor": executor, "started_at": time.time(),
+                "output": str(output)}
+    with leave_as_found([output], keep_on_interrupt=[output]):
+        output.mkdir(parents=True, exist_ok=True)
+        start_or_resume(output / "config.json", config, [
+            output / name for name in (MINHASH, REGIONS, PAIRS, "logs", KEEP_FILE,
+                                       REMOVALS_FILE, MANIFEST)])
+        if not finished(output):  # else a rerun of a finished run: no executor is started
+            with engine_session(executor, cluster):
+                jobs = _run_steps(text_files, prepared_files, output.absolute(), settings,
+                                  manifest, executor, workers, cluster)
+            if jobs:  # Slurm: submitted; the merge job writes the keep-list
+                return {"submitted": True, **jobs, "output": str(output)}
+        remove_working_files(output)
+    return json.loads((output / MANIFEST).read_text())
+
+
+def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, settings: dict,
+               manifest: dict, executor: str, workers: int, cluster: dict | None) -> dict | None:
+    """The rounds of run_dedup once everything is checked: MinHash's four, then the region plan
+    and the pair tasks, then the keep-list (absolute paths: cluster workers do not start in this
+    folder). On Slurm the job ids, by round."""
+    children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
+    text, embedding = settings["minhash"], settings["embedding"]
+    rounds = []
+    if text:
+        config = minhash_config(text["n_grams"], text["num_buckets"], text["hashes_per_bucket"],
+                                text["hash_precision"])
+        rounds += minhash_rounds(Path(manifest["input"]["text"]), out / MINHASH, config,
+                                 text["tasks"])
+    if embedding:
+        prepared = [str(f.absolute()) for f in prepared_files]
+        rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
+                                 embedding["tasks"], embedding["sample"], embedding["seed"])],
+                    1, "region_plan"),
+                   ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
+    merge = WriteKeepList([str(f.absolute()) for f in text_files or prepared_files],
+                          "--input" if text else "--prepared", str(out), bool(text),
+                          embedding["tasks"] if embedding else 0, manifest)
+    jobs = run_then_merge(executor, rounds, [merge], out / "logs", workers, cluster, "dedup")
+    if not jobs:
+        return None
+    ids = [jobs["tasks_job"], *jobs.get("round_jobs", [])]
+    return {**{f"{unit}s_job": job for (_, _, unit), job in zip(rounds, ids)},
+            "merge_job": jobs["merge_job"]}

@@ -1,0 +1,273 @@
+"""The dedup stage on a small corpus with planted copies: an exact copy and a copy with a few
+words changed (MinHash, on the text), and a near-copy of an embedding with a new id and new text
+(SemDeDup's rule inside neighbourhoods); the keep-list, its resumption, its refusals, and
+tokenize honouring it."""
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_adversarial import refused
+
+from datamask.data import write_dataset
+from reproduce.cli import main
+from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, region_duplicates,
+                                      run_dedup)
+from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+
+DIM = 32
+# task 0 reads shards 0 and 2, task 1 shard 1: both text copies' clusters span the two tasks, so
+# that one task may keep a copy and remove none
+TASKS = 2
+LETTERS = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+
+
+def words(rng, n: int, vocabulary: list[str]) -> str:
+    return " ".join(rng.choice(vocabulary, n))
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+
+
+def write_corpus(root, rng, shards: dict[int, list[tuple[str, str, float, np.ndarray]]]):
+    """FineWeb shards under root/fineweb and their prepared rows under root/prepared, from
+    {shard: [(id, text, quality, embedding)]}."""
+    (root / "fineweb").mkdir(parents=True)
+    (root / "prepared").mkdir()
+    first = 0
+    for shard, rows in shards.items():
+        ids, texts, quality, features = map(list, zip(*rows))
+        pq.write_table(pa.table({"id": ids, "text": texts}),
+                       root / "fineweb" / f"{shard:05d}.parquet")
+        write_dataset(root / "prepared" / f"{shard:05d}.parquet",
+                      np.arange(first, first + len(ids), dtype=np.int64),
+                      np.array(quality, np.float32), np.array(features, np.float32),
+                      extra={"id": pa.array(ids)})
+        first += len(ids)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Three shards of 20 distinct documents each (200 random words; random unit embeddings),
+    plus: in shard 0 an exact copy of s1-4; in shard 1 a copy of s0-6 with three words changed,
+    a new document whose embedding is s2-9's plus noise 0.01 at unit length, of lower quality,
+    an empty document and a three-word one (no MinHash shingle)."""
+    root = tmp_path_factory.mktemp("dedup")
+    rng = np.random.default_rng(0)
+    vocabulary = ["".join(rng.choice(LETTERS, 6)) for _ in range(3000)]
+    shards = {s: [(f"s{s}-{i}", words(rng, 200, vocabulary), float(rng.uniform(1, 4)),
+                   unit(rng.standard_normal(DIM))) for i in range(20)] for s in range(3)}
+    text = {row[0]: row[1] for rows in shards.values() for row in rows}
+    edited = text["s0-6"].split()
+    for at in (20, 90, 160):
+        edited[at] = "changed"
+    original = shards[2][9]
+    shards[0].append(("exact-copy", text["s1-4"], 2.0, unit(rng.standard_normal(DIM))))
+    shards[1] += [
+        ("edited-copy", " ".join(edited), 2.0, unit(rng.standard_normal(DIM))),
+        ("embedding-copy", words(rng, 200, vocabulary), original[2] - 0.5,
+         unit(original[3] + rng.normal(0, 0.01, DIM))),
+        ("empty", "", 1.0, unit(rng.standard_normal(DIM))),
+        ("short", "three words only", 1.0, unit(rng.standard_normal(DIM)))]
+    write_corpus(root, rng, shards)
+    return root
+
+
+def dedup(root, output, **flags) -> dict:
+    return run_dedup(root / "fineweb", root / "prepared", output,
+                     **{"tasks": TASKS, **flags})
+
+
+@pytest.fixture(scope="module")
+def deduped(corpus):
+    dedup(corpus, corpus / "out")
+    return corpus / "out"
+
+
+def removals(folder) -> dict[str, tuple[str, str]]:
+    table = pq.read_table(folder / REMOVALS_FILE).to_pylist()
+    return {row["id"]: (row["reason"], row["duplicates"]) for row in table}
+
+
+def input_ids(root) -> list[str]:
+    return [i for path in sorted((root / "fineweb").glob("*.parquet"))
+            for i in pq.read_table(path).column("id").to_pylist()]
+
+
+def test_planted_copies_are_removed_with_their_reason_and_the_id_they_duplicate(deduped):
+    removed = removals(deduped)
+    assert len(removed) == 3, removed
+    for copy, original in (("exact-copy", "s1-4"), ("edited-copy", "s0-6")):
+        # datatrove keeps one document of each cluster, whichever its union-find makes the root
+        [gone] = {copy, original} & set(removed)
+        assert removed[gone] == ("minhash", ({copy, original} - {gone}).pop())
+    assert removed["embedding-copy"] == ("embedding", "s2-9")  # the copy of higher quality stays
+    table = pq.read_table(deduped / REMOVALS_FILE)
+    similarity = table.column("similarity").to_pylist()
+    reasons = table.column("reason").to_pylist()
+    assert similarity[reasons.index("embedding")] > 0.99
+    assert similarity[reasons.index("minhash")] is None
+
+
+def test_the_keep_list_holds_every_input_id_once_in_input_order(deduped, corpus):
+    keep = pq.read_table(deduped / KEEP_FILE)
+    assert keep.column("id").to_pylist() == input_ids(corpus)  # the empty document included
+    gone = set(removals(deduped))
+    assert [not k for k in keep.column("keep").to_pylist()] == [
+        i in gone for i in keep.column("id").to_pylist()]
+    manifest = json.loads((deduped / MANIFEST).read_text())
+    assert manifest["input"]["rows"] == len(keep)
+    assert manifest["removed"] == {"minhash": 2, "embedding": 1}
+    assert manifest["minhash"]["num_buckets"] == 14 and manifest["embedding"]["threshold"] == 0.99
+    # the bulky working copies are gone; what the keep-list was made of stays
+    assert not (deduped / "minhash" / "signatures").exists()
+    assert not (deduped / "regions").exists()
+
+
+def test_either_step_alone_finds_its_own_copies(corpus, tmp_path):
+    text = run_dedup(corpus / "fineweb", None, tmp_path / "text", tasks=TASKS)
+    assert text["removed"] == {"minhash": 2, "embedding": 0}
+    embedding = run_dedup(None, corpus / "prepared", tmp_path / "embedding", tasks=TASKS)
+    assert embedding["removed"] == {"minhash": 0, "embedding": 1}
+    assert removals(tmp_path / "embedding") == {"embedding-copy": ("embedding", "s2-9")}
+
+
+def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(deduped,
+                                                                                 tmp_path):
+    """As a kill -9 leaves it: the keep-list not written, one filter task and one pair task
+    without their markers and outputs (a task's outputs are written before its marker), and
+    what two killed writers left half-written beside their files."""
+    out = tmp_path / "out"
+    shutil.copytree(deduped, out)
+    for name in (KEEP_FILE, REMOVALS_FILE, MANIFEST):
+        (out / name).unlink()
+    (out / "logs" / "filters" / "completions" / "00001").unlink()
+    for written in (out / "minhash").glob("*/*_00001.parquet"):
+        written.unlink()
+    (out / "logs" / "pairs" / "completions" / "00000").unlink()
+    (out / "pairs" / "00000.parquet").unlink()
+    half_written = [out / "pairs" / ".00000.parquet.0badc0de.tmp",
+                    out / ".keep.parquet.0badc0de.tmp"]
+    for path in half_written:
+        path.write_bytes(b"PAR1")
+    untouched = {p: p.stat().st_mtime_ns for p in (out / "minhash" / "buckets").iterdir()}
+    dedup(deduped.parent, out)
+    for name in (KEEP_FILE, REMOVALS_FILE):
+        assert pq.read_table(out / name).equals(pq.read_table(deduped / name)), name
+    assert {p: p.stat().st_mtime_ns for p in untouched} == untouched  # the buckets did not rerun
+    assert not any(path.exists() for path in half_written)
+    first = json.loads((out / MANIFEST).read_text())
+    assert dedup(deduped.parent, out) == first  # a finished run returns its manifest at once
+
+
+def test_the_copy_of_higher_quality_stays_and_ties_keep_the_smaller_id():
+    base = unit(np.eye(4)[0] + 0.001 * np.arange(4))
+    near = unit(base + np.array([0, 0.002, 0, 0]))
+    features = np.stack([base, near, near, np.eye(4)[3]])
+    ids = np.array(["b", "a", "c", "z"], dtype=object)
+    gone, copied, similarity = region_duplicates(ids, np.array([1.0, 3.0, 3.0, 3.0]),
+                                                 features, 0.99)
+    # "a" and "c" tie on quality: "a" (the smaller id) stays, and is the most similar kept row
+    assert sorted(zip(ids[gone], ids[copied])) == [("b", "a"), ("c", "a")]
+    assert (similarity >= 0.99).all()
+
+
+def test_a_row_near_only_a_removed_row_stays():
+    """A is kept; B, at 0.995 of A, goes; C, at 0.995 of B but below the threshold to A, stays:
+    every removal names a row the keep-list keeps."""
+    angle = np.arccos(0.995)
+    features = np.array([[np.cos(k * angle), np.sin(k * angle)] for k in range(3)])
+    ids = np.array(["a", "b", "c"], dtype=object)
+    gone, copied, _ = region_duplicates(ids, np.array([3.0, 2.0, 1.0]), features, 0.993)
+    assert ids[gone].tolist() == ["b"] and ids[copied].tolist() == ["a"]
+
+
+def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path):
+    train_tokenizer([str(corpus / "fineweb")], tmp_path / "tokenizer.json", vocab_size=300)
+    ids = input_ids(corpus)
+    pq.write_table(pa.table({"id": ids, "selected": [i != "empty" for i in ids]}),
+                   tmp_path / "selection.parquet")
+    summary = run_tokenize(corpus / "fineweb", tmp_path / "selection.parquet",
+                           tmp_path / "tokenizer.json", tmp_path / "tokens", keep=deduped)
+    assert summary["documents"] == len(ids) - 1 - len(removals(deduped))
+
+
+@pytest.fixture(scope="module")
+def other_keep_list(corpus, tmp_path_factory):
+    """A keep-list of another input: shards 1 and 2, which hold no copy of each other's text."""
+    root = tmp_path_factory.mktemp("other")
+    (root / "fineweb").mkdir()
+    for path in sorted((corpus / "fineweb").glob("*.parquet"))[1:]:
+        shutil.copy(path, root / "fineweb")
+    run_dedup(root / "fineweb", None, root / "keep")
+    return root / "keep"
+
+
+def test_text_without_copies_keeps_every_row(other_keep_list):
+    assert all(pq.read_table(other_keep_list / KEEP_FILE).column("keep").to_pylist())
+    assert pq.read_table(other_keep_list / REMOVALS_FILE).num_rows == 0
+
+
+@pytest.fixture
+def files(corpus, deduped, other_keep_list, tmp_path):
+    """The corpus, a selection of it, a tokenizer and a keep-list of another input, in one
+    folder that the refused commands must leave as they found it."""
+    for name in ("fineweb", "prepared"):
+        shutil.copytree(corpus / name, tmp_path / name)
+    shutil.copytree(other_keep_list, tmp_path / "other")
+    shutil.copytree(deduped, tmp_path / "keep")
+    ids = input_ids(corpus)
+    pq.write_table(pa.table({"id": ids, "selected": [True] * len(ids)}),
+                   tmp_path / "selection.parquet")
+    pq.write_table(pa.table({"id": ids, "selected": [i in removals(deduped) for i in ids]}),
+                   tmp_path / "removed.parquet")
+    train_tokenizer([str(corpus / "fineweb")], tmp_path / "tokenizer.json", vocab_size=300)
+    return tmp_path
+
+
+DEDUP = [
+    (["--threshold", "0"], ["--threshold"]),
+    (["--threshold", "1.5"], ["--threshold"]),
+    (["--num_buckets", "0"], ["--num_buckets"]),  # datatrove would divide by it
+    (["--n_grams", "0"], ["--n_grams"]),  # datatrove would find no shingle
+    (["--hash_precision", "16"], ["--hash_precision"]),  # datatrove's hashes are 32 or 64 bits
+    (["--sample", "0"], ["--sample"]),
+    (["--sample", "1000"], ["--sample 1000", "more rows"]),
+    (["--prepared", "{tmp}/other"], ["keep.parquet", "not a prepared shard"]),
+    (["--input", "{tmp}/fineweb/00000.parquet"], ["--input", "not a folder"]),
+    (["--output", "{tmp}/fineweb/out"], ["--output", "inside the input folder"]),
+    (["--tasks", "0"], ["--tasks"]),
+]
+
+
+@pytest.mark.parametrize("flags,named", DEDUP, ids=[" ".join(f) for f, _ in DEDUP])
+def test_dedup_refuses(files, capsys, flags, named):
+    argv = ["dedup", "--input", "{tmp}/fineweb", "--prepared", "{tmp}/prepared", "--output",
+            "{tmp}/out", *flags]
+    refused(main, [a.format(tmp=files) for a in argv], capsys, files,
+            *[n.format(tmp=files) for n in named])
+
+
+def test_dedup_refuses_prepared_rows_of_other_shards_and_no_input(files, capsys):
+    (files / "fewer").mkdir()
+    shutil.copy(files / "prepared" / "00000.parquet", files / "fewer")
+    refused(main, ["dedup", "--input", str(files / "fineweb"), "--prepared", str(files / "fewer"),
+                   "--output", str(files / "out")], capsys, files, "--prepared", "--input")
+    refused(main, ["dedup", "--output", str(files / "out")], capsys, files, "--input",
+            "--prepared")
+
+
+@pytest.mark.parametrize("keep,selection,named", [
+    ("other", "selection", ["--keep", "another input"]),
+    ("prepared", "selection", ["--keep", "no finished keep-list"]),
+    ("keep", "removed", ["--selection", "selects no row the keep-list (--keep) keeps"])])
+def test_tokenize_refuses_a_keep_list_not_of_its_input_or_that_leaves_nothing(
+        files, capsys, keep, selection, named):
+    refused(main, ["tokenize", "--input", str(files / "fineweb"), "--selection",
+                   str(files / f"{selection}.parquet"), "--tokenizer",
+                   str(files / "tokenizer.json"), "--output", str(files / "tokens"), "--keep",
+                   str(files / keep)], capsys, files, *named)
