@@ -224,6 +224,23 @@ def test_partition_arms_run_each_block_count_above_one_on_neighbourhood_blocks(t
         pq.read_table(folder / "B4" / "selection.parquet").column("block"))
 
 
+def test_the_merge_verdict_reads_random_blocks_only():
+    """Runs on neighbourhood blocks (a plain one and a merge arm, better shares) leave the verdict,
+    which compares merge arms against random blocks' one round, as it was without them."""
+    def record(merge, share, partition=None):
+        return {"family": "pool", "selector": "s", "B": 8, "merge_ratio": merge,
+                "merge_partition": merge and "random", "select_wall_s": 1.0,
+                "share_of_one_block": share, "both_selected": 0,
+                **({"partition": partition} if partition else {})}
+
+    runs = [record(None, 0.5), record(0.5, 0.7)]
+    before = bench.merge_verdict(runs, 8, ["pool"], "pool", 0.01, 2.0)
+    after = bench.merge_verdict(runs + [record(None, 0.9, "neighbourhood"),
+                                        record(0.5, 0.95, "neighbourhood")],
+                                8, ["pool"], "pool", 0.01, 2.0)
+    assert after == before and after["worst_share"] == 0.7 and after["rows"][0]["one"] == runs[0]
+
+
 def test_plant_copies_never_touches_the_originals_and_noise_zero_copies_exactly():
     rng = np.random.default_rng(1)
     features = bench.unit_rows(rng.standard_normal((40, 8)))
