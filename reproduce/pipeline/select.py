@@ -644,7 +644,7 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
         raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
                         f"{block_size}")
     check_merge(select_ratio, merge_ratio, merge_rows, merge_partition)
-    check_choice("--partition", partition)
+    check_partition("--partition", partition)
     if partition_sample is not None and partition != "neighbourhood":
         raise UserError("--partition_sample sizes the sample the neighbourhood blocks are fitted "
                         "on; give --partition neighbourhood too")
@@ -677,7 +677,8 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
                            strata_from, merge, cut)
 
 
-def check_choice(flag: str, value: str) -> None:
+def check_partition(flag: str, value: str) -> None:
+    """`flag` (--partition, --merge_partition) names one of PARTITIONS."""
     if value not in PARTITIONS:
         raise UserError(f"{flag} must be one of {', '.join(PARTITIONS)}, got {value!r}")
 
@@ -693,7 +694,7 @@ def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
                         f"round to choose from)")
     if merge_rows and not merge_ratio:
         raise UserError("--merge_rows sizes the merge round's parts; give --merge_ratio too")
-    check_choice("--merge_partition", merge_partition)
+    check_partition("--merge_partition", merge_partition)
 
 
 def check_part_memory(prepared: Path, rows: int, executor: str, workers: int,
