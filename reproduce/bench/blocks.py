@@ -296,7 +296,7 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
     block_size = math.ceil(family.rows / blocks)
     keywords = ({} if arm.merge is None
                 else {"merge_ratio": arm.merge, "merge_partition": arm.partition})
-    if arm.cut != "random" and blocks > 1:
+    if arm.cut != "random":
         keywords["partition"] = arm.cut
     with stage_log(log):
         started = time.perf_counter()
