@@ -81,7 +81,8 @@ def cmd_select(args) -> None:
     _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
                       args.block_size, args.seed, args.executor, args.workers,
                       cluster_flags(args), args.stratify, args.strata_from, args.merge_ratio,
-                      args.merge_rows, args.merge_partition))
+                      args.merge_rows, args.merge_partition, args.partition,
+                      args.partition_sample))
 
 
 def cmd_methods(args) -> None:
@@ -295,6 +296,13 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--block_size", type=NON_NEGATIVE, default=0,
                    help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
     p.add_argument("--seed", type=SEED, default=0, help="seed of the row-to-block assignment")
+    p.add_argument("--partition", default="random",
+                   help="how the rows are cut into blocks: random (a seeded permutation) or "
+                        "neighbourhood (near rows together, so a block is a region of the space: "
+                        "for coverage objectives such as Facility) (default: %(default)s)")
+    p.add_argument("--partition_sample", type=NON_NEGATIVE, metavar="N",
+                   help="rows whose features the neighbourhood cuts are fitted on, a seeded "
+                        "sample (default: all rows up to 50,000)")
     p.add_argument("--stratify", metavar="COLUMN",
                    help="split the whole input's budget over this column's values in proportion "
                         "to the input, to the row, and select each part within its stratum")

@@ -174,6 +174,7 @@ def test_facility_is_skipped_past_max_rows_and_scored_on_a_cover_sample(tmp_path
     (["--merge_ratio", "0.2"], "--merge_ratio 0.2"),
     (["--merge_ratio", "0.5", "--merge_partitions", "kmeans"], "--merge_partitions"),
     (["--merge_ratio", "0.5", "--merge_blocks", "8"], "--merge_blocks"),
+    (["--partitions", "kmeans"], "--partitions"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, capsys, more, named):
     work = tmp_path / "work"
@@ -202,6 +203,42 @@ def test_merge_arms_run_at_the_merge_blocks_with_each_partition(tmp_path):
         ("datamask:n_epochs=50, merge 0.5 random", 4)]
     plain = {r["B"]: r["selected"] for r in runs if r["merge_ratio"] is None}
     assert all(r["selected"] == plain[4] for r in runs if r["merge_ratio"])
+
+
+def test_partition_arms_run_each_block_count_above_one_on_neighbourhood_blocks(tmp_path):
+    """The one-block run once, read as share 1 by both partitions; above it the neighbourhood arm's
+    blocks are the select stage's neighbourhood plan, and select the same count as random ones."""
+    work = tmp_path / "work"
+    assert bench.main(flags(work, "--selectors", "quality-topk", "--partitions", "neighbourhood",
+                            "random")) == 0
+    runs = json.loads((work / "results.json").read_text())["runs"]
+    assert [(r["arm"], r["partition"], r["B"]) for r in runs] == [
+        ("quality-topk", "random", 1), ("quality-topk", "random", 2), ("quality-topk", "random", 4),
+        ("quality-topk, neighbourhood blocks", "neighbourhood", 2),
+        ("quality-topk, neighbourhood blocks", "neighbourhood", 4)]
+    assert len({r["selected"] for r in runs}) == 1
+    folder = work / "select" / "synthetic" / bench.slug("quality-topk, neighbourhood blocks")
+    config = json.loads((folder / "B4" / "config.json").read_text())
+    assert config["partition"] == "neighbourhood"
+    assert not selection(work, "quality-topk", 4).column("block").equals(
+        pq.read_table(folder / "B4" / "selection.parquet").column("block"))
+
+
+def test_the_merge_verdict_reads_random_blocks_only():
+    """Runs on neighbourhood blocks (a plain one and a merge arm, better shares) leave the verdict,
+    which compares merge arms against random blocks' one round, as it was without them."""
+    def record(merge, share, partition=None):
+        return {"family": "pool", "selector": "s", "B": 8, "merge_ratio": merge,
+                "merge_partition": merge and "random", "select_wall_s": 1.0,
+                "share_of_one_block": share, "both_selected": 0,
+                **({"partition": partition} if partition else {})}
+
+    runs = [record(None, 0.5), record(0.5, 0.7)]
+    before = bench.merge_verdict(runs, 8, ["pool"], "pool", 0.01, 2.0)
+    after = bench.merge_verdict(runs + [record(None, 0.9, "neighbourhood"),
+                                        record(0.5, 0.95, "neighbourhood")],
+                                8, ["pool"], "pool", 0.01, 2.0)
+    assert after == before and after["worst_share"] == 0.7 and after["rows"][0]["one"] == runs[0]
 
 
 def test_plant_copies_never_touches_the_originals_and_noise_zero_copies_exactly():

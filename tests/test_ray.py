@@ -239,6 +239,20 @@ def test_the_whole_inputs_term_scale_is_fitted_once_on_ray_as_locally(ray_head, 
     assert pq.read_table(out / "selection.parquet").equals(pq.read_table(local["output"]))
 
 
+def test_neighbourhood_blocks_on_ray_equal_the_local_ones(ray_head, block_shards, tmp_path):
+    """The plan, cut by neighbourhood where it is written, is the same on either executor, and so
+    is every block's selection."""
+    cut = {"partition": "neighbourhood", "partition_sample": 2000}
+    local = run_select([str(block_shards)], tmp_path / "local", METHOD, RATIO, BLOCK, **cut)
+    out = tmp_path / "ray"
+    finish(on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
+                  "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK),
+                  *(f"--{flag}={value}" for flag, value in cut.items())))
+    assert pq.read_table(out / "plan.parquet").equals(
+        pq.read_table(tmp_path / "local" / "plan.parquet"))
+    assert pq.read_table(out / "selection.parquet").equals(pq.read_table(local["output"]))
+
+
 def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, block_shards,
                                                                 tmp_path):
     """Ray would queue it forever; the stage says which flags to lower instead. Run in its own

@@ -17,7 +17,8 @@ beside what a random selection of the same size keeps. Families:
 Each family gets --planted of its row count as new rows: a copy of an original drawn at random,
 its embedding plus Gaussian noise (--noise per dimension) scaled back to unit length, its quality
 copied, a new id. --merge_ratio adds an arm per ratio and --merge_partitions entry, select's
-merge round across blocks, at the block counts of --merge_blocks.
+merge round across blocks, at the block counts of --merge_blocks; --partitions neighbourhood adds
+every arm again on select's neighbourhood blocks (--partition) instead of random ones.
 Everything lands in --work; a rerun reuses each finished run's record (records/) and each
 prepared family. results.json and results.md go to --work (and --results).
 """
@@ -203,18 +204,20 @@ def slug(text: str) -> str:
 
 
 class Arm:
-    """A selector spec, and the merge round's ratio and partition passed to run_select (None:
-    the plain stage)."""
+    """A selector spec, select's --partition of the first round's blocks (`cut`), and the merge
+    round's ratio and partition passed to run_select (None: the plain stage)."""
 
     def __init__(self, spec: str, metric: str, merge: float | None = None,
-                 partition: str | None = None):
+                 partition: str | None = None, cut: str = "random"):
         self.spec, self.metric, self.merge, self.partition = spec, metric, merge, partition
+        self.cut = cut
 
     @property
     def label(self) -> str:
+        blocks = "" if self.cut == "random" else f", {self.cut} blocks"
         if self.merge is None:
-            return self.spec
-        return f"{self.spec}, merge {self.merge:g} {self.partition}"
+            return self.spec + blocks
+        return f"{self.spec}{blocks}, merge {self.merge:g} {self.partition}"
 
 
 def selector_metric(spec: str, fallback: str) -> str:
@@ -293,6 +296,8 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
     block_size = math.ceil(family.rows / blocks)
     keywords = ({} if arm.merge is None
                 else {"merge_ratio": arm.merge, "merge_partition": arm.partition})
+    if arm.cut != "random":
+        keywords["partition"] = arm.cut
     with stage_log(log):
         started = time.perf_counter()
         summary = run_select([str(f) for f in family.files], folder, arm.spec, args.select_ratio,
@@ -301,8 +306,8 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
         wall = time.perf_counter() - started
     selected, block = read_selection(folder, ids)
     return {"family": family.name, "selector": arm.spec, "arm": arm.label, "metric": arm.metric,
-            "merge_ratio": arm.merge, "merge_partition": arm.partition, "B": blocks,
-            "blocks": int(summary["blocks"]),
+            "merge_ratio": arm.merge, "merge_partition": arm.partition, "partition": arm.cut,
+            "B": blocks, "blocks": int(summary["blocks"]),
             "block_rows": block_size if blocks > 1 else family.rows, "rows": family.rows,
             "selected": int(selected.sum()), "select_wall_s": round(wall, 2),
             "selector_time_s": summary["selector_time_s"],
@@ -312,12 +317,14 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
 
 
 def run_config(family: Family, arm: Arm, blocks: int, args) -> dict:
-    """What a run's record must match to be reused."""
+    """What a run's record must match to be reused (random blocks' records name no partition, as
+    those written before the partition arms)."""
     return {"family": family.config, "selector": arm.spec, "merge_ratio": arm.merge,
             "merge_partition": arm.partition, "B": blocks,
             "select_ratio": args.select_ratio, "lamb": args.lamb, "seed": args.seed,
             "metric": arm.metric,
-            "cover_rows": args.cover_rows if arm.metric == "Facility" else None}
+            "cover_rows": args.cover_rows if arm.metric == "Facility" else None,
+            **({"partition": arm.cut} if arm.cut != "random" else {})}
 
 
 # ---------------------------------------------------------------- flags
@@ -401,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--merge_partitions", nargs="+", default=["neighbourhood"],
                         metavar="P", help="select's --merge_partition for the merge arms "
                                           "(default: %(default)s)")
+    parser.add_argument("--partitions", nargs="+", default=["random"], metavar="P",
+                        help="an arm per P: select's --partition of the first round's blocks, for "
+                             "the plain and the merge arms (default: %(default)s)")
     parser.add_argument("--merge_blocks", type=POSITIVE, nargs="+", metavar="B",
                         help="the block counts (above 1) the merge arms run at (default: every "
                              "B of --blocks above 1)")
@@ -429,10 +439,13 @@ def check_flags(args: argparse.Namespace) -> list[Arm]:
         check_paths({"--pool": [args.pool]}, folders={"--work": args.work})
     for ratio in args.merge_ratio:
         check_merge(args.select_ratio, ratio, 0, "neighbourhood")
-    for partition in args.merge_partitions:
-        if partition not in PARTITIONS:
-            raise UserError(f"--merge_partitions: each must be one of {', '.join(PARTITIONS)}, "
-                            f"got {partition!r}")
+    for flag, given in (("--merge_partitions", args.merge_partitions),
+                        ("--partitions", args.partitions)):
+        for partition in given:
+            if partition not in PARTITIONS:
+                raise UserError(f"{flag}: each must be one of {', '.join(PARTITIONS)}, got "
+                                f"{partition!r}")
+    args.partitions = sorted(set(args.partitions), key=lambda p: p != "random")  # random first
     args.merge_blocks = sorted(set(args.merge_blocks or [b for b in args.blocks if b > 1]))
     if not set(args.merge_blocks) <= set(args.blocks) - {1}:
         raise UserError(f"--merge_blocks {' '.join(map(str, args.merge_blocks))}: each must be a "
@@ -442,8 +455,10 @@ def check_flags(args: argparse.Namespace) -> list[Arm]:
         name, params = parse_method(spec)
         selector_params(name, params)  # an unknown selector or option: refused now
         metric = selector_metric(spec, args.metric)
-        arms.append(Arm(spec, metric))
-        arms += [Arm(spec, metric, r, p) for r in args.merge_ratio for p in args.merge_partitions]
+        for cut in args.partitions:
+            arms.append(Arm(spec, metric, cut=cut))
+            arms += [Arm(spec, metric, r, p, cut) for r in args.merge_ratio
+                     for p in args.merge_partitions]
     return arms
 
 
@@ -500,8 +515,10 @@ def run(args: argparse.Namespace) -> None:
                     skipped.append({"family": name, "selector": arm.spec, "rows": rows[name],
                                     "why": f"--max_rows {arm.metric}={limit}"})
                 continue
+            # one block is one block whatever the partition: run once, by the first arm
             plan += [(name, arm, b) for b in args.blocks
-                     if arm.merge is None or b in args.merge_blocks]
+                     if (arm.merge is None or b in args.merge_blocks)
+                     and (b > 1 or arm.cut == args.partitions[0])]
     print(f"{COMMAND}: {len(plan)} select runs over {', '.join(args.families)} "
           f"({', '.join(f'{n}: {r:,} rows' for n, r in rows.items())}) in {work}"
           + "".join(f"; skipped {s['selector']} on {s['family']} ({s['why']})" for s in skipped),
@@ -581,8 +598,9 @@ def merge_verdict(runs: list[dict] | None, blocks: int, screening: list[str],
     time within `wall_limit` of one round's on `wall_family`, then the highest smallest share,
     shares within `tie` tied, then fewer planted pairs kept, the smaller ratio, neighbourhood
     first; else the smallest wall ratio), and one round and that arm in every family and
-    selector; None where the runs hold no merge arm there."""
-    runs = [r for r in runs or () if r["B"] == blocks]
+    selector; None where the runs hold no merge arm there. Runs on random blocks only (records
+    from before the partition arms name none)."""
+    runs = [r for r in runs or () if r["B"] == blocks and r.get("partition", "random") == "random"]
     one = {(r["family"], r["selector"]): r for r in runs if r["merge_ratio"] is None}
     arms = {}
     for r in runs:

@@ -3,7 +3,9 @@
 The paper optimises random blocks of rows independently; here each block is one task of a datatrove
 executor (LocalPipelineExecutor by default, SlurmPipelineExecutor or RayPipelineExecutor on a
 cluster), and one more task merges the blocks into a selection keyed by id. Files, under --output:
-  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks) and
+  plan.parquet       chunk_id -> block (a seeded permutation cut into near-equal blocks; with
+                     --partition neighbourhood the leaves of a NeighbourhoodTree fitted on a
+                     seeded sample of --partition_sample rows' features, every row routed) and
                      each block's budget: the whole input's budget(select_ratio, N) split over
                      the blocks by largest remainder on their rows, so the blocks select exactly
                      it; with --stratify each row's stratum and each block's budget per stratum
@@ -106,9 +108,9 @@ TERM_SCALE = "term_scale.json"  # the whole input's term scale, written by the s
 # scale then), else a seeded sample of it, the size up to which the learner's greedy starts fit
 # theirs on full-budget masks over all rows
 SCALE_SAMPLE = 20_000
-PARTITIONS = ("neighbourhood", "random")  # how the merge round cuts the union of the picks
-# union rows the neighbourhood cuts are fitted on: the planning task holds this many rows'
-# features whatever the union's size
+PARTITIONS = ("neighbourhood", "random")  # how the rows are cut into blocks, the union into parts
+# rows the neighbourhood cuts are fitted on (the input's for the blocks, the union's for the merge
+# round's parts): the planning step holds this many rows' features whatever the input's size
 TREE_SAMPLE = 50_000
 
 
@@ -536,21 +538,27 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
 
 def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_ratio: float,
                strata: np.ndarray | None = None, merge_ratio: float = 0.0,
-               scale_sample: bool = False) -> pa.Table:
-    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts, and
-    with several blocks every block's budget, the whole input's (at merge_ratio before a merge
-    round) split by largest remainder on their rows; with `strata` (one value per prepared row)
-    each row's stratum and every block's stratum budgets instead (before a merge round, the
-    larger of select_ratio's and merge_ratio's, and select_ratio's kept as `final_strata` for
-    the merge round); with `scale_sample` the rows of the term scale's sample, the permutation's
-    first SCALE_SAMPLE. Returns the plan as written."""
+               scale_sample: bool = False, partition: str = "random",
+               partition_sample: int = 0) -> pa.Table:
+    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts, or
+    with partition "neighbourhood" the leaf of a NeighbourhoodTree fitted on the features of the
+    permutation's first `partition_sample` rows, every row routed shard by shard; with several
+    blocks every block's budget, the whole input's (at merge_ratio before a merge round) split by
+    largest remainder on their rows; with `strata` (one value per prepared row) each row's stratum
+    and every block's stratum budgets instead (before a merge round, the larger of select_ratio's
+    and merge_ratio's, and select_ratio's kept as `final_strata` for the merge round); with
+    `scale_sample` the rows of the term scale's sample, the permutation's first SCALE_SAMPLE.
+    Returns the plan as written."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
     block = np.empty(len(ids), np.int32)
     cut = random_blocks(len(ids), n_blocks, seed)
-    for b, rows in enumerate(cut):
-        block[rows] = b
+    if partition == "random":
+        for b, rows in enumerate(cut):
+            block[rows] = b
+    else:
+        block[:] = neighbourhood_plan(files, ids, np.concatenate(cut)[:partition_sample], n_blocks)
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
     metadata = {"n_blocks": str(n_blocks)}
     if scale_sample:
@@ -559,7 +567,8 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_r
         table = table.append_column("scale_sample", pa.array(sample))
     if strata is None and n_blocks > 1:
         metadata["budgets"] = json.dumps(largest_remainder(
-            budget(merge_ratio or select_ratio, len(ids)), [len(rows) for rows in cut]).tolist())
+            budget(merge_ratio or select_ratio, len(ids)),
+            np.bincount(block, minlength=n_blocks)).tolist())
     if strata is not None:
         table = table.append_column("stratum", pa.array(strata))
         final = stratified_budgets(strata, block, n_blocks, select_ratio)
@@ -572,6 +581,26 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_r
     table = table.replace_schema_metadata(metadata)
     write_table_atomic(table, path)
     return table
+
+
+def neighbourhood_plan(files: list[Path], ids: np.ndarray, sample: np.ndarray,
+                       n_blocks: int) -> np.ndarray:
+    """Each row's block (prepared order): the leaf of a NeighbourhoodTree fitted on the features
+    of the rows at `sample` (positions in prepared order), then every row routed, one shard held
+    at a time. Refused, before any block runs, where a block would hold no row (rows with equal
+    features that no cut can part)."""
+    if n_blocks == 1:
+        return np.zeros(len(ids), np.int32)
+    tree = NeighbourhoodTree.fit(prepared_rows([str(f) for f in files], ids[sample]).features,
+                                 n_blocks)
+    block = np.concatenate([tree.route(read_dataset([f]).features) for f in files])
+    rows = np.bincount(block, minlength=n_blocks)
+    if not rows.all():
+        raise UserError(f"--partition neighbourhood: {int(np.sum(rows == 0))} of the {n_blocks} "
+                        f"blocks would hold no row (too many rows share the same features to "
+                        f"cut them into blocks of this size); use --partition random or a larger "
+                        f"--block_size")
+    return block.astype(np.int32)
 
 
 def read_strata(files: list[Path], column: str, strata_from: list[str] | None) -> np.ndarray:
@@ -605,7 +634,8 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
                block_size: int = 0, seed: int = 0, executor: str = "local", workers: int = 1,
                cluster: dict | None = None, stratify: str | None = None,
                strata_from: list[str] | None = None, merge_ratio: float = 0.0,
-               merge_rows: int = 0, merge_partition: str = "neighbourhood") -> dict:
+               merge_rows: int = 0, merge_partition: str = "neighbourhood",
+               partition: str = "random", partition_sample: int | None = None) -> dict:
     """Plan the blocks, run them as executor tasks (then the merge round's, with merge_ratio),
     merge; returns summary.json's content (for Slurm, which returns at submission, the
     submission instead)."""
@@ -614,6 +644,10 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
         raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
                         f"{block_size}")
     check_merge(select_ratio, merge_ratio, merge_rows, merge_partition)
+    check_partition("--partition", partition)
+    if partition_sample is not None and partition != "neighbourhood":
+        raise UserError("--partition_sample sizes the sample the neighbourhood blocks are fitted "
+                        "on; give --partition neighbourhood too")
     name, params = parse_method(method_spec)
     params = selector_params(name, params)
     files = parquet_files(inputs)
@@ -623,6 +657,13 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     n_rows = check_prepared(files)
     n_blocks = block_count(n_rows, block_size)
     budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
+    cut = {}
+    if partition == "neighbourhood":
+        cut = {"partition": partition, "partition_sample": (
+            min(TREE_SAMPLE, n_rows) if partition_sample is None else partition_sample)}
+        if not n_blocks <= cut["partition_sample"] <= n_rows:
+            raise UserError(f"--partition_sample {cut['partition_sample']}: must be at least the "
+                            f"{n_blocks} blocks and at most the input's {n_rows} rows")
     if strata_from and not stratify:
         raise UserError("--strata_from names where the --stratify column is; give --stratify")
     strata = read_strata(files, stratify, strata_from) if stratify else None
@@ -633,7 +674,13 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster, stratify, strata,
-                           strata_from, merge)
+                           strata_from, merge, cut)
+
+
+def check_partition(flag: str, value: str) -> None:
+    """`flag` (--partition, --merge_partition) names one of PARTITIONS."""
+    if value not in PARTITIONS:
+        raise UserError(f"{flag} must be one of {', '.join(PARTITIONS)}, got {value!r}")
 
 
 def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
@@ -647,9 +694,7 @@ def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
                         f"round to choose from)")
     if merge_rows and not merge_ratio:
         raise UserError("--merge_rows sizes the merge round's parts; give --merge_ratio too")
-    if merge_partition not in PARTITIONS:
-        raise UserError(f"--merge_partition must be one of {', '.join(PARTITIONS)}, got "
-                        f"{merge_partition!r}")
+    check_partition("--merge_partition", merge_partition)
 
 
 def check_part_memory(prepared: Path, rows: int, executor: str, workers: int,
@@ -678,14 +723,14 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                 select_ratio: float, block_size: int, seed: int, executor: str, workers: int,
                 n_blocks: int, cluster: dict | None, stratify: str | None = None,
                 strata: np.ndarray | None = None, strata_from: list[str] | None = None,
-                merge: dict | None = None) -> dict:
-    """The work of run_select once everything is checked: plan, blocks, the merge round where
-    `merge` holds its flags, merge."""
+                merge: dict | None = None, cut: dict | None = None) -> dict:
+    """The work of run_select once everything is checked: plan (neighbourhood blocks where `cut`
+    holds their flags), blocks, the merge round where `merge` holds its flags, merge."""
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
     output.mkdir(parents=True, exist_ok=True)
-    merge = merge or {}
+    merge, cut = merge or {}, cut or {}
     config = {"method": name, "params": params, "select_ratio": select_ratio,
-              "block_size": block_size, "seed": seed, "inputs": file_stats(files), **merge}
+              "block_size": block_size, "seed": seed, "inputs": file_stats(files), **merge, **cut}
     if stratify:
         config["stratify"] = stratify
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
@@ -699,14 +744,14 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     first_ratio = merge.get("merge_ratio", select_ratio)
     scaled = n_blocks > 1 and takes_term_scale(name)
     planned = write_plan(files, plan, n_blocks, seed, select_ratio, strata,
-                         merge.get("merge_ratio", 0.0), scaled)
+                         merge.get("merge_ratio", 0.0), scaled, **cut)
 
     # absolute paths: cluster workers do not start in this folder
     prepared = [str(f.absolute()) for f in files]
     plan, output = plan.absolute(), output.absolute()
     summary = {"method": method_spec, "selector": name, "params": params,
                "select_ratio": select_ratio, "executor": executor, "started_at": time.time(),
-               **merge}
+               **merge, **cut}
     if stratify:
         summary["stratify"] = stratify
     term_scale = str(output / TERM_SCALE) if scaled else None

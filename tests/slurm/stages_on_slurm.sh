@@ -218,11 +218,12 @@ check_killed_prepare() {
     echo "stages_on_slurm: after the kill, task 0's shard alone and no process left behind"
 }
 
-# select in four blocks with its merge round, locally and through Slurm: the scatter, the
-# blocks, the planning task, the union's parts and the merge as five jobs, each after the one
-# before. The union's part 1 is killed mid-task; the rerun submits it alone (and the merge), and
-# the selection equals the local executor's row for row.
-FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600)
+# select in four neighbourhood blocks with its merge round, locally and through Slurm: the
+# scatter, the blocks, the planning task, the union's parts and the merge as five jobs, each after
+# the one before. The union's part 1 is killed mid-task; the rerun submits it alone (and the
+# merge), and the selection equals the local executor's row for row.
+FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600
+       --partition neighbourhood)
 MERGE=(--merge_ratio 0.9 --merge_rows 1100)
 "$PY" -m reproduce select "${FLAGS[@]}" "${MERGE[@]}" --output "$DATA/local-merge" \
     > "$WORK/log/local-merge.log" 2>&1
