@@ -85,12 +85,11 @@ def test_the_choice_prefers_one_selection_per_route_within_a_near_gap():
     assert bench.chosen({n: {**v, "valid": False} for n, v in valid.items()}) is None
 
 
-def test_the_findings_claim_reads_the_rows_into_each_yardsticks_validity(tmp_path):
+def test_the_findings_claim_reads_what_the_bench_writes_of_each_yardsticks_validity(tmp_path):
     from reproduce.experiments.claims import fidelity_yardstick
     folder = tmp_path / "static-embedding" / "yardstick"
     folder.mkdir(parents=True)
-    (folder / "rows.json").write_text(json.dumps(rows_with(0.97, 0.3)))
+    (folder / "validity.json").write_text(json.dumps(bench.findings(rows_with(0.97, 0.3))))
     found = fidelity_yardstick(str(tmp_path), "static-embedding/yardstick")
     assert found["valid"] == 6 and found["yardstick"] == "Pair_simi at lamb 0.5"
-    (folder / "rows.json").write_text(json.dumps(rows_with(0.5, 0.3)))
-    assert fidelity_yardstick(str(tmp_path), "static-embedding/yardstick")["yardstick"] == "none"
+    assert bench.findings(rows_with(0.5, 0.3))["yardstick"] == "none"

@@ -349,6 +349,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def findings(rows: list[dict]) -> dict:
+    """What `make findings` reads (validity.json): how many candidates are valid, the chosen
+    one ("none" where none is), and each candidate's harmless range and highest known-bad."""
+    valid = validity(rows)
+    return {"valid": sum(v["valid"] for v in valid.values()),
+            "yardstick": chosen(valid) or "none",
+            "rows": [{"yardstick": name, **v} for name, v in valid.items()]}
+
+
 def validity_table(rows: list[dict]) -> str:
     lines = ["| yardstick | harmless variants | known-bad, highest | valid |", "|---|---|---:|---|"]
     for name, v in validity(rows).items():
@@ -423,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.results:
             args.results.mkdir(parents=True, exist_ok=True)
             (args.results / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
+            (args.results / "validity.json").write_text(json.dumps(findings(rows), indent=1)
+                                                        + "\n")
             (args.results / "table.md").write_text(
                 f"{table(rows)}\n\n{validity_table(rows)}\n\nVerdict:\n{text}\n")
             figure(rows, yardstick, args.results / "figure.png")

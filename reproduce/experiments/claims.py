@@ -21,7 +21,6 @@ from datamask.errors import UserError
 from eval.tables import markdown
 from reproduce.bench.blocks import merge_verdict
 from reproduce.bench.defaults import shown_cells
-from reproduce.bench.static import chosen, validity
 
 from .common import lr_setting
 from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
@@ -707,13 +706,8 @@ def merge_round(root: str, folder: str, **rule) -> dict:
 
 
 def fidelity_yardstick(root: str, folder: str) -> dict:
-    """`make bench-static`: each candidate yardstick's harmless range and highest known-bad
-    score, and the one its plan's rule chooses ("none" where no yardstick is valid)."""
-    rows = needed(table_json(root, folder, "rows.json"))
-    valid = validity(rows)
-    return {"valid": sum(v["valid"] for v in valid.values()),
-            "yardstick": chosen(valid) or "none",
-            "rows": [{"yardstick": name, **v} for name, v in valid.items()]}
+    """`make bench-static`: its yardsticks' validity and the plan's choice, as it wrote them."""
+    return needed(table_json(root, folder, "validity.json"))
 
 
 def instrument(root: str, run: str, first: str) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from datamask.cli import run_command
 from datamask.data import atomic_output
 from datamask.errors import UserError
 from eval.tables import markdown
@@ -98,9 +99,7 @@ def fill_readme(path: str, rows: list[tuple[Claim, Finding | None]], link: str) 
 
 
 def write_findings(results: str, readme: str | None = None) -> str:
-    """Decide every claim from `results`, write findings.md there (and the `readme` page's block);
-    returns findings.md's text. A results file that cannot be read is a UserError, nothing
-    written."""
+    """Decide every claim from `results`, write findings.md there (and `readme`'s block)."""
     rows = decided(results)
     text = report(rows, results)
     if readme:
@@ -118,19 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m reproduce.experiments.findings",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="runs/experiments",
-                        help="the results root: one folder per question, as the Make targets "
-                             "write them")
+                        help="the results root: one folder per question, as the targets write")
     parser.add_argument("--readme", default=None,
-                        help="also rewrite this page's generated block (the front page, from "
-                             "the committed results)")
+                        help="also rewrite this page's generated block (the front page)")
     parser.set_defaults(func=lambda args: write_findings(args.results, args.readme))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command: a results file or page it cannot use is one line on stderr and exit 2."""
-    from datamask.cli import run_command
-
     return run_command(build_parser(), argv, "reproduce.experiments.findings")
 
 
