@@ -8,6 +8,7 @@ import pytest
 
 from datamask.examples.synthetic import synthetic_dataset
 from reproduce.bench import static as bench
+from reproduce.bench.blocks import unit_rows
 
 FEW_STEPS = {"n_epochs": 40, "stop_every": 0}
 
@@ -17,9 +18,9 @@ def judged():
     """Four routes on 240 clustered rows: the reference, its centred copy, a lamb variant and
     random unit vectors."""
     data = synthetic_dataset(240, dim=16, n_clusters=8, seed=3)
-    reference = bench.unit(data.features)
+    reference = unit_rows(data.features)
     noise = np.random.default_rng(0).standard_normal(reference.shape).astype(np.float32)
-    vectors = {"transformer": reference, "random": bench.unit(noise)}
+    vectors = {"transformer": reference, "random": unit_rows(noise)}
     routes = [bench.REFERENCE, bench.Route("centred", "harmless", "transformer", centred=True),
               bench.Route("lamb 0.45", "harmless", "transformer", lamb=0.45),
               bench.Route("random unit vectors", "known-bad", "random")]

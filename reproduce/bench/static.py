@@ -36,6 +36,7 @@ from datamask.errors import UserError
 from datamask.report import Report
 from datamask.selectors import make_selector
 
+from reproduce.bench.blocks import unit_rows
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import STATIC, Embedder, StaticEmbedder
@@ -155,13 +156,9 @@ def timed_passes(timed: dict, table: pa.Table, path: Path, repeats: int, chunk: 
     return vectors, {key: len(table) / statistics.median(s) for key, s in seconds.items()}
 
 
-def unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
 def centred(vectors: np.ndarray) -> np.ndarray:
     """The corpus mean subtracted, each row unit length again."""
-    return unit(vectors - vectors.mean(axis=0, dtype=np.float64).astype(np.float32))
+    return unit_rows(vectors - vectors.mean(axis=0, dtype=np.float64).astype(np.float32))
 
 
 def nearest(vectors: np.ndarray, k: int) -> np.ndarray:
@@ -231,7 +228,7 @@ def measure(name: str, shards: Path, timed: dict, untimed: dict, work: Path, arg
     for key, embedder in untimed.items():
         vectors[key] = np.concatenate([embedder(texts[i:i + args.chunk])
                                        for i in range(0, len(texts), args.chunk)])
-    vectors["random"] = unit(np.random.default_rng(args.seed).standard_normal(
+    vectors["random"] = unit_rows(np.random.default_rng(args.seed).standard_normal(
         (len(texts), vectors["transformer"].shape[1])).astype(np.float32))
     # the quality column as prepare writes it, and its row ids; rows aligned to the shards' texts
     prepared = work / f"{name}-prepared"
