@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datamask.data import temporary_beside
+from datamask.data import FEATURE_COLUMN, ID_COLUMN, QUALITY_COLUMN, temporary_beside
 from datamask.errors import UserError, quoted
 from datamask.options import SEED_MAX
 
@@ -119,6 +119,26 @@ def parquet_files(inputs: list[str], flag: str = "--input") -> list[Path]:
     if not files:
         raise UserError(f"{flag}: no input given")
     return files
+
+
+PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
+
+
+def check_prepared(files: list[Path]) -> int:
+    """Every input is a shard the prepare stage wrote (its columns, readable); the row count."""
+    rows = 0
+    for path in files:
+        try:
+            metadata = pq.read_metadata(path)
+            names = metadata.schema.to_arrow_schema().names
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
+        missing = [c for c in PREPARED_COLUMNS if c not in names]
+        if missing:
+            raise UserError(f"{path}: not a prepared shard (no column '{missing[0]}'); run "
+                            f"`datamask pipeline prepare` on the FineWeb shards first")
+        rows += metadata.num_rows
+    return rows
 
 
 def check_distinct_files(files: list[Path], flag: str = "--input") -> None:

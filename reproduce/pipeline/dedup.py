@@ -43,9 +43,9 @@ from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
-from .common import check_distinct_files, check_text_shard, file_stats, parquet_files
+from .common import (check_distinct_files, check_prepared, check_text_shard, file_stats,
+                     parquet_files)
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
-from .select import check_prepared
 
 datatrove_base = require("datatrove.pipeline.base", "dedup")
 

@@ -60,7 +60,6 @@ import pyarrow.parquet as pq
 from datamask.data import (
     FEATURE_COLUMN,
     ID_COLUMN,
-    QUALITY_COLUMN,
     Dataset,
     NeighbourhoodTree,
     atomic_output,
@@ -75,13 +74,13 @@ from datamask.data import (
     write_json_atomic,
     write_table_atomic,
 )
-from datamask.errors import UserError, quoted
+from datamask.errors import UserError
 from datamask.paths import check_paths, leave_as_found
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
 from datamask.stratify import largest_remainder, select_stratified, strata_of
 
-from .common import check_distinct_files, file_stats, parquet_files, parse_method
+from .common import check_distinct_files, check_prepared, file_stats, parquet_files, parse_method
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
@@ -98,7 +97,6 @@ def selector_params(name: str, params: dict) -> dict:
     return params
 
 
-PREPARED_COLUMNS = (ID_COLUMN, QUALITY_COLUMN, FEATURE_COLUMN, "id")
 UNION_PLAN = "union_plan.parquet"
 SCATTERED = "scattered"  # the blocks' rows, written by the scatter round; removed by the merge
 UNION_ROWS = "union_rows"  # the merge round parts' rows, written by its planning task; the same
@@ -112,23 +110,6 @@ PARTITIONS = ("neighbourhood", "random")  # how the rows are cut into blocks, th
 # rows the neighbourhood cuts are fitted on (the input's for the blocks, the union's for the merge
 # round's parts): the planning step holds this many rows' features whatever the input's size
 TREE_SAMPLE = 50_000
-
-
-def check_prepared(files: list[Path]) -> int:
-    """Every input is a shard the prepare stage wrote (its columns, readable); the row count."""
-    rows = 0
-    for path in files:
-        try:
-            metadata = pq.read_metadata(path)
-            names = metadata.schema.to_arrow_schema().names
-        except (pa.ArrowException, OSError) as err:
-            raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
-        missing = [c for c in PREPARED_COLUMNS if c not in names]
-        if missing:
-            raise UserError(f"{path}: not a prepared shard (no column '{missing[0]}'); run "
-                            f"`datamask pipeline prepare` on the FineWeb shards first")
-        rows += metadata.num_rows
-    return rows
 
 
 def prepared_rows(prepared: list[str], wanted: np.ndarray):
