@@ -82,7 +82,7 @@ def cmd_select(args) -> None:
                       args.block_size, args.seed, args.executor, args.workers,
                       cluster_flags(args), args.stratify, args.strata_from, args.merge_ratio,
                       args.merge_rows, args.merge_partition, args.partition,
-                      args.partition_sample))
+                      args.partition_sample, Path(args.keep) if args.keep else None))
 
 
 def cmd_methods(args) -> None:
@@ -255,7 +255,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_distil)
 
     p = sub.add_parser("dedup", help="near-duplicates by MinHash (text) and by embedding, as a "
-                                     "keep-list that tokenize honours (--keep)")
+                                     "keep-list that select and tokenize honour (--keep)")
     p.add_argument("--input", help="folder of FineWeb Parquet shards: MinHash on their text")
     p.add_argument("--prepared", help="folder of prepared rows (of those shards): near-duplicate "
                                       "embeddings among the rows MinHash kept")
@@ -319,6 +319,9 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--merge_partition", default="neighbourhood",
                    help="how the union is cut into parts: neighbourhood (near rows together) or "
                         "random (default: %(default)s)")
+    p.add_argument("--keep", help="a keep-list of these prepared rows (`dedup`'s output folder): "
+                                  "the rows it removes are not selected and count toward no "
+                                  "budget")
     add_executor_flags(p, "blocks")
     p.set_defaults(func=cmd_select)
 

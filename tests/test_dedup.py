@@ -1,7 +1,7 @@
 """The dedup stage on a small corpus with planted copies: an exact copy and a copy with a few
 words changed (MinHash, on the text), and a near-copy of an embedding with a new id and new text
 (SemDeDup's rule inside neighbourhoods); the keep-list, its resumption, its refusals, and
-tokenize honouring it."""
+select and tokenize honouring it."""
 
 import json
 import shutil
@@ -12,10 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from test_adversarial import refused
 
-from datamask.data import write_dataset
+from datamask.data import budget, write_dataset
+from datamask.stratify import largest_remainder
 from reproduce.cli import main
 from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, region_duplicates,
                                       run_dedup)
+from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
 DIM = 32
@@ -196,6 +198,81 @@ def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_pat
     assert summary["documents"] == len(ids) - 1 - len(removals(deduped))
 
 
+def prepared_ids(root) -> list[str]:
+    return [i for path in sorted((root / "prepared").glob("*.parquet"))
+            for i in pq.read_table(path, columns=["id"]).column("id").to_pylist()]
+
+
+def rewritten_keep_list(keep_list, folder, keep: bool):
+    """A copy of `keep_list` that keeps every row (`keep`) or none."""
+    shutil.copytree(keep_list, folder)
+    ids = pq.read_table(folder / KEEP_FILE).column("id")
+    pq.write_table(pa.table({"id": ids, "keep": [keep] * len(ids)}), folder / KEEP_FILE)
+    return folder
+
+
+SELECT_KEEP = {
+    "one block": {"method_spec": "quality-topk"},
+    # the term scale's sample, neighbourhood routing and the merge round over kept rows only
+    "blocks, merge round": {"method_spec": "joint-greedy", "block_size": 20, "merge_ratio": 0.9,
+                            "merge_partition": "random", "partition": "neighbourhood"},
+    "blocks, strata": {"method_spec": "quality-topk", "block_size": 20, "merge_ratio": 0.9,
+                       "stratify": "domain"},
+}
+
+
+@pytest.mark.parametrize("flags", SELECT_KEEP.values(), ids=SELECT_KEEP.keys())
+def test_select_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path, flags):
+    """No removed row is selected or counted: the selection is budget(0.8) of the kept rows (per
+    stratum, the kept rows' share), and selection.parquet still lists every prepared row once, in
+    prepared order, the removed ones in no block."""
+    ids, gone = prepared_ids(corpus), set(removals(deduped))
+    kept = [i for i in ids if i not in gone]
+    if "stratify" in flags:  # the shard a document came from, looked up by id
+        domains = pa.table({"id": ids, "domain": [i.split("-")[0] for i in ids]})
+        pq.write_table(domains, tmp_path / "domains.parquet")
+        flags = {**flags, "strata_from": [str(tmp_path / "domains.parquet")]}
+    summary = run_select([str(corpus / "prepared")], tmp_path / "out", select_ratio=0.8,
+                         keep=deduped, **flags)
+    table = pq.read_table(tmp_path / "out" / "selection.parquet").to_pydict()
+    assert table["id"] == ids
+    chosen = [i for i, s in zip(ids, table["selected"]) if s]
+    assert not set(chosen) & gone
+    assert len(chosen) == summary["selected"] == budget(0.8, len(kept)) == 50
+    assert summary["removed_by_keep"] == 3 and summary["keep"] == str(deduped.absolute())
+    outside = [at for at, i in enumerate(ids) if i in gone]
+    columns = ["block", "union"] if "merge_ratio" in flags else ["block"]
+    assert {(table["score"][at], *(table[c][at] for c in columns)) for at in outside} == \
+        {(0.0, *[-1] * len(columns))}
+    assert all(table["block"][at] >= 0 for at, i in enumerate(ids) if i not in gone)
+    if "term_scale" in summary:
+        assert summary["term_scale"]["sample_rows"] == len(kept)
+    if "stratify" in flags:
+        domain = [i.split("-")[0] for i in kept]
+        names = sorted(set(domain))
+        sizes = [domain.count(d) for d in names]
+        assert summary["strata"] == [
+            {"value": d, "rows": n, "selected": int(k)} for d, n, k in
+            zip(names, sizes, largest_remainder(budget(0.8, len(kept)), np.array(sizes)))]
+
+
+def test_a_keep_list_that_removes_nothing_selects_as_none_and_another_one_starts_afresh(
+        deduped, corpus, tmp_path):
+    """A keep-list that removes nothing filters nothing, so the selection is the one without it,
+    byte for byte; the keep-list's file is part of the configuration, so a rerun into the same
+    folder with another redoes the blocks instead of merging ones planned for other rows."""
+    everything = rewritten_keep_list(deduped, tmp_path / "everything", keep=True)
+    args = ([str(corpus / "prepared")], tmp_path / "with", "joint-greedy", 0.5)
+    run_select(*args, keep=everything)
+    run_select([str(corpus / "prepared")], tmp_path / "without", "joint-greedy", 0.5)
+    assert (tmp_path / "with" / "selection.parquet").read_bytes() == \
+        (tmp_path / "without" / "selection.parquet").read_bytes()
+    summary = run_select(*args, keep=deduped)  # the same output, another keep-list
+    table = pq.read_table(tmp_path / "with" / "selection.parquet")
+    chosen = set(table.filter(table.column("selected")).column("id").to_pylist())
+    assert summary["removed_by_keep"] == 3 and not chosen & set(removals(deduped))
+
+
 @pytest.fixture(scope="module")
 def other_keep_list(corpus, tmp_path_factory):
     """A keep-list of another input: shards 1 and 2, which hold no copy of each other's text."""
@@ -270,4 +347,17 @@ def test_tokenize_refuses_a_keep_list_not_of_its_input_or_that_leaves_nothing(
     refused(main, ["tokenize", "--input", str(files / "fineweb"), "--selection",
                    str(files / f"{selection}.parquet"), "--tokenizer",
                    str(files / "tokenizer.json"), "--output", str(files / "tokens"), "--keep",
+                   str(files / keep)], capsys, files, *named)
+
+
+@pytest.mark.parametrize("keep,named", [
+    ("other", ["--keep", "another input", "--input"]),
+    ("prepared", ["--keep", "no finished keep-list"]),
+    ("none_kept", ["--keep", "removes every row"])])
+def test_select_refuses_a_keep_list_not_of_its_input_or_that_leaves_nothing(
+        files, capsys, keep, named):
+    if keep == "none_kept":
+        rewritten_keep_list(files / "keep", files / keep, keep=False)
+    refused(main, ["select", "--input", str(files / "prepared"), "--output",
+                   str(files / "selected"), "--method", "quality-topk", "--keep",
                    str(files / keep)], capsys, files, *named)

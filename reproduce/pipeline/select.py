@@ -40,6 +40,13 @@ remainder on its rows in each block; a block selects per stratum with those budg
 selection's count of every stratum is the whole input's share to the row, whatever the blocks.
 The column comes from the prepared shards when they hold it, else from the FineWeb shards of
 --strata_from, looked up by the string `id` that prepare keeps.
+
+--keep DIR, a keep-list of the dedup stage made of these rows (refused before any work where it
+is of other rows or unfinished), leaves the rows it removes out of everything: N above is the
+rows it keeps, and only those are planned, sampled, stratified and selected. The plan lists only
+them (its metadata's `removed` tells the tasks to drop the others as they read the shards);
+selection.parquet still holds every prepared row, a removed one not selected, score 0, block
+(and union) -1; summary.json names the keep-list and its `removed_by_keep` count.
 """
 
 from __future__ import annotations
@@ -80,7 +87,14 @@ from datamask.processes import children_die_with_parent
 from datamask.shared import require
 from datamask.stratify import largest_remainder, select_stratified, strata_of
 
-from .common import check_distinct_files, check_prepared, file_stats, parquet_files, parse_method
+from .common import (
+    check_distinct_files,
+    check_prepared,
+    file_stats,
+    parquet_files,
+    parse_method,
+)
+from .dedup import KEEP_FILE, read_ids, removed_ids
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
@@ -112,13 +126,24 @@ PARTITIONS = ("neighbourhood", "random")  # how the rows are cut into blocks, th
 TREE_SAMPLE = 50_000
 
 
+def rows_in(data: Dataset, wanted: np.ndarray) -> Dataset:
+    """The rows of `data` whose ids are among `wanted`, in their order."""
+    mine = np.isin(data.ids, wanted)
+    return Dataset(data.ids[mine], data.quality[mine], data.features[mine])
+
+
+def planned_rows(rows: Dataset, plan: pa.Table) -> Dataset:
+    """The rows of `rows` that `plan` lists: where a keep-list removed rows (the plan's `removed`)
+    those are in no block; else every prepared row is, and nothing is filtered, so a run without
+    a keep-list reads its rows as it always did."""
+    if not int((plan.schema.metadata or {}).get(b"removed", 0)):
+        return rows
+    return rows_in(rows, plan.column(ID_COLUMN).to_numpy())
+
+
 def prepared_rows(prepared: list[str], wanted: np.ndarray):
     """The rows of `wanted` ids as a core Dataset, in prepared-file then row order."""
-    parts = []
-    for path in prepared:
-        data = read_dataset([path])
-        keep = np.isin(data.ids, wanted)
-        parts.append(Dataset(data.ids[keep], data.quality[keep], data.features[keep]))
+    parts = [rows_in(read_dataset([path]), wanted) for path in prepared]
     return Dataset(np.concatenate([p.ids for p in parts]),
                    np.concatenate([p.quality for p in parts]),
                    np.ascontiguousarray(np.concatenate([p.features for p in parts])))
@@ -150,7 +175,7 @@ class ScatterRows(datatrove_base.PipelineStep):
             with rows_by_group(out / SCATTERED, name) as add, \
                     rows_by_group(out / SCALE_ROWS, name) as add_sample:
                 for index in np.array_split(np.arange(len(self.prepared)), self.tasks)[rank]:
-                    rows = read_dataset([self.prepared[index]])
+                    rows = planned_rows(read_dataset([self.prepared[index]]), plan)
                     at = positions(planned, rows.ids)
                     add(blocks[at], rows, np.isin(blocks[at], missing))
                     if sampled:  # group 0, the sample; -1, the rows outside it, not written
@@ -281,8 +306,9 @@ class SelectBlocks(datatrove_base.PipelineStep):
                 rows = group_rows(Path(self.output) / UNION_ROWS, block)
             elif n_blocks > 1:
                 rows = group_rows(Path(self.output) / SCATTERED, block)
-            else:  # one block: every prepared row
-                rows = read_dataset(self.prepared)
+            else:  # one block: every planned prepared row
+                rows = planned_rows(read_dataset(self.prepared),
+                                    pq.read_table(self.plan, columns=[ID_COLUMN]))
             with self.track_time(self.group):
                 selector = make_selector(self.method, **params)
                 if self.stratify:
@@ -373,9 +399,7 @@ class PlanUnion(datatrove_base.PipelineStep):
                                          self.parts)
         with rows_by_group(folder, "00000.parquet") as add:
             for path in self.prepared:
-                data = read_dataset([path])
-                keep = np.isin(data.ids, union)
-                rows = Dataset(data.ids[keep], data.quality[keep], data.features[keep])
+                rows = rows_in(read_dataset([path]), union)
                 at = np.searchsorted(union, rows.ids)
                 if self.partition != "random":
                     part[at] = tree.route(rows.features)
@@ -431,18 +455,27 @@ class MergeBlocks(datatrove_base.PipelineStep):
         # back to prepared order, with FineWeb's string id beside the int64 one
         prepared = pa.concat_tables([pq.read_table(p, columns=[ID_COLUMN, "id"])
                                      for p in self.prepared])
-        merged = merged.take(pa.array(positions(got, prepared.column(ID_COLUMN).to_numpy())))
-        columns = {ID_COLUMN: merged.column(ID_COLUMN), "id": prepared.column("id"),
-                   "selected": merged.column("selected"), "score": merged.column("score"),
-                   "block": merged.column("block")}
+        every = prepared.column(ID_COLUMN).to_numpy()
+        listed = None  # where a keep-list removed rows, which prepared rows the plan lists
+        if int(plan.schema.metadata.get(b"removed", 0)):
+            listed = np.isin(every, planned)
+            every = every[listed]
+        merged = merged.take(pa.array(positions(got, every)))
+        ids = merged.column(ID_COLUMN)
+        columns = {name: merged.column(name) for name in ("selected", "score", "block")}
         if self.summary.get("merge_ratio"):
-            columns.update(self.merge_round(out, columns[ID_COLUMN].to_numpy()))
-        table = pa.table(columns)
+            columns.update(self.merge_round(out, every))
+        planned_selected = columns["selected"].to_numpy(zero_copy_only=False)
+        if listed is not None:  # every prepared row once, the removed ones in no block
+            ids = prepared.column(ID_COLUMN)
+            columns = {name: every_row(column, listed, UNLISTED[name])
+                       for name, column in columns.items()}
+        table = pa.table({ID_COLUMN: ids, "id": prepared.column("id"), **columns})
         write_table_atomic(table, out / "selection.parquet")
         selected = int(pc.sum(table.column("selected")).as_py())
-        if "stratum" in plan.column_names:  # the plan lists rows in prepared order, as `table`
+        if "stratum" in plan.column_names:  # the plan lists its rows in prepared order
             values, labels, sizes = strata_of(plan_strata(plan))
-            chosen = np.bincount(labels, weights=table.column("selected").to_numpy(),
+            chosen = np.bincount(labels, weights=planned_selected,
                                  minlength=len(values)).astype(int)
             self.summary["strata"] = [{"value": v, "rows": int(n), "selected": int(c)}
                                       for v, n, c in zip(values.tolist(), sizes, chosen)]
@@ -487,6 +520,19 @@ class MergeBlocks(datatrove_base.PipelineStep):
         return {"selected": pa.array(selected), "score": pa.array(score), "union": pa.array(part)}
 
 
+# selection.parquet's values for a row a keep-list removed: not selected, in no block or part
+UNLISTED = {"selected": False, "score": 0, "block": -1, "union": -1}
+
+
+def every_row(column: pa.Array | pa.ChunkedArray, listed: np.ndarray, fill) -> pa.Array:
+    """A column over the plan's rows as one over every prepared row (`listed`: which the plan
+    holds), `fill` in the others, its type kept."""
+    values = column.to_numpy(zero_copy_only=False)
+    full = np.full(len(listed), fill, values.dtype)
+    full[listed] = values
+    return pa.array(full, column.type)
+
+
 def positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Where each of `wanted` sits in `keys` (unique, and holding every one of them)."""
     order = np.argsort(keys)
@@ -520,7 +566,7 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
 def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_ratio: float,
                strata: np.ndarray | None = None, merge_ratio: float = 0.0,
                scale_sample: bool = False, partition: str = "random",
-               partition_sample: int = 0) -> pa.Table:
+               partition_sample: int = 0, kept: np.ndarray | None = None) -> pa.Table:
     """Assign every prepared row to a block: a seeded permutation cut into near-equal parts, or
     with partition "neighbourhood" the leaf of a NeighbourhoodTree fitted on the features of the
     permutation's first `partition_sample` rows, every row routed shard by shard; with several
@@ -529,19 +575,26 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_r
     and every block's stratum budgets instead (before a merge round, the larger of select_ratio's
     and merge_ratio's, and select_ratio's kept as `final_strata` for the merge round); with
     `scale_sample` the rows of the term scale's sample, the permutation's first SCALE_SAMPLE.
+    With `kept` (a keep-list's, one bool per prepared row) only the rows it keeps are planned,
+    counted and listed, and the metadata's `removed` tells the tasks to leave out the others.
     Returns the plan as written."""
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
+    if kept is not None:
+        ids = ids[kept]
     block = np.empty(len(ids), np.int32)
     cut = random_blocks(len(ids), n_blocks, seed)
     if partition == "random":
         for b, rows in enumerate(cut):
             block[rows] = b
     else:
-        block[:] = neighbourhood_plan(files, ids, np.concatenate(cut)[:partition_sample], n_blocks)
+        block[:] = neighbourhood_plan(files, ids, np.concatenate(cut)[:partition_sample], n_blocks,
+                                      kept)
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
     metadata = {"n_blocks": str(n_blocks)}
+    if kept is not None:
+        metadata["removed"] = str(int(np.sum(~kept)))
     if scale_sample:
         sample = np.zeros(len(ids), bool)
         sample[np.concatenate(cut)[:SCALE_SAMPLE]] = True
@@ -565,16 +618,18 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_r
 
 
 def neighbourhood_plan(files: list[Path], ids: np.ndarray, sample: np.ndarray,
-                       n_blocks: int) -> np.ndarray:
-    """Each row's block (prepared order): the leaf of a NeighbourhoodTree fitted on the features
-    of the rows at `sample` (positions in prepared order), then every row routed, one shard held
-    at a time. Refused, before any block runs, where a block would hold no row (rows with equal
-    features that no cut can part)."""
+                       n_blocks: int, kept: np.ndarray | None = None) -> np.ndarray:
+    """Each planned row's block (`ids`, prepared order: every row, or those `kept` marks): the
+    leaf of a NeighbourhoodTree fitted on the features of the rows at `sample` (positions in
+    `ids`), then every row routed, one shard held at a time. Refused, before any block runs,
+    where a block would hold no row (rows with equal features that no cut can part)."""
     if n_blocks == 1:
         return np.zeros(len(ids), np.int32)
     tree = NeighbourhoodTree.fit(prepared_rows([str(f) for f in files], ids[sample]).features,
                                  n_blocks)
     block = np.concatenate([tree.route(read_dataset([f]).features) for f in files])
+    if kept is not None:
+        block = block[kept]
     rows = np.bincount(block, minlength=n_blocks)
     if not rows.all():
         raise UserError(f"--partition neighbourhood: {int(np.sum(rows == 0))} of the {n_blocks} "
@@ -616,10 +671,12 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
                cluster: dict | None = None, stratify: str | None = None,
                strata_from: list[str] | None = None, merge_ratio: float = 0.0,
                merge_rows: int = 0, merge_partition: str = "neighbourhood",
-               partition: str = "random", partition_sample: int | None = None) -> dict:
+               partition: str = "random", partition_sample: int | None = None,
+               keep: Path | None = None) -> dict:
     """Plan the blocks, run them as executor tasks (then the merge round's, with merge_ratio),
     merge; returns summary.json's content (for Slurm, which returns at submission, the
-    submission instead)."""
+    submission instead). With `keep` (a dedup keep-list's folder, one made of these rows) the rows
+    it removes are in no block and count toward no budget."""
     check_executor(executor, workers, cluster)
     if block_size < 0:
         raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
@@ -633,9 +690,18 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     params = selector_params(name, params)
     files = parquet_files(inputs)
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs],
-                 "--strata_from": strata_from}, folders={"--output": output})
+                 "--strata_from": strata_from, "--keep": keep}, folders={"--output": output})
     check_distinct_files(files)
     n_rows = check_prepared(files)
+    kept = None  # with --keep, which prepared rows (file then row order) the keep-list keeps
+    if keep is not None:
+        ids = read_ids(files, "--input")
+        removed = removed_ids(keep, ids, f"--input {' '.join(str(i) for i in inputs)}")
+        kept = pc.invert(pc.is_in(ids, value_set=removed)).to_numpy()
+        n_rows = int(kept.sum())  # the rows to select from: every count below is of these
+        if not n_rows:
+            raise UserError(f"--keep {keep}: the keep-list removes every row of --input; "
+                            f"nothing is left to select")
     n_blocks = block_count(n_rows, block_size)
     budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
     cut = {}
@@ -643,11 +709,14 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
         cut = {"partition": partition, "partition_sample": (
             min(TREE_SAMPLE, n_rows) if partition_sample is None else partition_sample)}
         if not n_blocks <= cut["partition_sample"] <= n_rows:
+            kept_rows = " the keep-list keeps" if keep is not None else ""
             raise UserError(f"--partition_sample {cut['partition_sample']}: must be at least the "
-                            f"{n_blocks} blocks and at most the input's {n_rows} rows")
+                            f"{n_blocks} blocks and at most the input's {n_rows} rows{kept_rows}")
     if strata_from and not stratify:
         raise UserError("--strata_from names where the --stratify column is; give --stratify")
     strata = read_strata(files, stratify, strata_from) if stratify else None
+    if strata is not None and kept is not None:
+        strata = strata[kept]
     merge = {"merge_ratio": merge_ratio, "merge_rows": merge_rows or block_size,
              "merge_partition": merge_partition} if merge_ratio and n_blocks > 1 else {}
     if merge:
@@ -655,7 +724,7 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
                            seed, executor, workers, n_blocks, cluster, stratify, strata,
-                           strata_from, merge, cut)
+                           strata_from, merge, cut, keep, kept)
 
 
 def check_partition(flag: str, value: str) -> None:
@@ -704,9 +773,11 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                 select_ratio: float, block_size: int, seed: int, executor: str, workers: int,
                 n_blocks: int, cluster: dict | None, stratify: str | None = None,
                 strata: np.ndarray | None = None, strata_from: list[str] | None = None,
-                merge: dict | None = None, cut: dict | None = None) -> dict:
+                merge: dict | None = None, cut: dict | None = None, keep: Path | None = None,
+                kept: np.ndarray | None = None) -> dict:
     """The work of run_select once everything is checked: plan (neighbourhood blocks where `cut`
-    holds their flags), blocks, the merge round where `merge` holds its flags, merge."""
+    holds their flags; only the rows `kept` marks where a keep-list was given), blocks, the merge
+    round where `merge` holds its flags, merge."""
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
     output.mkdir(parents=True, exist_ok=True)
     merge, cut = merge or {}, cut or {}
@@ -716,6 +787,8 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
         config["stratify"] = stratify
         config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
                                 if strata_from else None)
+    if keep is not None:  # a rerun with another keep-list starts afresh
+        config["keep"] = file_stats([Path(keep) / KEEP_FILE])
     start_or_resume(output / "config.json", config, [
         output / name for name in ("blocks", "unions", SCATTERED, UNION_ROWS, SCALE_ROWS, "logs",
                                    "plan.parquet", UNION_PLAN, TERM_SCALE, "selection.parquet",
@@ -725,7 +798,7 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
     first_ratio = merge.get("merge_ratio", select_ratio)
     scaled = n_blocks > 1 and takes_term_scale(name)
     planned = write_plan(files, plan, n_blocks, seed, select_ratio, strata,
-                         merge.get("merge_ratio", 0.0), scaled, **cut)
+                         merge.get("merge_ratio", 0.0), scaled, kept=kept, **cut)
 
     # absolute paths: cluster workers do not start in this folder
     prepared = [str(f.absolute()) for f in files]
@@ -735,6 +808,8 @@ def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, pa
                **merge, **cut}
     if stratify:
         summary["stratify"] = stratify
+    if keep is not None:
+        summary.update(keep=str(Path(keep).absolute()), removed_by_keep=int(np.sum(~kept)))
     term_scale = str(output / TERM_SCALE) if scaled else None
     rounds = [([SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio,
                              stratify, term_scale=term_scale)], n_blocks, "block")]
