@@ -100,7 +100,7 @@ bench-prepare: install
 	$(BIN)/python -m reproduce.bench.prepare $(BENCH_PREPARE_FLAGS)
 
 # embeddings for prepare judged by a fidelity yardstick that the transformer's harmless variants
-# pass first (reproduce/results/static-embedding/yardstick-plan.md): on the demo pool, a BBC slice
+# pass first (reproduce/results/static-embedding/yardstick-plan-2.md): on the demo pool, a BBC slice
 # and a pool of technical text, the variants, two known-bad embeddings and the rivals (static
 # model, centred, 64 tokens), every selection scored on the transformer's vectors, and each route's
 # whole-prepare documents/s; BENCH_STATIC_FLAGS: e.g. --pool DIR, --families, --results DIR. The
