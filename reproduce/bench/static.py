@@ -167,20 +167,22 @@ def shard_table(shards: Path) -> pa.Table:
     return pa.concat_tables([pq.read_table(f, columns=["id", "text"]) for f in files])
 
 
-def timed_passes(timed: dict, table: pa.Table, path: Path, repeats: int, chunk: int
-                 ) -> tuple[dict, dict]:
-    """Each timed embedder's whole-prepare work (its vectors and the heuristic scorer, fresh each
-    pass, over prepare's chunks), `repeats` interleaved passes: ({key: vectors of the first
-    pass}, {key: documents/s, the median pass})."""
+def timed_passes(timed: dict, table: pa.Table, path: Path, repeats: int, chunk: int,
+                 scorer=HeuristicQuality) -> tuple[dict, dict]:
+    """Each timed embedder's whole-prepare work (its vectors and the quality scorer, `scorer()`
+    made fresh each pass, over prepare's chunks), `repeats` interleaved passes: ({key: vectors of
+    the first pass}, {key: documents/s, the median pass}). `scorer` None times the embedding
+    alone."""
     vectors, seconds = {}, {key: [] for key in timed}
     for _ in range(repeats):
         for key, embedder in timed.items():
-            scorer, parts = HeuristicQuality(), []
+            fresh, parts = scorer() if scorer else None, []
             start = time.perf_counter()
             for i in range(0, len(table), chunk):
                 batch = table.slice(i, chunk)
                 parts.append(embedder(batch.column("text").to_pylist()))
-                scorer(batch, path)
+                if fresh is not None:
+                    fresh(batch, path)
             seconds[key].append(time.perf_counter() - start)
             vectors.setdefault(key, np.concatenate(parts))
     return vectors, {key: len(table) / statistics.median(s) for key, s in seconds.items()}
