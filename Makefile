@@ -447,3 +447,15 @@ figures: install
 .PHONY: gpu-check
 gpu-check: install
 	$(BIN)/python -m reproduce.pipeline.gpu_check
+
+# prepare's transformer at GPU_BENCH_FLAGS' batch sizes and datamask select on 1M rows, on CUDA, in
+# minutes (reproduce/bench/gpu.py; docs/engines.md#make-gpu-bench): documents/s, peak GPU memory,
+# the static route beside it on the CPU; results under reproduce/results/gpu-bench/<card>/. Its
+# corpus comes from the demo's pool (GPU_BENCH_POOL: `make demo` or `make pool` with the demo's
+# flags builds it; a machine without network needs it carried). Without CUDA: one line, nothing
+# measured. GPU_BENCH_FLAGS: --documents, --batch_sizes, --select_rows, --static_model static:DIR.
+GPU_BENCH_POOL ?= $(DEMO_POOL)
+GPU_BENCH_FLAGS ?=
+.PHONY: gpu-bench
+gpu-bench: install
+	$(BIN)/python -m reproduce.bench.gpu --pool $(GPU_BENCH_POOL) $(GPU_BENCH_FLAGS)
