@@ -150,6 +150,7 @@ def command_parsers():
     from reproduce.bench import baselines, chunks, defaults, objectives, soak
     from reproduce.bench import blocks as bench_blocks
     from reproduce.bench import corpus as bench_corpus
+    from reproduce.bench import gpu as bench_gpu
     from reproduce.bench import prepare as bench_prepare
     from reproduce.bench import static as bench_static
     from reproduce.experiments import clusters, direct, findings, proxy, sweep, timing
@@ -163,6 +164,7 @@ def command_parsers():
                "bench.objectives": objectives, "bench.soak": soak, "bench.defaults": defaults,
                "bench.prepare": bench_prepare, "bench.static": bench_static,
                "bench.corpus": bench_corpus, "bench.blocks": bench_blocks,
+               "bench.gpu": bench_gpu,
                "pipeline.gpu_check": gpu_check}
     named = [(name, module.build_parser()) for name, module in modules.items()]
     named.append(("reproduce", cli.build_parser()))
