@@ -10,7 +10,6 @@ import platform
 import re
 
 import numpy as np
-import torch
 
 from .errors import UserError
 
@@ -49,6 +48,7 @@ def check_device(device: str, flag: str = "--device") -> str:
         return device
     if not re.fullmatch(r"cuda(:\d+)?", device):
         raise UserError(f"{flag} must be auto, cpu, cuda or cuda:N, got {device!r}")
+    import torch  # here, not at the top: the pipeline's tasks that never touch a model skip it
     if not torch.cuda.is_available():
         raise UserError(f"{flag} {device}: torch sees no CUDA device here; use {flag} cpu")
     index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
@@ -60,6 +60,8 @@ def check_device(device: str, flag: str = "--device") -> str:
 
 def resolve_device(device: str) -> torch.device:
     """'auto' is CUDA when there is a GPU, else CPU; any other name is checked first."""
+    import torch
+
     if check_device(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -69,6 +71,8 @@ def machine(device: str = "cpu") -> dict:
     """What a run ran on, for its results file (benchmarks and experiments alike): the CPU's model
     name, its cores, torch's threads and version, the device (and its GPU's name), Python's
     version."""
+    import torch
+
     dev = resolve_device(device)
     cpu = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):

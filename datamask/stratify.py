@@ -16,12 +16,15 @@ their rows score 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .data import Dataset, budget
 from .errors import UserError
-from .selectors import Selection, Selector
+
+if TYPE_CHECKING:  # the selectors (and torch) load where a selection runs, not where it is planned
+    from .selectors import Selection, Selector
 
 
 def largest_remainder(total: int, sizes) -> np.ndarray:
@@ -94,6 +97,8 @@ def select_stratified(selector: Selector, data: Dataset, values: np.ndarray,
         selected[rows], score[rows] = result.selected, result.score
         wall += result.wall_time_s
         history += [{"stratum": value, **entry} for entry in result.history]
+    from .selectors import Selection
+
     params = {**selector.params, "select_ratio": select_ratio, "stratify": column,
               "strata": strata}
     return Selection(selector.name, data.ids, selected, score, params, wall, history)
