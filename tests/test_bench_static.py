@@ -185,3 +185,21 @@ def test_the_findings_claim_reads_what_the_bench_writes_of_each_yardsticks_valid
     assert found["valid"] == 4 and found["candidates"] == 4  # plan 2's, plan 1's left out
     assert found["yardstick"] == "origin-free Pair_simi at lamb 0.5"
     assert bench.findings(rows_with(0.5, 0.3))["yardstick"] == "none"
+
+
+def test_the_harmless_variants_give_the_transformer_its_whole_input():
+    """Plan 3: a variant that cuts the input short is a rival, not a harmless variant."""
+    harmless = [r for r in bench.ROUTES if r.kind == "harmless"]
+    assert {r.vectors for r in harmless} <= {"transformer", "transformer, batch 1",
+                                             "transformer, 1 thread"}
+    rivals = {r.vectors for r in bench.ROUTES if r.kind == "rival"}
+    assert {"transformer, 128 tokens", "transformer, 64 tokens", "static"} <= rivals
+
+
+def test_the_family_seeds_draw_other_families(tmp_path):
+    def bbc_ids(seed: int) -> set:
+        found = bench.families(tmp_path / f"seed{seed}", ["BBC"], None, 60, (0, seed, 1))
+        return set(bench.shard_table(found["BBC"]).column("id").to_pylist())
+
+    first, again, other = bbc_ids(0), bbc_ids(0), bbc_ids(1)
+    assert first == again and first != other and len(other) == len(first)

@@ -1,21 +1,22 @@
 """`make bench-static`: embeddings for prepare, judged by a fidelity yardstick that the
 transformer's own harmless variants must pass first (reproduce/results/static-embedding/
-yardstick-plan-2.md; plan 1, yardstick-plan.md, found no valid one).
+yardstick-plan-3.md, plan 2's candidates with input truncation counted as a rival; plans 1 and 2
+found no valid one).
 
-On three families built offline (the demo pool, a BBC slice, a pool of technical reference text),
-every route gives vectors for the same documents: the reference (the transformer as prepare runs
-it), its harmless variants (centred, 128 tokens, another select seed, lamb 0.45 and 0.55, one
-document per call, one torch thread), two known-bad embeddings (random unit vectors; the static
-model with its token vectors shuffled) and the rivals (the static model, the same centred, the
-transformer at 64 tokens). datamask selects from each route's vectors (select's defaults, the
-same quality column), and once more from them centred by their own corpus mean (origin-free);
-the selections are scored with the project's Report on the reference's vectors (centred for the
-origin-free ones), and each candidate yardstick is read as a share of the reference's (above
-random where a selection is scored). A yardstick is valid when every harmless variant lands
-inside the band and every known-bad route far below it; the valid one of plan 2's candidates with
-the widest gap judges the rivals. Beside it, each timed route's whole-prepare documents/s (embedding
-and heuristic scorer over prepare's chunks, interleaved passes, medians): on a shared machine read
-the ratios.
+On three families built offline (a demo pool, a BBC slice, a pool of technical reference text;
+--family_seeds draws them), every route gives vectors for the same documents: the reference (the
+transformer as prepare runs it), its harmless variants (centred, another select seed, lamb 0.45
+and 0.55, one document per call, one torch thread: the same input), two known-bad embeddings
+(random unit vectors; the static model with its token vectors shuffled) and the rivals (the
+static model, the same centred, the transformer at 128 and at 64 tokens). datamask selects
+from each route's vectors (select's defaults, the same quality column), and once more from them
+centred by their own corpus mean (origin-free); the selections are scored with the project's
+Report on the reference's vectors (centred for the origin-free ones), and each candidate
+yardstick is read as a share of the reference's (above random where a selection is scored). A
+yardstick is valid when every harmless variant lands inside the band and every known-bad route
+far below it; the valid one of plan 2's candidates with the widest gap judges the rivals. Beside
+it, each timed route's whole-prepare documents/s (embedding and heuristic scorer over prepare's
+chunks, interleaved passes, medians): on a shared machine read the ratios.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ POOL_FLAGS = {"heldout_chars": 40_000, "task_articles": 60, "max_mb_per_domain":
 FAMILIES = ("pool", "BBC", "docs")
 METRICS = ("Pair_simi", "DiSF", "Facility")
 ORIGIN_FREE = ("Pair_simi", "DiSF")  # the joints that score the origin-free selections
-PLAN = 2  # the plan whose candidates the verdict chooses among
+PLAN = 3  # the plan this bench runs (its routes and families)
+CANDIDATES_OF = 2  # the plan whose candidates the verdict chooses among
 # the candidate yardsticks, each plan's in its order; `single`: one selection per route suffices;
 # `plan`: the plan that proposed it (plan 1's are shown for comparison, not chosen from)
 YARDSTICKS = {
@@ -71,7 +73,7 @@ YARDSTICKS = {
     "DiSF at matched quality": {"single": False, "plan": 1},
     "neighbour recall": {"single": True, "plan": 1},
 }
-CANDIDATES = [name for name, spec in YARDSTICKS.items() if spec["plan"] == PLAN]
+CANDIDATES = [name for name, spec in YARDSTICKS.items() if spec["plan"] == CANDIDATES_OF]
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class Route:
 ROUTES = (
     Route("transformer (reference)", "reference", "transformer"),
     Route("centred", "harmless", "transformer", centred=True),
-    Route("128 tokens", "harmless", "transformer, 128 tokens"),
+    Route("transformer, 128 tokens", "rival", "transformer, 128 tokens"),  # input cut short
     Route("select seed 1", "harmless", "transformer", seed=1),
     Route("lamb 0.45", "harmless", "transformer", lamb=0.45),
     Route("lamb 0.55", "harmless", "transformer", lamb=0.55),
@@ -141,19 +143,22 @@ def embedders(seed: int) -> tuple[dict, dict]:
                    "static, shuffled": shuffled}
 
 
-def families(work: Path, names: list[str], pool: Path | None, bbc_limit: int) -> dict[str, Path]:
-    """{name: FineWeb shard folder}, each built offline (the plan's commands)."""
+def families(work: Path, names: list[str], pool: Path | None, bbc_limit: int,
+             seeds: tuple[int, int, int] = (0, 0, 1)) -> dict[str, Path]:
+    """{name: FineWeb shard folder}, each built offline (the plan's commands); `seeds`: the
+    pool's (where none is given), BBC's draw and the docs pool's."""
     found = {}
     if "pool" in names:
         if pool is None:
             pool = work / "pool"
-            build_pool(pool, 0, **POOL_FLAGS)
+            build_pool(pool, seeds[0], **POOL_FLAGS)
         found["pool"] = pool / "fineweb"
     if "BBC" in names:
-        write_bbc_fineweb(work / "bbc", work / "bbc-tasks", limit=bbc_limit, seed=0)
+        write_bbc_fineweb(work / "bbc", work / "bbc-tasks", limit=bbc_limit, seed=seeds[1])
         found["BBC"] = work / "bbc"
     if "docs" in names:  # a pool needs news for its tasks: built with it, its news rows dropped
-        build_pool(work / "docs-pool", 1, domains=["news", "docs", "reference"], **POOL_FLAGS)
+        build_pool(work / "docs-pool", seeds[2], domains=["news", "docs", "reference"],
+                   **POOL_FLAGS)
         (work / "docs").mkdir()
         for shard in parquet_files([str(work / "docs-pool" / "fineweb")]):
             rows = pq.read_table(shard)
@@ -430,7 +435,8 @@ def findings(rows: list[dict]) -> dict:
     (of how many), the chosen one ("none" where none is), and each candidate's (every plan's)
     harmless range, highest known-bad and the routes that broke it."""
     valid = validity(rows)
-    return {"plan": PLAN, "valid": sum(valid[n]["valid"] for n in CANDIDATES),
+    return {"plan": PLAN, "candidates_of": CANDIDATES_OF,
+            "valid": sum(valid[n]["valid"] for n in CANDIDATES),
             "candidates": len(CANDIDATES), "yardstick": chosen(valid) or "none",
             "rows": [{"yardstick": name, **v} for name, v in valid.items()]}
 
@@ -439,7 +445,7 @@ def validity_table(rows: list[dict]) -> str:
     lines = ["| yardstick | plan | harmless variants | known-bad, highest | valid | broken by |",
              "|---|---|---|---:|---|---|"]
     for name, v in validity(rows).items():
-        plan = f"{v['plan']}" + ("" if v["plan"] == PLAN else " (comparison)")
+        plan = f"{v['plan']}" + ("" if v["plan"] == CANDIDATES_OF else " (comparison)")
         lines.append(f"| {name} | {plan} | {v['harmless_min']:.3f} - {v['harmless_max']:.3f} | "
                      f"{v['bad_max']:.3f} | {'yes' if v['valid'] else 'no'} | "
                      f"{', '.join(v['broken_by']) or '-'} |")
@@ -489,6 +495,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk", type=int, default=256, help="prepare's rows per embedding call")
     parser.add_argument("--seed", type=int, default=0,
                         help="the random vectors' and the shuffled table's seed")
+    parser.add_argument("--family_seeds", type=int, nargs=3, default=[0, 0, 1],
+                        metavar=("POOL", "BBC", "DOCS"),
+                        help="seeds of the families built here: the pool's (without --pool), "
+                             "BBC's draw, the docs pool's (default: %(default)s)")
     return parser
 
 
@@ -503,12 +513,13 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"--work {work}: not empty; give an empty or new folder")
         timed, untimed = embedders(args.seed)
         rows = []
-        for name, shards in families(work, args.families, args.pool, args.bbc_limit).items():
+        for name, shards in families(work, args.families, args.pool, args.bbc_limit,
+                                     tuple(args.family_seeds)).items():
             rows += measure(name, shards, timed, untimed, work, args)
             print(table(rows), flush=True)
         print("\n" + validity_table(rows))
         text, yardstick = verdict(rows)
-        print(f"\nVerdict (yardstick-plan-2.md):\n{text}")
+        print(f"\nVerdict (yardstick-plan-{PLAN}.md):\n{text}")
         if args.results:
             args.results.mkdir(parents=True, exist_ok=True)
             (args.results / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
