@@ -466,9 +466,13 @@ def write_table_atomic(table: pa.Table, path: str | os.PathLike) -> None:
         pq.write_table(table, tmp)
 
 
-def write_json_atomic(obj, path: str | os.PathLike) -> None:
+def write_text_atomic(text: str, path: str | os.PathLike) -> None:
     with atomic_output(path) as tmp:
-        Path(tmp).write_text(json.dumps(obj, indent=2) + "\n")
+        Path(tmp).write_text(text)
+
+
+def write_json_atomic(obj, path: str | os.PathLike) -> None:
+    write_text_atomic(json.dumps(obj, indent=2) + "\n", path)
 
 
 def id_array(ids: np.ndarray) -> pa.Array:

@@ -23,7 +23,7 @@ from typing import Callable, Collection
 import numpy as np
 import pandas as pd
 
-from datamask.data import atomic_output, write_json_atomic
+from datamask.data import atomic_output, write_json_atomic, write_text_atomic
 from datamask.errors import UserError
 
 from .stats import CONFIDENCE, paired_difference, pooled_sd, resolvable_difference, t_interval
@@ -447,8 +447,7 @@ def write_tables(result_files: list[Path], output: Path,
                 "published; averages recomputed here.\n\n" + paper_md)
     output.mkdir(parents=True, exist_ok=True)
     for name, text in (("table2.md", ours), ("paper_table2.md", paper_md)):
-        with atomic_output(output / name) as tmp:
-            Path(tmp).write_text(text)
+        write_text_atomic(text, output / name)
     write_json_atomic(table, output / "table2.json")
     cells = pd.DataFrame.from_dict({m: e["cells"] for m, e in table["methods"].items()},
                                    orient="index")[list(columns)]

@@ -44,7 +44,6 @@ import torch
 from datamask.data import (
     ID_COLUMN,
     Dataset,
-    atomic_output,
     budget,
     check_ratio,
     check_unique_ids,
@@ -52,6 +51,7 @@ from datamask.data import (
     read_dataset,
     write_dataset,
     write_json_atomic,
+    write_text_atomic,
 )
 from datamask.errors import UserError
 from datamask.examples.synthetic import synthetic_dataset
@@ -578,8 +578,7 @@ def run(args: argparse.Namespace) -> None:
     for folder in [work] + ([args.results] if args.results else []):
         folder.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out, folder / "results.json")
-        with atomic_output(folder / "results.md") as tmp:
-            Path(tmp).write_text(text)
+        write_text_atomic(text, folder / "results.md")
     print(text, flush=True)
 
 

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask import processes
-from datamask.data import atomic_output, block_count, write_json_atomic, write_table_atomic
+from datamask.data import block_count, write_json_atomic, write_table_atomic, write_text_atomic
 from datamask.errors import UserError
 from datamask.paths import check_folder_output, remove_temporaries
 from datamask.shared import machine
@@ -548,8 +548,7 @@ def run(args: argparse.Namespace) -> None:
     for folder in [work] + ([args.results] if args.results else []):
         folder.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out, folder / "results.json")
-        with atomic_output(folder / "results.md") as tmp:
-            Path(tmp).write_text(text)
+        write_text_atomic(text, folder / "results.md")
     print(text, flush=True)
 
 

@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> None:
         print(NO_CUDA, flush=True)
         return
     check_flags(args)
-    from datamask.data import atomic_output, write_json_atomic
+    from datamask.data import write_json_atomic, write_text_atomic
     from datamask.shared import machine
     from reproduce.bench.corpus import build_corpus
     from reproduce.bench.static import shard_table
@@ -326,8 +326,7 @@ def run(args: argparse.Namespace) -> None:
         out["wall_s"] = round(time.perf_counter() - started, 1)
         results.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out, results / "results.json")
-        with atomic_output(results / "results.md") as tmp:
-            Path(tmp).write_text(markdown(out))
+        write_text_atomic(markdown(out), results / "results.md")
 
     say(started, f"{info['gpu'] or 'CPU (smoke run, no GPU measurement)'}; results in {results}")
     with tempfile.TemporaryDirectory() as scratch:

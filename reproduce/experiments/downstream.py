@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from datamask.data import atomic_output, check_ratio, write_json_atomic
+from datamask.data import check_ratio, write_json_atomic, write_text_atomic
 from datamask.errors import UserError
 from datamask.options import SEED_MAX
 from datamask.paths import check_paths
@@ -416,8 +416,7 @@ def arms_markdown(output: Path) -> None:
                 for method, outcome in free.items() if method != NULL and not parse_dose(method)]
         text += (f"\nOn `{primary}`:\n\n| method | free arm | stratified arm | the difference "
                  f"is |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
-    with atomic_output(output / "arms.md") as tmp:
-        Path(tmp).write_text(text)
+    write_text_atomic(text, output / "arms.md")
 
 
 def verdict_summary(output: Path) -> str:
@@ -471,8 +470,7 @@ def verdict_summary(output: Path) -> str:
               "rows kept, costs and the rule:"]
     lines += [f"- {path}: {what}" for path, what in where.items() if path.is_file()]
     text = "\n".join(lines) + "\n"
-    with atomic_output(output / "verdict.md") as tmp:
-        Path(tmp).write_text(text)
+    write_text_atomic(text, output / "verdict.md")
     return text
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from datamask.data import atomic_output, write_json_atomic
+from datamask.data import write_json_atomic, write_text_atomic
 from datamask.errors import UserError
 from eval.tables import markdown
 
@@ -175,8 +175,7 @@ def report(output: Path, probes: dict) -> str:
                 f"{WEAK_SNR:g})." if choice["weak"] else ".") + "\n")
     write_json_atomic({"probes": probes, "calibrated": rows, "pick": choice},
                       output / "proxy.json")
-    with atomic_output(output / "proxy.md") as tmp:
-        Path(tmp).write_text(text)
+    write_text_atomic(text, output / "proxy.md")
     return text
 
 

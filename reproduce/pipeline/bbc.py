@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from datamask.data import atomic_output, write_table_atomic
+from datamask.data import write_table_atomic, write_text_atomic
 from datamask.errors import UserError
 from datamask.shared import require
 
@@ -103,8 +103,7 @@ def headline_items(held_out: list[dict], rng: np.random.Generator) -> list[dict]
 
 
 def _write_jsonl(rows: list[dict], path: Path) -> None:
-    with atomic_output(path) as tmp:
-        Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_text_atomic("".join(json.dumps(r) + "\n" for r in rows), path)
 
 
 def write_bbc_fineweb(output: Path, tasks_output: Path, n_shards: int = 4,
