@@ -21,9 +21,10 @@ ifneq ($(INSTALLED_FROM),$(realpath $(CURDIR))/datamask)
 .PHONY: $(STAMP)
 endif
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -100,11 +101,12 @@ bench-prepare: install
 	$(BIN)/python -m reproduce.bench.prepare $(BENCH_PREPARE_FLAGS)
 
 # embeddings for prepare judged by a fidelity yardstick that the transformer's harmless variants
-# pass first (reproduce/results/static-embedding/yardstick-plan-2.md): on the demo pool, a BBC slice
-# and a pool of technical text, the variants, two known-bad embeddings and the rivals (static
-# model, centred, 64 tokens), every selection scored on the transformer's vectors, and each route's
-# whole-prepare documents/s; BENCH_STATIC_FLAGS: e.g. --pool DIR, --families, --results DIR. The
-# first run distils the static model (minutes; cached after).
+# pass first (reproduce/results/static-embedding/yardstick-plan-4.md): on the demo pool, a BBC slice
+# and a pool of technical text, the variants, two known-bad embeddings and the rivals (the static
+# model as distilled, centred and fitted with tokenlearn on a share of the input; the transformer
+# at 128 and 64 tokens and in int8), every selection scored on the transformer's vectors, and each
+# route's whole-prepare documents/s; BENCH_STATIC_FLAGS: e.g. --family_seeds, --families, --results
+# DIR. The first run distils the static model (minutes; cached after).
 BENCH_STATIC_FLAGS ?=
 bench-static: install
 	$(BIN)/python -m reproduce.bench.static $(BENCH_STATIC_FLAGS)

@@ -28,7 +28,10 @@ PIP_HINTS = {
     "yaml": "pyyaml",
     "model2vec": "model2vec==0.10.0",
     "skeletoken": "skeletoken==0.6.1",
+    "tokenlearn": "tokenlearn==0.2.1",
 }
+# installed without their dependencies (requirements-nodeps.txt says why)
+NO_DEPS = {"tokenlearn"}
 
 
 def require(module: str, stage: str):
@@ -36,9 +39,11 @@ def require(module: str, stage: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        hint = PIP_HINTS.get(module.split(".")[0], module)
-        raise UserError(f"{stage} needs the package '{module}': pip install \"{hint}\" "
-                        f"(or pip install -r requirements.txt)") from None
+        package = module.split(".")[0]
+        hint = PIP_HINTS.get(package, module)
+        line = (f'pip install --no-deps "{hint}" (or make install)' if package in NO_DEPS
+                else f'pip install "{hint}" (or pip install -r requirements.txt)')
+        raise UserError(f"{stage} needs the package '{module}': {line}") from None
 
 
 def check_device(device: str, flag: str = "--device") -> str:

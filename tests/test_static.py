@@ -130,3 +130,30 @@ def test_static_into_an_output_of_another_model_is_refused(tmp_path, capsys, fin
                      "heuristic", "--embedding_model", f"{STATIC}:{saved}"],
             "--embedding_model", str(out), "another embedding model")
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
+
+
+def test_a_fit_on_target_vectors_is_the_same_for_a_seed_and_leaves_its_base_alone(embedder,
+                                                                                  fineweb):
+    """bench-static's static model fitted with tokenlearn (on a handful of documents here, with
+    seeded targets): unit vectors of the base's width that moved, the same again for the same seed
+    (up to the threads' summation order), and the base model untouched."""
+    bench = pytest.importorskip("reproduce.bench.static")
+    texts = [t for f in sorted(fineweb.glob("*.parquet"))
+             for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()]
+    targets = np.random.default_rng(0).standard_normal((len(texts), 12)).astype(np.float32)
+    before = embedder(texts)
+    first, second = (bench.fitted(embedder, texts, targets, seed=0)(texts) for _ in range(2))
+    assert first.shape == before.shape
+    assert np.allclose(np.linalg.norm(first, axis=1), 1, atol=1e-5)
+    assert not np.allclose(first, before, atol=1e-3)
+    assert np.allclose(first, second, atol=1e-5)
+    assert np.array_equal(embedder(texts), before)
+
+
+def test_the_fit_sample_is_seeded_and_never_smaller_than_tokenlearns_held_out_tenth_needs():
+    from reproduce.bench.static import sample
+    assert len(sample(642, 0.05, 0)) == 32 and len(sample(642, 1.0, 0)) == 642
+    assert len(sample(100, 0.01, 0)) == 10 and len(sample(6, 0.5, 0)) == 6
+    assert np.array_equal(sample(642, 0.25, 0), sample(642, 0.25, 0))
+    assert sorted(sample(642, 1.0, 3)) == list(range(642))
+

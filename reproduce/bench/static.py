@@ -1,14 +1,17 @@
 """`make bench-static`: embeddings for prepare, judged by a fidelity yardstick that the
 transformer's own harmless variants must pass first (reproduce/results/static-embedding/
-yardstick-plan-3.md, plan 2's candidates with input truncation counted as a rival; plans 1 and 2
-found no valid one).
+yardstick-plan-4.md: plan 3's families, candidates and rule, with the int8 transformer and the
+static model fitted on a sample of the input among the rivals; plans 1 and 2 found no valid
+yardstick, plan 3 found one).
 
 On three families built offline (a demo pool, a BBC slice, a pool of technical reference text;
 --family_seeds draws them), every route gives vectors for the same documents: the reference (the
 transformer as prepare runs it), its harmless variants (centred, another select seed, lamb 0.45
 and 0.55, one document per call, one torch thread: the same input), two known-bad embeddings
 (random unit vectors; the static model with its token vectors shuffled) and the rivals (the
-static model, the same centred, the transformer at 128 and at 64 tokens). datamask selects
+static model, the same centred, the transformer at 128 and at 64 tokens and with int8 linear
+layers, the static model fitted with tokenlearn on 5%, 25% and 100% of the family, the fit's
+cost counted in its speed). datamask selects
 from each route's vectors (select's defaults, the same quality column), and once more from them
 centred by their own corpus mean (origin-free); the selections are scored with the project's
 Report on the reference's vectors (centred for the origin-free ones), and each candidate
@@ -22,7 +25,10 @@ chunks, interleaved passes, medians): on a shared machine read the ratios.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import logging
+import warnings
 import statistics
 import tempfile
 import time
@@ -38,6 +44,7 @@ from datamask.data import Dataset, read_dataset
 from datamask.errors import UserError
 from datamask.report import Report
 from datamask.selectors import make_selector
+from datamask.shared import require
 
 from reproduce.bench.blocks import unit_rows
 from reproduce.pipeline.bbc import write_bbc_fineweb
@@ -56,7 +63,7 @@ POOL_FLAGS = {"heldout_chars": 40_000, "task_articles": 60, "max_mb_per_domain":
 FAMILIES = ("pool", "BBC", "docs")
 METRICS = ("Pair_simi", "DiSF", "Facility")
 ORIGIN_FREE = ("Pair_simi", "DiSF")  # the joints that score the origin-free selections
-PLAN = 3  # the plan this bench runs (its routes and families)
+PLAN = 4  # the plan this bench runs (its routes and families)
 CANDIDATES_OF = 2  # the plan whose candidates the verdict chooses among
 # the candidate yardsticks, each plan's in its order; `single`: one selection per route suffices;
 # `plan`: the plan that proposed it (plan 1's are shown for comparison, not chosen from)
@@ -74,6 +81,7 @@ YARDSTICKS = {
     "neighbour recall": {"single": True, "plan": 1},
 }
 CANDIDATES = [name for name, spec in YARDSTICKS.items() if spec["plan"] == CANDIDATES_OF]
+FIT_SHARES = (0.05, 0.25, 1.0)  # the shares of a family the static model is fitted on
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,9 @@ ROUTES = (
     Route("static (distilled)", "rival", "static"),
     Route("static, centred", "rival", "static", centred=True),
     Route("transformer, 64 tokens", "rival", "transformer, 64 tokens"),
+    Route("transformer, int8", "rival", "transformer, int8"),
+    *(Route(f"static, fitted on {share:.0%}", "rival", f"static, fitted {share:.0%}")
+      for share in FIT_SHARES),
 )
 REFERENCE = ROUTES[0]
 
@@ -129,12 +140,50 @@ class OneThread:
             torch.set_num_threads(before)
 
 
+def int8(embedder: Embedder) -> Embedder:
+    """The transformer with every linear layer's weights quantised to int8 and its activations
+    per batch (torch's dynamic quantisation): the same tokenizer and input, other arithmetic."""
+    import torch
+    with warnings.catch_warnings(action="ignore"):  # the eager API's notice that torchao succeeds it
+        torch.ao.quantization.quantize_dynamic(embedder.model, {torch.nn.Linear},
+                                               dtype=torch.qint8, inplace=True)
+    return embedder
+
+
+def fitted(base: StaticEmbedder, texts: list[str], targets: np.ndarray,
+           seed: int) -> StaticEmbedder:
+    """`base`'s static model trained further with tokenlearn's `train_model` on `texts`, the
+    reference's vectors of them as targets (its defaults; the targets' PCA to at most as many
+    dimensions as documents): its vectors learn where the transformer puts a document. `base` is
+    left as it was."""
+    import torch
+    root = logging.getLogger()
+    level = root.level
+    train = require("tokenlearn.train", "bench-static's fitted static model")
+    root.setLevel(level)  # tokenlearn.train sets the root logger to INFO when imported
+    torch.manual_seed(seed)  # its output layer's start and its batches' order
+    embedder = copy.copy(base)  # without the model (Embedder.__getstate__)
+    embedder.model = train.train_model(base.model, texts, targets, device="cpu",
+                                       pca_dims=min(256, len(texts)))
+    return embedder
+
+
+def sample(n: int, share: float, seed: int) -> np.ndarray:
+    """A seeded `share` of n rows (at least 10, tokenlearn's held-out tenth), in random order."""
+    size = min(n, max(10, round(share * n)))
+    return np.random.default_rng(seed).permutation(n)[:size]
+
+
+def embed_all(embedder, texts: list[str], chunk: int) -> np.ndarray:
+    return np.concatenate([embedder(texts[i:i + chunk]) for i in range(0, len(texts), chunk)])
+
+
 def embedders(seed: int) -> tuple[dict, dict]:
     """(timed, untimed) embedders by vectors key. The timed ones are prepare's routes and are
     timed as a whole prepare; the untimed ones only make the variants' vectors."""
     timed = {"transformer": Embedder(), "transformer, 128 tokens": Embedder(max_seq_length=128),
              "transformer, 64 tokens": Embedder(max_seq_length=64),
-             "static": StaticEmbedder(STATIC).load()}
+             "transformer, int8": int8(Embedder()), "static": StaticEmbedder(STATIC).load()}
     shuffled = StaticEmbedder(STATIC).load()
     table = shuffled.model.embedding  # a second load: the timed static model keeps its table
     shuffled.model.embedding = table[np.random.default_rng(seed).permutation(len(table))]
@@ -280,8 +329,16 @@ def measure(name: str, shards: Path, timed: dict, untimed: dict, work: Path, arg
     vectors, rates = timed_passes(timed, table, shards, args.repeats, args.chunk)
     texts = table.column("text").to_pylist()
     for key, embedder in untimed.items():
-        vectors[key] = np.concatenate([embedder(texts[i:i + args.chunk])
-                                       for i in range(0, len(texts), args.chunk)])
+        vectors[key] = embed_all(embedder, texts, args.chunk)
+    for share in FIT_SHARES:  # the fit's cost: the sample's transformer vectors and the training
+        rows = sample(len(texts), share, args.seed)
+        start = time.perf_counter()
+        targets = timed["transformer"]([texts[i] for i in rows])
+        model = fitted(timed["static"], [texts[i] for i in rows], targets, args.seed)
+        cost = time.perf_counter() - start
+        key = f"static, fitted {share:.0%}"
+        vectors[key] = embed_all(model, texts, args.chunk)
+        rates[key] = len(texts) / (len(texts) / rates["static"] + cost)  # its lookup: static's
     vectors["random"] = unit_rows(np.random.default_rng(args.seed).standard_normal(
         (len(texts), vectors["transformer"].shape[1])).astype(np.float32))
     # the quality column as prepare writes it, and its row ids; rows aligned to the shards' texts
@@ -460,7 +517,7 @@ def figure(rows: list[dict], yardstick: str | None, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
     ax.axvspan(*BAND, color="tab:green", alpha=0.15, label=f"band {BAND[0]}-{BAND[1]}")
     harmless = [r["yardsticks"][yardstick][0] for r in rows if r["kind"] == "harmless"
                 and yardstick not in r["by_construction"]]
@@ -477,7 +534,7 @@ def figure(rows: list[dict], yardstick: str | None, path: Path) -> None:
     ax.set_xlabel(f"{yardstick} (share of the reference's)"
                   + ("" if valid else "\nnot a valid yardstick: the harmless variants leave the band"))
     ax.set_ylabel("whole-prepare documents/s, x transformer")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
