@@ -126,7 +126,7 @@ bench-corpus: pool
 # stage at 1, 2, 4, 8, 16 and 32 blocks on the pool's and BBC's rows (prepared here with the
 # transformer at 128 tokens) and 100,000 synthetic rows, 5% planted near-copies in each, every
 # selection scored on all rows; a rerun reuses what is done in BLOCKS_DIR. BENCH_BLOCKS_FLAGS:
-# --families, --selectors, --blocks, --merge_ratio, --results DIR.
+# --families, --selectors, --blocks, --merge_ratio, --partitions, --dedup_thresholds, --results DIR.
 BLOCKS_DIR ?= runs/bench-blocks
 BENCH_BLOCKS_FLAGS ?=
 bench-blocks: pool

@@ -175,6 +175,8 @@ def test_facility_is_skipped_past_max_rows_and_scored_on_a_cover_sample(tmp_path
     (["--merge_ratio", "0.5", "--merge_partitions", "kmeans"], "--merge_partitions"),
     (["--merge_ratio", "0.5", "--merge_blocks", "8"], "--merge_blocks"),
     (["--partitions", "kmeans"], "--partitions"),
+    (["--dedup_thresholds", "1.5"], "--dedup_thresholds"),
+    (["--dedup_thresholds", "0.9", "--dedup_blocks", "8"], "--dedup_blocks"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, capsys, more, named):
     work = tmp_path / "work"
@@ -286,3 +288,44 @@ def test_the_bbc_shards_are_written_once_into_work(tmp_path):
     assert bench.text_shards("bbc", tmp_path, None) == shards
     assert [f.stat().st_mtime_ns for f in files] == stamps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bbc"]
+
+
+def test_a_dedup_arm_selects_from_what_the_keep_list_keeps_and_no_planted_pair_twice(tmp_path):
+    """The synthetic copies (noise 0.01 in 64 dimensions: cosine about 0.997 to their originals)
+    are removed by dedup at 0.99 before select, so no pair has both rows kept, while the plain arm
+    keeps some; removed rows sit in no block and count toward no budget; the shares read the plain
+    one-block run."""
+    work = tmp_path / "work"
+    assert bench.main(["--work", str(work), "--families", "synthetic", "--synthetic_rows", "600",
+                       "--blocks", "1", "2", "--selectors", "datamask:n_epochs=50",
+                       "--dedup_thresholds", "0.99", "--dedup_blocks", "2"]) == 0
+    runs = {(r["arm"], r["B"]): r for r in
+            json.loads((work / "results.json").read_text())["runs"]}
+    assert sorted(runs) == [("datamask:n_epochs=50", 1), ("datamask:n_epochs=50", 2),
+                            ("datamask:n_epochs=50, dedup 0.99", 2)]
+    plain, dedup = runs["datamask:n_epochs=50", 2], runs["datamask:n_epochs=50, dedup 0.99", 2]
+    assert plain["both_selected"] > 0 and dedup["both_selected"] == 0
+    assert dedup["dedup_removed"] >= dedup["pairs"] == 30
+    table = selection(work, "datamask:n_epochs=50, dedup 0.99", 2)
+    removed = table.column("block").to_numpy() == -1
+    assert removed.sum() == dedup["dedup_removed"] and not table.column(
+        "selected").to_numpy()[removed].any()
+    assert dedup["selected"] == round(0.25 * (630 - dedup["dedup_removed"]))
+    assert dedup["pairs_split"] == 0  # a removed copy is in no block, so splits no pair
+    assert runs["datamask:n_epochs=50", 1]["share_of_one_block"] == 1.0
+
+
+def test_the_partition_rule_moves_a_metric_to_neighbourhood_blocks_only_past_the_tie():
+    def record(metric, partition, share, family="pool"):
+        return {"family": family, "selector": metric, "metric": metric, "B": 32,
+                "merge_ratio": None, "partition": partition, "share_of_one_block": share}
+
+    runs = [record("Facility", "random", 0.4), record("Facility", "neighbourhood", 0.96),
+            record("Facility", "random", 0.5, "bbc"),
+            record("Facility", "neighbourhood", 0.97, "bbc"),
+            record("Pair_simi", "random", 0.98), record("Pair_simi", "neighbourhood", 0.985)]
+    verdicts = {v["metric"]: v for v in bench.partition_verdict(runs)}
+    assert verdicts["Facility"] == {"metric": "Facility", "blocks": 32, "random": 0.4,
+                                    "neighbourhood": 0.96, "default": "neighbourhood",
+                                    "goal": 0.95, "met": True}
+    assert verdicts["Pair_simi"]["default"] == "random" and not verdicts["Pair_simi"]["met"]

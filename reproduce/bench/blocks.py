@@ -18,7 +18,9 @@ Each family gets --planted of its row count as new rows: a copy of an original d
 its embedding plus Gaussian noise (--noise per dimension) scaled back to unit length, its quality
 copied, a new id. --merge_ratio adds an arm per ratio and --merge_partitions entry, select's
 merge round across blocks, at the block counts of --merge_blocks; --partitions neighbourhood adds
-every arm again on select's neighbourhood blocks (--partition) instead of random ones.
+every arm again on select's neighbourhood blocks (--partition) instead of random ones;
+--dedup_thresholds adds an arm per threshold: `pipeline dedup`'s embedding step on the family's
+rows first, then select (random blocks) on the rows its keep-list keeps.
 Everything lands in --work; a rerun reuses each finished run's record (records/) and each
 prepared family. results.json and results.md go to --work (and --results).
 """
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from contextlib import contextmanager, redirect_stderr
@@ -204,19 +207,22 @@ def slug(text: str) -> str:
 
 
 class Arm:
-    """A selector spec, select's --partition of the first round's blocks (`cut`), and the merge
-    round's ratio and partition passed to run_select (None: the plain stage)."""
+    """A selector spec, select's --partition of the first round's blocks (`cut`), the merge
+    round's ratio and partition passed to run_select (None: the plain stage), and the cosine
+    threshold of a dedup pass before select (None: none)."""
 
     def __init__(self, spec: str, metric: str, merge: float | None = None,
-                 partition: str | None = None, cut: str = "random"):
+                 partition: str | None = None, cut: str = "random",
+                 dedup: float | None = None):
         self.spec, self.metric, self.merge, self.partition = spec, metric, merge, partition
-        self.cut = cut
+        self.cut, self.dedup = cut, dedup
 
     @property
     def label(self) -> str:
         blocks = "" if self.cut == "random" else f", {self.cut} blocks"
+        dedup = "" if self.dedup is None else f", dedup {self.dedup:g}"
         if self.merge is None:
-            return self.spec + blocks
+            return self.spec + blocks + dedup
         return f"{self.spec}{blocks}, merge {self.merge:g} {self.partition}"
 
 
@@ -239,11 +245,12 @@ def read_selection(folder: Path, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def pair_counts(pairs: np.ndarray, selected: np.ndarray, block: np.ndarray) -> dict:
-    """Planted pairs split over two blocks, pairs with both rows selected (and of those the
+    """Planted pairs split over two blocks (both rows in a block), pairs with both rows selected (and of those the
     split ones), and what a uniformly random selection of the same size keeps on average:
     P x c (c - 1) / (N (N - 1))."""
     n, chosen = len(selected), int(selected.sum())
-    split = block[pairs[:, 0]] != block[pairs[:, 1]]
+    placed = (block[pairs[:, 0]] >= 0) & (block[pairs[:, 1]] >= 0)  # -1: removed by a keep-list
+    split = placed & (block[pairs[:, 0]] != block[pairs[:, 1]])
     both = selected[pairs[:, 0]] & selected[pairs[:, 1]]
     return {"pairs": len(pairs), "pairs_split": int(split.sum()), "both_selected": int(both.sum()),
             "both_selected_split": int((both & split).sum()),
@@ -288,6 +295,24 @@ def stage_log(path: Path):
         setup_default_logger()
 
 
+def deduplicated(family: Family, threshold: float, work: Path, seed: int) -> tuple[Path, dict]:
+    """`pipeline dedup`'s embedding step over the family's rows at `threshold` (its other settings
+    dedup's defaults), its log beside the runs'; (the keep-list's folder, its manifest). dedup
+    reads one --prepared folder, so the family's files are hard-linked into one, in their order; a
+    rerun with the same rows returns the finished keep-list at once."""
+    from reproduce.pipeline.dedup import run_dedup
+
+    rows = work / "inputs" / family.name / "dedup-input"
+    shutil.rmtree(rows, ignore_errors=True)
+    with atomic_folder(rows) as tmp:
+        for i, path in enumerate(family.files):
+            os.link(path, tmp / f"{i:03d}_{path.name}")
+    out = work / "dedup" / family.name / f"threshold-{threshold:g}"
+    with stage_log(work / "logs" / family.name / f"dedup-{threshold:g}.log"):
+        manifest = run_dedup(None, rows, out, threshold=threshold, seed=seed)
+    return out, manifest
+
+
 def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path,
             ids: np.ndarray, report_of) -> dict:
     """One select stage run (its log in `log`) and its scores."""
@@ -298,6 +323,11 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
                 else {"merge_ratio": arm.merge, "merge_partition": arm.partition})
     if arm.cut != "random":
         keywords["partition"] = arm.cut
+    dedup = {}
+    if arm.dedup is not None:
+        keywords["keep"], manifest = deduplicated(family, arm.dedup, args.work, args.seed)
+        dedup = {"dedup_removed": manifest["removed"]["embedding"],
+                 "dedup_wall_s": manifest["stage_wall_s"]}
     with stage_log(log):
         started = time.perf_counter()
         summary = run_select([str(f) for f in family.files], folder, arm.spec, args.select_ratio,
@@ -307,7 +337,7 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
     selected, block = read_selection(folder, ids)
     return {"family": family.name, "selector": arm.spec, "arm": arm.label, "metric": arm.metric,
             "merge_ratio": arm.merge, "merge_partition": arm.partition, "partition": arm.cut,
-            "B": blocks, "blocks": int(summary["blocks"]),
+            "dedup": arm.dedup, **dedup, "B": blocks, "blocks": int(summary["blocks"]),
             "block_rows": block_size if blocks > 1 else family.rows, "rows": family.rows,
             "selected": int(selected.sum()), "select_wall_s": round(wall, 2),
             "selector_time_s": summary["selector_time_s"],
@@ -324,7 +354,8 @@ def run_config(family: Family, arm: Arm, blocks: int, args) -> dict:
             "select_ratio": args.select_ratio, "lamb": args.lamb, "seed": args.seed,
             "metric": arm.metric,
             "cover_rows": args.cover_rows if arm.metric == "Facility" else None,
-            **({"partition": arm.cut} if arm.cut != "random" else {})}
+            **({"partition": arm.cut} if arm.cut != "random" else {}),
+            **({"dedup": arm.dedup} if arm.dedup is not None else {})}
 
 
 # ---------------------------------------------------------------- flags
@@ -411,6 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--partitions", nargs="+", default=["random"], metavar="P",
                         help="an arm per P: select's --partition of the first round's blocks, for "
                              "the plain and the merge arms (default: %(default)s)")
+    parser.add_argument("--dedup_thresholds", type=fraction, nargs="+", default=[], metavar="T",
+                        help="an arm per T: `pipeline dedup`'s embedding step at cosine "
+                             "threshold T on the family's rows, then select on the rows it keeps "
+                             "(default: none)")
+    parser.add_argument("--dedup_blocks", type=POSITIVE, nargs="+", metavar="B",
+                        help="the block counts the dedup arms run at (default: every B of "
+                             "--blocks)")
     parser.add_argument("--merge_blocks", type=POSITIVE, nargs="+", metavar="B",
                         help="the block counts (above 1) the merge arms run at (default: every "
                              "B of --blocks above 1)")
@@ -450,6 +488,10 @@ def check_flags(args: argparse.Namespace) -> list[Arm]:
     if not set(args.merge_blocks) <= set(args.blocks) - {1}:
         raise UserError(f"--merge_blocks {' '.join(map(str, args.merge_blocks))}: each must be a "
                         f"B of --blocks above 1")
+    args.dedup_blocks = sorted(set(args.dedup_blocks or args.blocks))
+    if not set(args.dedup_blocks) <= set(args.blocks):
+        raise UserError(f"--dedup_blocks {' '.join(map(str, args.dedup_blocks))}: each must be a "
+                        f"B of --blocks")
     arms = []
     for spec in args.selectors:
         name, params = parse_method(spec)
@@ -459,6 +501,7 @@ def check_flags(args: argparse.Namespace) -> list[Arm]:
             arms.append(Arm(spec, metric, cut=cut))
             arms += [Arm(spec, metric, r, p, cut) for r in args.merge_ratio
                      for p in args.merge_partitions]
+        arms += [Arm(spec, metric, dedup=t) for t in sorted(set(args.dedup_thresholds))]
     return arms
 
 
@@ -518,7 +561,8 @@ def run(args: argparse.Namespace) -> None:
             # one block is one block whatever the partition: run once, by the first arm
             plan += [(name, arm, b) for b in args.blocks
                      if (arm.merge is None or b in args.merge_blocks)
-                     and (b > 1 or arm.cut == args.partitions[0])]
+                     and (arm.dedup is None or b in args.dedup_blocks)
+                     and (b > 1 or arm.cut == args.partitions[0] or arm.dedup is not None)]
     print(f"{COMMAND}: {len(plan)} select runs over {', '.join(args.families)} "
           f"({', '.join(f'{n}: {r:,} rows' for n, r in rows.items())}) in {work}"
           + "".join(f"; skipped {s['selector']} on {s['family']} ({s['why']})" for s in skipped),
@@ -584,9 +628,9 @@ def run(args: argparse.Namespace) -> None:
 
 def with_shares(records: list[dict]) -> list[dict]:
     """Each run with its joint objective as a share of its selector's one-block run on the same
-    family (the plain arm's B=1: the merge arms are read against it too)."""
+    family (the plain arm's B=1: the merge, partition and dedup arms are read against it too)."""
     one = {(r["family"], r["selector"]): r["joint"] for r in records
-           if r["B"] == 1 and r["merge_ratio"] is None}
+           if r["B"] == 1 and r["merge_ratio"] is None and r.get("dedup") is None}
     return [{**r, "share_of_one_block": r["joint"] / one[r["family"], r["selector"]]}
             for r in records]
 
@@ -600,7 +644,8 @@ def merge_verdict(runs: list[dict] | None, blocks: int, screening: list[str],
     selector; None where the runs hold no merge arm there. Runs on random blocks only (records
     from before the partition arms name none)."""
     runs = [r for r in runs or () if r["B"] == blocks and r.get("partition", "random") == "random"]
-    one = {(r["family"], r["selector"]): r for r in runs if r["merge_ratio"] is None}
+    one = {(r["family"], r["selector"]): r for r in runs
+           if r["merge_ratio"] is None and r.get("dedup") is None}
     arms = {}
     for r in runs:
         if r["merge_ratio"] is not None:
@@ -633,6 +678,35 @@ def merge_verdict(runs: list[dict] | None, blocks: int, screening: list[str],
             "rows": rows, "worst_share": min(r["share_of_one_block"] for r in cells.values()),
             "pairs": sum(r["both_selected"] for r in cells.values()), "wall": wall(cells),
             "blocks": blocks}
+
+
+PARTITION_GOALS = {"Facility": 0.95, "Pair_simi": 0.99, "DiSF": 0.99}  # share at the most blocks
+PARTITION_TIE = 0.01  # neighbourhood blocks become a metric's default only when this much better
+
+
+def partition_verdict(runs: list[dict]) -> list[dict]:
+    """Per diversity metric, at the largest B run on both partitions: one round's smallest share
+    over the families on random and on neighbourhood blocks, the default the plan's rule picks
+    (neighbourhood where it keeps at least PARTITION_TIE more, else random, select's default) and
+    whether the pick meets the metric's PARTITION_GOALS share on every family."""
+    plain = [r for r in runs if r["merge_ratio"] is None and r.get("dedup") is None]
+    out = []
+    for metric in dict.fromkeys(r["metric"] for r in plain):
+        mine = [r for r in plain if r["metric"] == metric]
+        both = ({r["B"] for r in mine if r.get("partition", "random") == "random"}
+                & {r["B"] for r in mine if r.get("partition") == "neighbourhood"})
+        if not both:
+            continue
+        blocks = max(both)
+        worst = {cut: min(r["share_of_one_block"] for r in mine
+                          if r["B"] == blocks and r.get("partition", "random") == cut)
+                 for cut in ("random", "neighbourhood")}
+        pick = ("neighbourhood" if worst["neighbourhood"] >= worst["random"] + PARTITION_TIE
+                else "random")
+        goal = PARTITION_GOALS.get(metric)
+        out.append({"metric": metric, "blocks": blocks, **worst, "default": pick, "goal": goal,
+                    "met": goal is not None and worst[pick] >= goal})
+    return out
 
 
 def markdown(out: dict) -> str:
@@ -668,6 +742,15 @@ def markdown(out: dict) -> str:
                 f"{r['both_selected']:,} ({r['both_selected_split']:,}) | "
                 f"{r['both_selected_random']:,.1f} | {r['select_wall_s']:,.1f} | "
                 f"{r['selector_time_s']:,.1f} |")
+        lines.append("")
+    verdicts = partition_verdict(out["runs"])
+    if verdicts:
+        lines += ["## The first round's partition, by the plan's rule", "",
+                  "| metric | B | random blocks, smallest share | neighbourhood blocks, smallest "
+                  "share | default | goal | met |", "|---|---:|---:|---:|---|---:|---|"]
+        lines += [f"| {v['metric']} | {v['blocks']} | {v['random']:.4f} | "
+                  f"{v['neighbourhood']:.4f} | {v['default']} | {v['goal'] or '-'} | "
+                  f"{'yes' if v['met'] else 'no'} |" for v in verdicts]
         lines.append("")
     for s in out["skipped"]:
         lines.append(f"Skipped: {s['selector']} on {s['family']} ({s['rows']:,} rows; "
