@@ -187,6 +187,26 @@ def test_the_findings_claim_reads_what_the_bench_writes_of_each_yardsticks_valid
     assert bench.findings(rows_with(0.5, 0.3))["yardstick"] == "none"
 
 
+def test_a_rival_meets_the_corpus_scale_goal_only_faithful_on_every_family_and_30x_fast():
+    def rival(route, share, speedup):
+        return {"route": route, "kind": "rival", "by_construction": [], "speedup": speedup,
+                "yardsticks": {n: (share, False) for n in bench.YARDSTICKS}}
+
+    rows = rows_with(0.97, 0.3) + [
+        rival("static (distilled)", 0.96, 40.0), rival("static (distilled)", 0.97, 20.0),
+        rival("static (distilled)", 0.99, 35.0),  # median 35x, faithful everywhere
+        rival("transformer, int8", 0.99, 50.0), rival("transformer, int8", 0.94, 50.0),
+        rival("transformer, 64 tokens", 0.99, 3.0)]
+    found = bench.findings(rows)
+    routes = {r["route"]: r for r in found["routes"]}
+    assert set(routes) == {"static (distilled)", "transformer, int8", "transformer, 64 tokens"}
+    assert routes["static (distilled)"]["goal"] and routes["static (distilled)"]["speedup"] == 35
+    assert not routes["transformer, int8"]["faithful"]  # 0.94 on one family
+    short = routes["transformer, 64 tokens"]
+    assert short["faithful"] and not short["goal"]
+    assert found["routes_meeting_goal"] == 1 and found["routes_judged"] == 3
+
+
 def test_the_harmless_variants_give_the_transformer_its_whole_input():
     """Plan 3: a variant that cuts the input short is a rival, not a harmless variant."""
     harmless = [r for r in bench.ROUTES if r.kind == "harmless"]

@@ -245,9 +245,9 @@ def read_selection(folder: Path, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def pair_counts(pairs: np.ndarray, selected: np.ndarray, block: np.ndarray) -> dict:
-    """Planted pairs split over two blocks (both rows in a block), pairs with both rows selected (and of those the
-    split ones), and what a uniformly random selection of the same size keeps on average:
-    P x c (c - 1) / (N (N - 1))."""
+    """Planted pairs split over two blocks (both rows in a block), pairs with both rows selected
+    (and of those the split ones), and what a uniformly random selection of the same size keeps
+    on average: P x c (c - 1) / (N (N - 1))."""
     n, chosen = len(selected), int(selected.sum())
     placed = (block[pairs[:, 0]] >= 0) & (block[pairs[:, 1]] >= 0)  # -1: removed by a keep-list
     split = placed & (block[pairs[:, 0]] != block[pairs[:, 1]])

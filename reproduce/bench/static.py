@@ -144,7 +144,7 @@ def int8(embedder: Embedder) -> Embedder:
     """The transformer with every linear layer's weights quantised to int8 and its activations
     per batch (torch's dynamic quantisation): the same tokenizer and input, other arithmetic."""
     import torch
-    with warnings.catch_warnings(action="ignore"):  # the eager API's notice that torchao succeeds it
+    with warnings.catch_warnings(action="ignore"):  # the eager API's notice of its successor
         torch.ao.quantization.quantize_dynamic(embedder.model, {torch.nn.Linear},
                                                dtype=torch.qint8, inplace=True)
     return embedder
@@ -458,16 +458,28 @@ def verdict(rows: list[dict]) -> tuple[str, str | None]:
     lines = [f"yardstick: {yardstick} (harmless {valid[yardstick]['harmless_min']:.3f}-"
              f"{valid[yardstick]['harmless_max']:.3f}, known-bad at most "
              f"{valid[yardstick]['bad_max']:.3f})"]
+    lines += [f"{r['route']}: {r['worst']:.3f} at worst ({'passes' if r['faithful'] else 'fails'} "
+              f"fidelity), {r['speedup']:.1f}x the transformer's whole prepare (median over "
+              f"families); corpus-scale goal {'met' if r['goal'] else 'not met'}"
+              for r in judged(rows, yardstick)]
+    return "\n".join(lines), yardstick
+
+
+def judged(rows: list[dict], yardstick: str) -> list[dict]:
+    """Each rival on `yardstick`: its worst score over the families, its median whole-prepare
+    speed-up over the transformer, whether it passes fidelity (at least the band's floor on every
+    family) and the corpus-scale goal (fidelity at >= 30x)."""
+    out = []
     for route in (r for r in ROUTES if r.kind == "rival"):
         mine = [r for r in rows if r["route"] == route.name]
+        if not mine:  # a run of some families' rows may lack a rival
+            continue
         worst = min(r["yardsticks"][yardstick][0] for r in mine)
         speeds = [r["speedup"] for r in mine if r["speedup"] is not None]
         speed = statistics.median(speeds) if speeds else float("nan")
-        faithful, fast = worst >= BAND[0], speed >= 30
-        lines.append(f"{route.name}: {worst:.3f} at worst ({'passes' if faithful else 'fails'} "
-                     f"fidelity), {speed:.1f}x the transformer's whole prepare (median over "
-                     f"families); corpus-scale goal {'met' if faithful and fast else 'not met'}")
-    return "\n".join(lines), yardstick
+        out.append({"route": route.name, "worst": worst, "speedup": speed,
+                    "faithful": worst >= BAND[0], "goal": worst >= BAND[0] and speed >= 30})
+    return out
 
 
 def table(rows: list[dict]) -> str:
@@ -489,13 +501,18 @@ def table(rows: list[dict]) -> str:
 
 def findings(rows: list[dict]) -> dict:
     """What `make findings` reads (validity.json): how many of the plan's candidates are valid
-    (of how many), the chosen one ("none" where none is), and each candidate's (every plan's)
-    harmless range, highest known-bad and the routes that broke it."""
+    (of how many), the chosen one ("none" where none is), each candidate's (every plan's)
+    harmless range, highest known-bad and the routes that broke it, and the rivals as the chosen
+    yardstick judges them (none where none is chosen)."""
     valid = validity(rows)
+    yardstick = chosen(valid)
+    routes = judged(rows, yardstick) if yardstick else []
     return {"plan": PLAN, "candidates_of": CANDIDATES_OF,
             "valid": sum(valid[n]["valid"] for n in CANDIDATES),
-            "candidates": len(CANDIDATES), "yardstick": chosen(valid) or "none",
-            "rows": [{"yardstick": name, **v} for name, v in valid.items()]}
+            "candidates": len(CANDIDATES), "yardstick": yardstick or "none",
+            "rows": [{"yardstick": name, **v} for name, v in valid.items()],
+            "routes": routes, "routes_judged": len(routes),
+            "routes_meeting_goal": sum(r["goal"] for r in routes)}
 
 
 def validity_table(rows: list[dict]) -> str:
