@@ -31,9 +31,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # the files out in collection order. The slowest go first, so that the short files fill in
 # around them and both workers end together; xdist's own order (most tests first) would leave
 # the one-test Slurm file, among the slowest, for last.
-SLOWEST_FIRST = ("test_ray.py", "test_slurm.py", "test_downstream.py", "test_downstream_alone.py",
-                 "test_bench_corpus.py", "test_experiments.py", "test_stage_worker.py",
-                 "test_orphans.py", "test_bench_chunks.py", "test_bench_prepare.py")
+SLOWEST_FIRST = ("test_ray.py", "test_downstream.py", "test_slurm.py", "test_downstream_alone.py",
+                 "test_experiments.py", "test_bench_corpus.py", "test_bench_blocks.py",
+                 "test_ddp.py", "test_orphans.py", "test_stage_worker.py", "test_merge_round.py")
 
 
 def pytest_configure(config):
