@@ -27,6 +27,27 @@ from datamask.data import Dataset, write_dataset
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# `make test` runs each file whole on one of two workers (pytest-xdist, --dist loadfile), handing
+# the files out in collection order. The slowest go first, so that the short files fill in
+# around them and both workers end together; xdist's own order (most tests first) would leave
+# the one-test Slurm file, among the slowest, for last.
+SLOWEST_FIRST = ("test_ray.py", "test_downstream.py", "test_slurm.py", "test_downstream_alone.py",
+                 "test_experiments.py", "test_bench_corpus.py", "test_bench_blocks.py",
+                 "test_ddp.py", "test_orphans.py", "test_stage_worker.py", "test_merge_round.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file keeps its own order
+
 
 def gaussian_data(n: int, dim: int, seed: int) -> Dataset:
     """Unclustered rows: standard normal features, quality uniform in [0, 5), ids from 100."""

@@ -102,7 +102,7 @@ DAEMONS+=($!)
 deadline=$((SECONDS + 60))
 until sinfo -h -o %t 2> /dev/null | grep -qE '^(idle|mix|alloc)'; do
     (( SECONDS < deadline )) || { echo "stages_on_slurm: the node never came up"; sinfo || true; exit 1; }
-    sleep 1
+    sleep 0.2
 done
 sinfo
 
@@ -110,7 +110,7 @@ SLURM_FLAGS=(--executor slurm --slurm_partition debug --slurm_time 00:10:00 --cp
              --venv_path "$ACTIVATE")
 
 # Wait until Slurm's queue is empty (every task and merge job done); fail when a job failed (its
-# dependants can then never run) or after $WAIT_S seconds.
+# dependants can then never run) or after $WAIT_S seconds. Polled often: each stage waits here.
 wait_for_jobs() {
     squeue -o "%.5i %.22j %.8T %.20E"  # a merge waits on its tasks' array (afterok)
     local deadline=$((SECONDS + WAIT_S))
@@ -119,7 +119,7 @@ wait_for_jobs() {
             echo "stages_on_slurm: a task job failed; the merge can never run"; squeue; exit 1
         fi
         (( SECONDS < deadline )) || { echo "stages_on_slurm: jobs still queued after ${WAIT_S} s"; squeue; exit 1; }
-        sleep 2
+        sleep 0.3
     done
     echo "stages_on_slurm: queue empty after $SECONDS s"
 }
@@ -188,16 +188,16 @@ kill_task_then_wait() {
     deadline=$((SECONDS + WAIT_S))
     while [[ -n $(squeue -h -j "$tasks_job" -o %i 2> /dev/null) ]]; do
         (( SECONDS < deadline )) || { echo "stages_on_slurm: the killed task's job never ended"; squeue; exit 1; }
-        sleep 1
+        sleep 0.3
     done
     until squeue -h -o %r | grep -q DependencyNeverSatisfied; do  # the scheduler's next pass
         (( SECONDS < deadline )) || { echo "stages_on_slurm: nothing waits on the failed task"; squeue; exit 1; }
-        sleep 1
+        sleep 0.3
     done
     squeue -o "%.5i %.22j %.8T %.20E %r"
     echo "stages_on_slurm: the merge waits on the failed task for good; cancelling it"
     squeue -h -o %F | sort -u | xargs -r scancel
-    while [[ -n $(squeue -h -o %i) ]]; do sleep 1; done
+    while [[ -n $(squeue -h -o %i) ]]; do sleep 0.3; done
 }
 
 # After the kill: task 0's shard and marker, nothing of task 1 under a finished name, no
@@ -225,8 +225,10 @@ check_killed_prepare() {
 FLAGS=(--input "$DATA/prepared" --method "$METHOD" --select_ratio 0.25 --block_size 600
        --partition neighbourhood)
 MERGE=(--merge_ratio 0.9 --merge_rows 1100)
+# the local executor's run goes on beside the Slurm one (whose wait is mostly the scheduler's)
 "$PY" -m reproduce select "${FLAGS[@]}" "${MERGE[@]}" --output "$DATA/local-merge" \
-    > "$WORK/log/local-merge.log" 2>&1
+    > "$WORK/log/local-merge.log" 2>&1 &
+LOCAL_MERGE=$!
 for run in first rerun; do
     "$PY" -m reproduce select "${FLAGS[@]}" "${MERGE[@]}" --output "$DATA/slurm-merge" \
         "${SLURM_FLAGS[@]}" --mem_per_cpu_gb 0.5 --workers 2 > "$WORK/log/merge.$run.json" \
@@ -241,6 +243,7 @@ print(json.load(sys.stdin)["unions_job"])' < "$WORK/log/merge.$run.json")" union
 done
 grep -o "Launching Slurm job datamask-select-unions ([0-9]* tasks)" "$WORK/log/merge.rerun.log"
 wait_for_jobs
+wait "$LOCAL_MERGE" || { echo "stages_on_slurm: the local merge round failed"; tail "$WORK/log/local-merge.log"; exit 1; }
 "$PY" - "$DATA" <<'EOF'
 import json
 import sys
@@ -292,36 +295,44 @@ PREPARE=(prepare --input "$CHAIN/fineweb" --max_seq_length 32 --quality heuristi
 DEDUP=(dedup --input "$CHAIN/fineweb" --tasks 2 --num_buckets 2)
 SELECT=(select --method quality-topk --select_ratio 0.5 --block_size 25)
 TOKENIZE=(tokenize --input "$CHAIN/fineweb" --tokenizer "$CHAIN/tokenizer.json" --tasks 2)
-for run in local slurm; do
-    flags=()
+# One stage of the chain for run $1 (local or slurm); $2 names its logs, the rest is the stage.
+stage() {
+    local run=$1 name=$2 flags=()
+    shift 2
     [[ $run == local ]] || flags=("${SLURM_FLAGS[@]}" --mem_per_cpu_gb 2 --workers 2)
-    "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/$run/prepared" "${flags[@]}" \
-        > "$WORK/log/prepare.$run.json" 2> "$WORK/log/prepare.$run.log"
-    if [[ $run == slurm ]]; then
-        cat "$WORK/log/prepare.$run.json"
-        kill_task_then_wait "$CHAIN/slurm/prepared" 1 \
-            "$(sed -n 's/.*"tasks_job": "\([0-9]*\)".*/\1/p' "$WORK/log/prepare.$run.json")"
-        check_killed_prepare "$CHAIN/slurm/prepared"
-        # the rerun submits the killed task alone, then the merge behind it
-        "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/$run/prepared" "${flags[@]}" \
-            > "$WORK/log/prepare.rerun.json" 2> "$WORK/log/prepare.rerun.log"
-        grep -o "Launching Slurm job datamask-prepare ([0-9]* tasks)" "$WORK/log/prepare.rerun.log"
-        wait_for_jobs
-        [[ $(stat -c %y "$TASK0_SHARD") == "$TASK0_MTIME" ]] \
-            || { echo "stages_on_slurm: the rerun rewrote task 0's finished shard"; exit 1; }
-        echo "stages_on_slurm: the rerun left task 0's shard as it was"
-    fi
-    "$PY" -m reproduce "${DEDUP[@]}" --prepared "$CHAIN/$run/prepared" \
-        --output "$CHAIN/$run/dedup" "${flags[@]}" > /dev/null 2> "$WORK/log/dedup.$run.log"
+    "$PY" -m reproduce "$@" --output "$CHAIN/$run/$name" "${flags[@]}" \
+        > "$WORK/log/$name.$run.json" 2> "$WORK/log/$name.$run.log"
     [[ $run == local ]] || wait_for_jobs
-    "$PY" -m reproduce "${SELECT[@]}" --input "$CHAIN/$run/prepared" \
-        --output "$CHAIN/$run/select" "${flags[@]}" > /dev/null 2> "$WORK/log/select.$run.log"
-    [[ $run == local ]] || wait_for_jobs
-    "$PY" -m reproduce "${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet" \
-        --keep "$CHAIN/$run/dedup" --output "$CHAIN/$run/tokens" "${flags[@]}" > /dev/null \
-        2> "$WORK/log/tokenize.$run.log"
-    [[ $run == local ]] || wait_for_jobs
-done
+}
+
+# The stages after prepare, each once the one before is done.
+after_prepare() {
+    local run=$1
+    stage "$run" dedup "${DEDUP[@]}" --prepared "$CHAIN/$run/prepared"
+    stage "$run" select "${SELECT[@]}" --input "$CHAIN/$run/prepared"
+    stage "$run" tokens "${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet" \
+        --keep "$CHAIN/$run/dedup"
+}
+
+# the local executor's chain goes on beside Slurm's, compared once both are done
+{ stage local prepared "${PREPARE[@]}"; after_prepare local; } &
+LOCAL_CHAIN=$!
+"$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/slurm/prepared" "${SLURM_FLAGS[@]}" \
+    --mem_per_cpu_gb 2 --workers 2 > "$WORK/log/prepare.slurm.json" 2> "$WORK/log/prepare.slurm.log"
+cat "$WORK/log/prepare.slurm.json"
+kill_task_then_wait "$CHAIN/slurm/prepared" 1 \
+    "$(sed -n 's/.*"tasks_job": "\([0-9]*\)".*/\1/p' "$WORK/log/prepare.slurm.json")"
+check_killed_prepare "$CHAIN/slurm/prepared"
+# the rerun submits the killed task alone, then the merge behind it
+"$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/slurm/prepared" "${SLURM_FLAGS[@]}" \
+    --mem_per_cpu_gb 2 --workers 2 > "$WORK/log/prepare.rerun.json" 2> "$WORK/log/prepare.rerun.log"
+grep -o "Launching Slurm job datamask-prepare ([0-9]* tasks)" "$WORK/log/prepare.rerun.log"
+wait_for_jobs
+[[ $(stat -c %y "$TASK0_SHARD") == "$TASK0_MTIME" ]] \
+    || { echo "stages_on_slurm: the rerun rewrote task 0's finished shard"; exit 1; }
+echo "stages_on_slurm: the rerun left task 0's shard as it was"
+after_prepare slurm
+wait "$LOCAL_CHAIN" || { echo "stages_on_slurm: the local chain failed"; tail "$WORK"/log/*.local.log; exit 1; }
 for log in "$CHAIN"/slurm/*/logs/*/slurm/*.out; do echo "--- ${log#"$CHAIN"/}"; tail -n 2 "$log"; done
 
 "$PY" - "$CHAIN" <<'EOF'
