@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import data as contract
 from .data import read_dataset
-from .errors import UserError
+from .errors import UserError, run_command
 from .learner import LearnerConfig, fitting_partial
 from .options import add_flags, build, check_field, fields_of, flag_arguments, given, shown_default
 from .paths import check_paths, leave_as_found, remove_temporaries
@@ -355,21 +355,6 @@ def _fail(message: str):
     def fail(args: argparse.Namespace) -> None:
         raise UserError(message)
     return fail
-
-
-def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
-    """Parse and run a subcommand; bad input (UserError) is one line on stderr and exit 2."""
-    args = parser.parse_args(argv)
-    try:
-        args.func(args)
-    except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # one line: what is kept and how to go on (the command says)
-        note = getattr(args, "on_interrupt", None)
-        print(f"{prog}: interrupted" + (f"; {note()}" if note else ""), file=sys.stderr)
-        return 130
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

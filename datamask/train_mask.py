@@ -9,7 +9,8 @@ from a greedy)."""
 
 import sys
 
-from .cli import build_parser, run_command
+from .cli import build_parser
+from .errors import run_command
 
 # the original's loop where `datamask select` differs; its --help shows these defaults
 ORIGINAL_DEFAULTS = {"lr_schedule": "linear", "probes": 0, "stop_every": 0, "init": "same"}

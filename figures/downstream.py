@@ -222,7 +222,7 @@ def draw(args) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Bad input (a missing table, two tables of one arm) is one line on stderr, exit 2."""
-    from datamask.cli import run_command
+    from datamask.errors import run_command
 
     parser = argparse.ArgumentParser(prog="python -m figures.downstream",
                                      description=__doc__.splitlines()[0])

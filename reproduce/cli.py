@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The `datamask-pipeline` console script (prog None: its own name). Stages separated by a
     lone `+` run one after the other in this process, and stop at the first that fails: the
     downstream run trains and scores each checkpoint so, importing torch and transformers once."""
-    from datamask.cli import run_command
+    from datamask.errors import run_command
 
     parser = build_parser(prog)
     for stage in split_stages(sys.argv[1:] if argv is None else argv):

@@ -638,7 +638,7 @@ def markdown(out: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from datamask.cli import run_command
+    from datamask.errors import run_command
 
     return run_command(build_parser(), argv, "python -m reproduce.bench.corpus")
 

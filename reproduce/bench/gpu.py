@@ -348,7 +348,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from datamask.cli import run_command
+    from datamask.errors import run_command
 
     return run_command(build_parser(), argv, "python -m reproduce.bench.gpu")
 

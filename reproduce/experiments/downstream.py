@@ -648,7 +648,7 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from datamask.cli import run_command
+    from datamask.errors import run_command
 
     p = argparse.ArgumentParser(prog="python -m reproduce.experiments.downstream",
                                 description=__doc__,

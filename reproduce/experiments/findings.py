@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from datamask.cli import run_command
+from datamask.errors import run_command
 from datamask.data import write_text_atomic
 from datamask.errors import UserError
 from eval.tables import markdown

@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from datamask.cli import run_command
+    from datamask.errors import run_command
 
     return run_command(build_parser(), argv, "reproduce.experiments.proxy")
 
