@@ -329,3 +329,16 @@ def test_the_partition_rule_moves_a_metric_to_neighbourhood_blocks_only_past_the
                                     "neighbourhood": 0.96, "default": "neighbourhood",
                                     "goal": 0.95, "met": True}
     assert verdicts["Pair_simi"]["default"] == "random" and not verdicts["Pair_simi"]["met"]
+
+
+def test_a_run_the_selector_refuses_is_listed_as_skipped_and_the_others_go_on(tmp_path):
+    """DiSF's probes need at least two rows per mask: blocks of 20 rows at ratio 0.25 leave it
+    one, so that run is refused (one line, named with its B) and the one-block run stands."""
+    work = tmp_path / "work"
+    assert bench.main(["--work", str(work), "--families", "synthetic", "--synthetic_rows", "600",
+                       "--blocks", "1", "32",
+                       "--selectors", "datamask:algorithm=DiSF,n_epochs=20"]) == 0
+    results = json.loads((work / "results.json").read_text())
+    assert [r["B"] for r in results["runs"]] == [1]
+    assert [(s["B"], "--partial" in s["why"]) for s in results["skipped"]] == [(32, True)]
+    assert "at B=32" in (work / "results.md").read_text()

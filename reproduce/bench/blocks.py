@@ -604,7 +604,13 @@ def run(args: argparse.Namespace) -> None:
                 progress.tick(f"{what} (done before)", worked=False)
                 continue
             log = work / "logs" / name / slug(arm.label) / f"B{b}.log"
-            result = run_one(family, arm, b, args, folder, log, ids, report_of)
+            try:
+                result = run_one(family, arm, b, args, folder, log, ids, report_of)
+            except UserError as err:  # the selector refuses blocks this small: said, not fatal
+                skipped.append({"family": name, "selector": arm.label, "B": b,
+                                "rows": rows[name], "why": str(err)})
+                progress.tick(f"{what}: refused ({err})")
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic({"config": config, "result": result}, path)
             records.append(result)
@@ -753,7 +759,8 @@ def markdown(out: dict) -> str:
                   f"{'yes' if v['met'] else 'no'} |" for v in verdicts]
         lines.append("")
     for s in out["skipped"]:
-        lines.append(f"Skipped: {s['selector']} on {s['family']} ({s['rows']:,} rows; "
+        at = f" at B={s['B']}" if "B" in s else ""
+        lines.append(f"Skipped: {s['selector']} on {s['family']}{at} ({s['rows']:,} rows; "
                      f"{s['why']}).")
     return "\n".join(lines).rstrip() + "\n"
 
