@@ -28,10 +28,10 @@ import argparse
 import copy
 import json
 import logging
-import warnings
 import statistics
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
