@@ -120,9 +120,11 @@ def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared
     moved = root / "elsewhere" / "model"
     shutil.copytree(embedder.model_name, moved)
     assert Embedder(str(moved)).identity == embedder.identity
-    again = prepare([str(root / "fineweb")], folder, Embedder(str(moved)), HeuristicQuality(),
-                    progress=False)
+    fresh = Embedder(str(moved))
+    again = prepare([str(root / "fineweb")], folder, fresh, HeuristicQuality(), progress=False)
     assert again["embedded"] == 0
+    assert "model" not in vars(fresh)  # up to date: the model was never loaded
+    assert fresh.identity["max_seq_length"] == embedder.model.max_seq_length  # read, not loaded
     (moved / "vocab.txt").write_text((moved / "vocab.txt").read_text() + "changed\n")
     assert model_identity(str(moved)) != embedder.identity["model"]
     shutil.rmtree(moved.parent)

@@ -366,7 +366,7 @@ def prepare_parts(texts: list[str], slice_shard: Path) -> dict:
     parts = {"read the shard (pyarrow)": {
         "documents": pq.read_metadata(slice_shard).num_rows,
         "s": seconds(lambda: pq.read_table(slice_shard))}}
-    static, transformer = make_embedder("static").load(), Embedder()
+    static, transformer = make_embedder("static").load(), Embedder().load()
     scorer = HeuristicQuality()
     table = pa.table({"text": texts})
     timed = {

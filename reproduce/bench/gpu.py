@@ -161,7 +161,7 @@ def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> di
     from reproduce.pipeline.embedders import Embedder, StaticEmbedder
 
     t0 = time.perf_counter()
-    transformer = Embedder(device=args.device, max_seq_length=args.max_seq_length)
+    transformer = Embedder(device=args.device, max_seq_length=args.max_seq_length).load()
     load_transformer = time.perf_counter() - t0
     t0 = time.perf_counter()
     static = StaticEmbedder(args.static_model).load()  # `static`: distilled here on first use

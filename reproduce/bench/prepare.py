@@ -294,7 +294,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         return
     pool_mb = text_mb(table)
     model = default_embedding_model()
-    embedders = {"torch fp32": Embedder(model, max_seq_length=args.max_seq_length)}
+    embedders = {"torch fp32": Embedder(model, max_seq_length=args.max_seq_length).load()}
     fp32 = embedders["torch fp32"]
     skipped = ""
     try:

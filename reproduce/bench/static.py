@@ -181,13 +181,14 @@ def embed_all(embedder, texts: list[str], chunk: int) -> np.ndarray:
 def embedders(seed: int) -> tuple[dict, dict]:
     """(timed, untimed) embedders by vectors key. The timed ones are prepare's routes and are
     timed as a whole prepare; the untimed ones only make the variants' vectors."""
-    timed = {"transformer": Embedder(), "transformer, 128 tokens": Embedder(max_seq_length=128),
-             "transformer, 64 tokens": Embedder(max_seq_length=64),
+    timed = {"transformer": Embedder().load(),
+             "transformer, 128 tokens": Embedder(max_seq_length=128).load(),
+             "transformer, 64 tokens": Embedder(max_seq_length=64).load(),
              "transformer, int8": int8(Embedder()), "static": StaticEmbedder(STATIC).load()}
     shuffled = StaticEmbedder(STATIC).load()
     table = shuffled.model.embedding  # a second load: the timed static model keeps its table
     shuffled.model.embedding = table[np.random.default_rng(seed).permutation(len(table))]
-    return timed, {"transformer, batch 1": Embedder(batch_size=1),
+    return timed, {"transformer, batch 1": Embedder(batch_size=1).load(),
                    "transformer, 1 thread": OneThread(timed["transformer"]),
                    "static, shuffled": shuffled}
 

@@ -54,14 +54,16 @@ def model_identity(model: str) -> str:
 
 class Embedder:
     """sentence-transformers, unit-length vectors. `prefix` is for models trained with one (E5
-    wants 'passage: '); `max_seq_length` None keeps the model's own (256 for all-MiniLM-L6-v2)."""
+    wants 'passage: '); `max_seq_length` None keeps the model's own (256 for all-MiniLM-L6-v2).
+    The model loads on `load()` or the first embedding, not here: a prepare whose output is up to
+    date then loads none (prepare loads it after its checks, before any work, so a model that
+    cannot load is still refused first)."""
 
     def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 32,
                  prefix: str = "", max_seq_length: int | None = None):
         self.model_name = model or default_embedding_model()
         self.device, self.batch_size, self.prefix = device, batch_size, prefix
         self.max_seq_length = max_seq_length
-        self.model  # loaded now: a model that cannot load is refused before any work
 
     @cached_property
     def model(self):
@@ -91,8 +93,8 @@ class Embedder:
         return clone
 
     def load(self) -> "Embedder":
-        """The model loaded in this process now (the transformer is loaded already; a static
-        model is distilled into its cache here on first use)."""
+        """The model loaded in this process now (a static model is distilled into its cache here
+        on first use)."""
         self.model
         return self
 
@@ -107,7 +109,16 @@ class Embedder:
     @cached_property
     def identity(self) -> dict:
         return {"model": model_identity(self.model_name), "prefix": self.prefix,
-                "max_seq_length": self.model.max_seq_length}
+                "max_seq_length": self.max_seq_length or self.own_max_seq_length()}
+
+    def own_max_seq_length(self) -> int:
+        """The model's own input length, from its folder's sentence-transformers config without
+        loading it where the folder has one (else from the loaded model)."""
+        try:
+            config = json.loads((Path(self.model_name) / "sentence_bert_config.json").read_text())
+            return int(config["max_seq_length"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return self.model.max_seq_length
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         vectors = self.model.encode([self.prefix + t for t in texts], batch_size=self.batch_size,
