@@ -323,11 +323,11 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
                 else {"merge_ratio": arm.merge, "merge_partition": arm.partition})
     if arm.cut != "random":
         keywords["partition"] = arm.cut
-    dedup = {}
+    dedup_stats = {}
     if arm.dedup is not None:
         keywords["keep"], manifest = deduplicated(family, arm.dedup, args.work, args.seed)
-        dedup = {"dedup_removed": manifest["removed"]["embedding"],
-                 "dedup_wall_s": manifest["stage_wall_s"]}
+        dedup_stats = {"dedup_removed": manifest["removed"]["embedding"],
+                       "dedup_wall_s": manifest["stage_wall_s"]}
     with stage_log(log):
         started = time.perf_counter()
         summary = run_select([str(f) for f in family.files], folder, arm.spec, args.select_ratio,
@@ -337,7 +337,7 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
     selected, block = read_selection(folder, ids)
     return {"family": family.name, "selector": arm.spec, "arm": arm.label, "metric": arm.metric,
             "merge_ratio": arm.merge, "merge_partition": arm.partition, "partition": arm.cut,
-            "dedup": arm.dedup, **dedup, "B": blocks, "blocks": int(summary["blocks"]),
+            "dedup": arm.dedup, **dedup_stats, "B": blocks, "blocks": int(summary["blocks"]),
             "block_rows": block_size if blocks > 1 else family.rows, "rows": family.rows,
             "selected": int(selected.sum()), "select_wall_s": round(wall, 2),
             "selector_time_s": summary["selector_time_s"],

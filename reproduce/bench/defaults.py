@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from datamask.data import atomic_output, read_dataset
+from datamask.data import read_dataset, write_text_atomic
 from datamask.examples.synthetic import synthetic_dataset
 from datamask.report import Report
 from datamask.selectors import make_selector
@@ -257,9 +257,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   "machine": machine(), "rows": rows}
         for name, content in (("defaults.json", json.dumps(record, indent=1)),
                               ("defaults.md", text)):
-            with atomic_output(os.path.join(args.output, name)) as tmp:
-                with open(tmp, "w") as f:
-                    f.write(content)
+            write_text_atomic(content, os.path.join(args.output, name))
     return rows
 
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamask.data import Dataset, read_dataset
+from datamask.data import Dataset, read_dataset, write_text_atomic
 from datamask.errors import UserError
 from datamask.report import Report
 from datamask.selectors import make_selector
@@ -332,10 +332,10 @@ def measure(name: str, shards: Path, timed: dict, untimed: dict, work: Path, arg
     for key, embedder in untimed.items():
         vectors[key] = embed_all(embedder, texts, args.chunk)
     for share in FIT_SHARES:  # the fit's cost: the sample's transformer vectors and the training
-        rows = sample(len(texts), share, args.seed)
+        fit_texts = [texts[i] for i in sample(len(texts), share, args.seed)]
         start = time.perf_counter()
-        targets = timed["transformer"]([texts[i] for i in rows])
-        model = fitted(timed["static"], [texts[i] for i in rows], targets, args.seed)
+        targets = timed["transformer"](fit_texts)
+        model = fitted(timed["static"], fit_texts, targets, args.seed)
         cost = time.perf_counter() - start
         key = f"static, fitted {share:.0%}"
         vectors[key] = embed_all(model, texts, args.chunk)
@@ -597,11 +597,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\nVerdict (yardstick-plan-{PLAN}.md):\n{text}")
         if args.results:
             args.results.mkdir(parents=True, exist_ok=True)
-            (args.results / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
-            (args.results / "validity.json").write_text(json.dumps(findings(rows), indent=1)
-                                                        + "\n")
-            (args.results / "table.md").write_text(
-                f"{table(rows)}\n\n{validity_table(rows)}\n\nVerdict:\n{text}\n")
+            write_text_atomic(json.dumps(rows, indent=1) + "\n", args.results / "rows.json")
+            write_text_atomic(json.dumps(findings(rows), indent=1) + "\n",
+                              args.results / "validity.json")
+            write_text_atomic(f"{table(rows)}\n\n{validity_table(rows)}\n\nVerdict:\n{text}\n",
+                              args.results / "table.md")
             figure(rows, yardstick, args.results / "figure.png")
 
 

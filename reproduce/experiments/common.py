@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from datamask import processes
-from datamask.data import (Dataset, atomic_output, block_count, neighbourhood_blocks, random_blocks,
-                           write_json_atomic)
+from datamask.data import (Dataset, block_count, neighbourhood_blocks, random_blocks,
+                           write_json_atomic, write_text_atomic)
 from datamask.learner import LR_SCHEDULES, LearnerConfig, MaskLearner
 from datamask.objectives import DIVERSITY, FacilityLocation, GroundSet, diversity
 from datamask.selectors import make_selector
@@ -327,9 +327,7 @@ def write_outputs(out_dir: str, result: ExperimentResult, markdown: str) -> None
     os.makedirs(out_dir, exist_ok=True)
     name = result.experiment
     write_json_atomic(result.to_json(), os.path.join(out_dir, f"{name}.json"))
-    with atomic_output(os.path.join(out_dir, f"{name}.md")) as tmp:
-        with open(tmp, "w") as f:
-            f.write(markdown)
+    write_text_atomic(markdown, os.path.join(out_dir, f"{name}.md"))
 
 
 def experiment_main(parse: Callable, run: Callable, markdown: Callable[..., str]) -> Callable:

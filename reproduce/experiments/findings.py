@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from datamask.errors import run_command
 from datamask.data import write_text_atomic
-from datamask.errors import UserError
+from datamask.errors import UserError, run_command
 from eval.tables import markdown
 
 from .claims import Claim, Finding, load_claims
