@@ -1,5 +1,5 @@
 """`make gpu-bench` without a GPU: no CUDA is one line, exit 0 and nothing written; bad flags are
-one line and exit 2; and the code path runs on the CPU (--device cpu) at tiny sizes, the
+one line and exit 2; --parts select runs without a pool; and the code path runs on the CPU (--device cpu) at tiny sizes, the
 transformer cut to 16 tokens and a tiny static model (the vocabulary cut to the letters, 8
 dimensions: test_static.py's), writing results.json with every part. Rates are not checked."""
 
@@ -55,8 +55,19 @@ def test_a_missing_or_wrong_pool_and_a_bad_device_are_refused_in_one_line(tmp_pa
     refused(capsys, ["--pool", str(tmp_path / "folder"), "--device", "cpu"], "--pool",
             "not a built pool")
     refused(capsys, ["--pool", str(tmp_path / "folder"), "--device", "mps"], "--device")
+    refused(capsys, ["--device", "cpu", "--parts", "whole", "select"], "--parts whole",
+            "transformer or static")
+    refused(capsys, ["--device", "cpu", "--parts", "select", "gpu"], "--parts")
     assert [p.name for p in tmp_path.iterdir()] == ["folder"]
-    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_select_alone_needs_no_pool_and_writes_its_part_only(tmp_path):
+    results = tmp_path / "results"
+    assert bench.main(["--device", "cpu", "--parts", "select", "--select_rows", "300",
+                       "--results", str(results)]) == 0
+    out = json.loads((results / "results.json").read_text())
+    assert out["finished"] and "prepare" not in out and "corpus" not in out
+    assert (out["select"]["rows"], out["select"]["selected"]) == (300, 30)
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ SHARD_DOCUMENTS = 20_000  # bench-corpus's default shard: whole shards are its c
 SELECT_DIM = 384  # all-MiniLM-L6-v2's width, what prepare writes by default
 QUALITY_HIGH = 5.0  # the heuristic scorer's scores lie in [0, 5)
 MIB = 2**20
+PARTS = ("transformer", "static", "whole", "select")  # --parts, in the order they run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = StageParser(prog="python -m reproduce.bench.gpu",
                          description=__doc__.splitlines()[0])
-    parser.add_argument("--pool", type=Path, required=True,
+    parser.add_argument("--pool", type=Path,
                         help="a built demo pool (`python -m reproduce pool --output DIR --seed 0 "
-                             "--max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60`)")
+                             "--max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60`); needed by every part but select")
     parser.add_argument("--device", default="cuda",
                         help="cuda or cuda:N; cpu only for a smoke run, which measures no GPU "
                              "(default: %(default)s)")
@@ -77,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rows datamask selects from (default: %(default)s)")
     parser.add_argument("--select_ratio", type=float, default=0.1,
                         help="(default: %(default)s)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="what to measure: each route's embedding, the whole prepare pass "
+                             "of each (the scorer included), select; a GPU machine without "
+                             "spaCy or model2vec leaves out whole or static (default: all)")
     parser.add_argument("--repeats", type=POSITIVE, default=1,
                         help="timed passes per route; medians shown (default: %(default)s)")
     parser.add_argument("--shard_documents", type=POSITIVE, default=SHARD_DOCUMENTS,
@@ -110,20 +115,31 @@ def check_flags(args: argparse.Namespace) -> None:
                         f"{args.device!r}")
     check_device(args.device)
     check_ratio(args.select_ratio)
-    if not args.pool.is_dir():
-        raise UserError(f"--pool {args.pool}: no such folder; build one with `make pool`")
-    pool_config(args.pool)  # refuses a folder that is no built pool
-    if args.work is not None:
+    if "whole" in args.parts and not {"transformer", "static"} & set(args.parts):
+        raise UserError("--parts whole times the embedding routes' whole prepare pass: name "
+                        "transformer or static beside it")
+    if embedding_parts(args):
+        if args.pool is None:
+            raise UserError(f"--pool is needed to measure {' and '.join(embedding_parts(args))}")
+        if not args.pool.is_dir():
+            raise UserError(f"--pool {args.pool}: no such folder; build one with `make pool`")
+        pool_config(args.pool)  # refuses a folder that is no built pool
+    if args.work is not None and embedding_parts(args):
         check_folder_output("--work", args.work)
         check_corpus(args.pool, args.work / "corpus", args.documents, args.shard_documents,
                      args.seed)
     if args.results is not None:
         check_folder_output("--results", args.results)
     if args.static_model.startswith(f"{STATIC}:"):
-        check_static_folder(args.static_model.removeprefix(f"{STATIC}:"), "--static_model")
+        if "static" in args.parts:
+            check_static_folder(args.static_model.removeprefix(f"{STATIC}:"), "--static_model")
     elif args.static_model != STATIC:
         raise UserError(f"--static_model must be static or static:DIR, got "
                         f"{args.static_model!r}")
+
+
+def embedding_parts(args: argparse.Namespace) -> list[str]:
+    return [part for part in args.parts if part != "select"]
 
 
 def slug(name: str) -> str:
@@ -154,31 +170,35 @@ def say(started: float, text: str) -> None:
     print(f"{COMMAND}: {text} ({time.perf_counter() - started:.0f} s in)", flush=True)
 
 
-def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> dict:
+def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> None:
     """The transformer at each batch size and the static route: embedding alone over the whole
     table, then the whole prepare work over its first --prepare_documents."""
     from reproduce.bench.static import timed_passes
     from reproduce.pipeline.embedders import Embedder, StaticEmbedder
 
-    t0 = time.perf_counter()
-    transformer = Embedder(device=args.device, max_seq_length=args.max_seq_length).load()
-    load_transformer = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    static = StaticEmbedder(args.static_model).load()  # `static`: distilled here on first use
-    load_static = time.perf_counter() - t0
-    say(started, f"models loaded (transformer {load_transformer:.1f} s, static "
-                 f"{load_static:.1f} s)")
     head = table.slice(0, min(args.prepare_documents, len(table)))
-    out["prepare"] = {
-        "documents": len(table), "prepare_documents": len(head),
-        "transformer": {"model": transformer.identity["model"],
-                        "max_seq_length": transformer.identity["max_seq_length"],
-                        "load_s": round(load_transformer, 2)},
-        "static": {"model": static.identity["model"], "load_s": round(load_static, 2)},
-        "rows": []}
-    routes = [(f"transformer, batch {size}", transformer, size, max(args.chunk, size))
-              for size in args.batch_sizes]
-    routes.append(("static (distilled)", static, static.batch_size, args.chunk))
+    out["prepare"] = {"documents": len(table),
+                      "prepare_documents": len(head) if "whole" in args.parts else 0,
+                      "rows": []}
+    routes = []
+    if "transformer" in args.parts:
+        t0 = time.perf_counter()
+        transformer = Embedder(device=args.device, max_seq_length=args.max_seq_length).load()
+        out["prepare"]["transformer"] = {
+            "model": transformer.identity["model"],
+            "max_seq_length": transformer.identity["max_seq_length"],
+            "load_s": round(time.perf_counter() - t0, 2)}
+        routes += [(f"transformer, batch {size}", transformer, size, max(args.chunk, size))
+                   for size in args.batch_sizes]
+    if "static" in args.parts:
+        t0 = time.perf_counter()
+        static = StaticEmbedder(args.static_model).load()  # `static`: distilled on first use
+        out["prepare"]["static"] = {"model": static.identity["model"],
+                                    "load_s": round(time.perf_counter() - t0, 2)}
+        routes.append(("static (distilled)", static, static.batch_size, args.chunk))
+    say(started, "models loaded (" + ", ".join(
+        f"{name} {model['load_s']:.1f} s" for name, model in out["prepare"].items()
+        if name in ("transformer", "static")) + ")")
     for name, embedder, size, chunk in routes:
         embedder.batch_size = size  # one loaded model, its encoder batch set per route
         device = embedder.device
@@ -189,16 +209,18 @@ def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> di
                                           scorer=None)
         say(started, f"{name} on {device}: embedding alone {alone[name]:,.1f} documents/s over "
                      f"{len(table):,}")
-        _, whole = timed_passes({name: embedder}, head, path, args.repeats, chunk)
-        say(started, f"{name}: whole prepare {whole[name]:,.1f} documents/s over {len(head):,}")
+        whole = None
+        if "whole" in args.parts:
+            _, passes = timed_passes({name: embedder}, head, path, args.repeats, chunk)
+            whole = round(passes[name], 1)
+            say(started, f"{name}: whole prepare {whole:,.1f} documents/s over {len(head):,}")
         out["prepare"]["rows"].append({
             "route": name, "device": device, "batch_size": size, "chunk": chunk,
             "dim": int(vectors[name].shape[1]),
             "embedding_docs_per_s": round(alone[name], 1),
-            "whole_prepare_docs_per_s": round(whole[name], 1),
+            "whole_prepare_docs_per_s": whole,
             "peak_gpu_mib": memory.peak_mib})
         save()
-    return out
 
 
 def select_row(args, out: dict, started: float, save) -> dict:
@@ -245,9 +267,13 @@ def notes(out: dict) -> list[str]:
     lines = []
     if not out["gpu_measurement"]:
         lines.append("--device cpu: a smoke run of the code path, not a GPU measurement.")
+    parts = out["flags"]["parts"]
+    if "static" in parts:
+        lines.append("The static route runs on the CPU whatever --device (a table lookup and a "
+                     "mean); its peak GPU memory is not measured.")
+    if "whole" not in parts:
+        lines.append("Whole prepare not measured (--parts without whole): '-'.")
     lines += [
-        "The static route runs on the CPU whatever --device (a table lookup and a mean); its "
-        "peak GPU memory is not measured.",
         "Embedding alone: the route's embedder over every document, in calls of the row's "
         "chunk. Whole prepare: the same plus the heuristic quality scorer (one CPU core, a "
         "fresh one each pass), as bench-static's timed_passes times it, over the first "
@@ -284,9 +310,11 @@ def markdown(out: dict) -> str:
                   f") | peak GPU MiB |", "|---|---|---:|---:|---:|---:|---:|"]
         for r in p["rows"]:
             peak = "-" if r["peak_gpu_mib"] is None else f"{r['peak_gpu_mib']:,.0f}"
+            whole = ("-" if r["whole_prepare_docs_per_s"] is None
+                     else f"{r['whole_prepare_docs_per_s']:,.1f}")
             lines.append(f"| {r['route']} | {r['device']} | {r['batch_size']} | {r['chunk']} | "
                          f"{r['embedding_docs_per_s']:,.1f} | "
-                         f"{r['whole_prepare_docs_per_s']:,.1f} | {peak} |")
+                         f"{whole} | {peak} |")
         lines.append("")
     if "select" in out:
         s = out["select"]
@@ -309,8 +337,6 @@ def run(args: argparse.Namespace) -> None:
     check_flags(args)
     from datamask.data import write_json_atomic, write_text_atomic
     from datamask.shared import machine
-    from reproduce.bench.corpus import build_corpus
-    from reproduce.bench.static import shard_table
 
     started = time.perf_counter()
     info = machine(args.device)
@@ -329,6 +355,20 @@ def run(args: argparse.Namespace) -> None:
         write_text_atomic(markdown(out), results / "results.md")
 
     say(started, f"{info['gpu'] or 'CPU (smoke run, no GPU measurement)'}; results in {results}")
+    if embedding_parts(args):
+        embedding_rows(args, out, started, save)
+    if "select" in args.parts:
+        select_row(args, out, started, save)
+    out["finished"] = True
+    save()
+    print(markdown(out), end="", flush=True)
+
+
+def embedding_rows(args: argparse.Namespace, out: dict, started: float, save) -> None:
+    """The corpus built from the pool, then each embedding route's rows."""
+    from reproduce.bench.corpus import build_corpus
+    from reproduce.bench.static import shard_table
+
     with tempfile.TemporaryDirectory() as scratch:
         folder = (args.work or Path(scratch)) / "corpus"
         t0 = time.perf_counter()
@@ -341,10 +381,6 @@ def run(args: argparse.Namespace) -> None:
         table = shard_table(shards)
         path = sorted(shards.glob("*.parquet"))[0]  # the scorers' shard argument (unread)
         prepare_rows(args, out, table, path, started, save)
-    select_row(args, out, started, save)
-    out["finished"] = True
-    save()
-    print(markdown(out), end="", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
