@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare bench-static bench-corpus bench-blocks distil clean
+	bench-defaults bench-prepare bench-static bench-corpus bench-dedup bench-blocks distil clean
 
 install: $(STAMP)
 
@@ -121,6 +121,17 @@ BENCH_CORPUS_FLAGS ?= --documents 1000000 --workers 2 --slice 20000
 bench-corpus: pool
 	$(BIN)/python -m reproduce.bench.corpus --pool $(POOL_DIR) --work $(CORPUS_DIR) \
 		$(BENCH_CORPUS_FLAGS)
+
+# pipeline dedup on bench-corpus's corpus with 1% of its documents given a planted copy (exact, a
+# few words changed, or a vector at cosine 0.995 to the original's): the pairs with both rows kept,
+# the distinct documents removed, dedup's rate and its node-hours for 10^8 documents
+# (docs/benchmarks.md). A benchmark, an hour on 2 cores; a rerun resumes in DEDUP_DIR.
+# BENCH_DEDUP_FLAGS: --documents, --planted, --changed_words, --copy_cosine, --threshold, --results DIR.
+DEDUP_DIR ?= runs/bench-dedup
+BENCH_DEDUP_FLAGS ?= --documents 1000000 --workers 2
+bench-dedup: pool
+	$(BIN)/python -m reproduce.bench.dedup --pool $(POOL_DIR) --work $(DEDUP_DIR) \
+		$(BENCH_DEDUP_FLAGS)
 
 # what selecting in independent blocks loses against one block (docs/benchmarks.md): the select
 # stage at 1, 2, 4, 8, 16 and 32 blocks on the pool's and BBC's rows (prepared here with the

@@ -1,0 +1,129 @@
+"""`make bench-dedup` on the tiny pool: the copies are planted as asked (exact, a few words
+changed, a vector at the asked cosine), no input is rewritten, the exact and embedding copies are
+found, the counts add up, a rerun redoes nothing, and bad flags are refused in one line. Times are
+not checked."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from datamask.data import FEATURE_COLUMN
+from reproduce.bench import dedup as bench
+
+DOCUMENTS = 300
+
+
+def flags(pool_dir, work, *more):
+    return ["--pool", str(pool_dir), "--work", str(work), "--documents", str(DOCUMENTS),
+            "--shard_documents", "150", "--planted", "0.05", "--workers", "1", *more]
+
+
+@pytest.fixture(scope="module")
+def run(pool, tmp_path_factory):
+    work = tmp_path_factory.mktemp("bench-dedup") / "work"
+    assert bench.main(flags(pool[0], work)) == 0
+    return work, json.loads((work / "results.json").read_text())
+
+
+def test_each_kind_is_planted_and_the_counts_add_up(run):
+    work, out = run
+    plants = json.loads((work / "copies" / "plants.json").read_text())
+    assert [p["kind"] for p in plants["pairs"]] == list(bench.KINDS) * 5
+    assert len({p["original"] for p in plants["pairs"]}) == 15  # drawn without replacement
+    for kind, row in out["pairs"].items():
+        assert row["planted"] == 5
+        assert row["both_kept"] + row["copy_removed"] + row["original_removed"] >= 5
+    assert out["rows"] == DOCUMENTS + 15
+    corpus = out["corpus"]
+    assert corpus["distinct"] <= DOCUMENTS - 15 - corpus["text_repeated"] + 15
+    assert out["distinct"]["documents"] == corpus["distinct"]
+    assert set(out["stages"]) == {"prepare", "dedup"}
+
+
+def test_exact_and_embedding_copies_inside_one_region_are_found(run):
+    _, out = run
+    assert out["dedup"]["regions"] == 1
+    assert out["pairs"]["exact"]["both_kept"] == 0
+    assert out["pairs"]["embedding"]["both_kept"] == 0
+    assert out["goals_met"]["pairs_both_kept"] == (out["pairs"]["words"]["both_kept"] == 0)
+
+
+def test_copies_are_what_their_kind_says(run):
+    work, _ = run
+    plants = json.loads((work / "copies" / "plants.json").read_text())
+    texts = {}
+    for path in sorted((work / "input" / "fineweb").glob("*.parquet")):
+        table = pq.read_table(path, columns=["id", "text"])
+        texts.update(zip(table.column("id").to_pylist(), table.column("text").to_pylist()))
+    vectors = {}
+    for path in sorted((work / "planted").glob("*.parquet")):
+        table = pq.read_table(path, columns=["id", FEATURE_COLUMN])
+        vectors.update(zip(table.column("id").to_pylist(),
+                           map(np.array, table.column(FEATURE_COLUMN).to_pylist())))
+    for pair in plants["pairs"]:
+        original, copy = texts[pair["original"]], texts[pair["copy"]]
+        assert len(original.split()) >= bench.MIN_WORDS
+        if pair["kind"] == "exact":
+            assert copy == original
+        elif pair["kind"] == "words":
+            a, b = original.split(" "), copy.split(" ")
+            assert len(a) == len(b) and 1 <= sum(x != y for x, y in zip(a, b)) <= 3
+        else:
+            assert copy != original
+            u, v = vectors[pair["original"]], vectors[pair["copy"]]
+            cosine = u @ v / np.linalg.norm(u) / np.linalg.norm(v)
+            assert cosine == pytest.approx(0.995, abs=1e-5)
+
+
+def test_no_input_is_rewritten(run):
+    work, _ = run
+    for path in sorted((work / "corpus" / "fineweb").glob("*.parquet")):
+        assert os.path.samefile(path, work / "input" / "fineweb" / path.name)
+    for path in sorted((work / "prepared").glob("*.parquet")):
+        if path.name != bench.PLANTED_SHARD:
+            assert os.path.samefile(path, work / "planted" / path.name)
+    assert not os.path.samefile(work / "prepared" / bench.PLANTED_SHARD,
+                                work / "planted" / bench.PLANTED_SHARD)
+
+
+def test_a_rerun_redoes_nothing(run, pool, capsys):
+    work, out = run
+    assert bench.main(flags(pool[0], work)) == 0
+    printed = capsys.readouterr().out
+    assert "prepare: done before" in printed and "dedup: done before" in printed
+    again = json.loads((work / "results.json").read_text())
+    assert again["pairs"] == out["pairs"] and again["distinct"] == out["distinct"]
+
+
+def test_change_words_replaces_words_with_others_of_the_text():
+    rng = np.random.default_rng(0)
+    text = " ".join(f"w{i}" for i in range(60))
+    changed = bench.change_words(text, 3, rng)
+    a, b = text.split(" "), changed.split(" ")
+    assert sum(x != y for x, y in zip(a, b)) == 3 and set(b) <= set(a)
+
+
+@pytest.mark.parametrize("more, words", [
+    (["--planted", "0"], "--planted"),
+    (["--planted", "0.6"], "--planted"),
+    (["--planted", "0.001"], "fewer than one copy of each kind"),
+    (["--copy_cosine", "1"], "--copy_cosine"),
+    (["--threshold", "0"], "--threshold"),
+    (["--threshold", "1.5"], "--threshold"),
+    (["--changed_words", "0"], "--changed_words"),
+])
+def test_bad_flags_are_refused_in_one_line_before_any_work(pool, tmp_path, capsys, more, words):
+    work = tmp_path / "work"
+    try:
+        code = bench.main(flags(pool[0], work, *more))
+    except SystemExit as exit_:  # argparse's refusals
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+    assert not work.exists()
