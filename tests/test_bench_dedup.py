@@ -35,7 +35,8 @@ def test_each_kind_is_planted_and_the_counts_add_up(run):
     plants = json.loads((work / "copies" / "plants.json").read_text())
     assert [p["kind"] for p in plants["pairs"]] == list(bench.KINDS) * 5
     assert len({p["original"] for p in plants["pairs"]}) == 15  # drawn without replacement
-    for kind, row in out["pairs"].items():
+    assert [row["kind"] for row in out["kinds"]] == list(bench.KINDS)
+    for row in out["kinds"]:
         assert row["planted"] == 5
         assert row["both_kept"] + row["copy_removed"] + row["original_removed"] >= 5
     assert out["rows"] == DOCUMENTS + 15
@@ -48,9 +49,9 @@ def test_each_kind_is_planted_and_the_counts_add_up(run):
 def test_exact_and_embedding_copies_inside_one_region_are_found(run):
     _, out = run
     assert out["dedup"]["regions"] == 1
-    assert out["pairs"]["exact"]["both_kept"] == 0
-    assert out["pairs"]["embedding"]["both_kept"] == 0
-    assert out["goals_met"]["pairs_both_kept"] == (out["pairs"]["words"]["both_kept"] == 0)
+    kinds = {row["kind"]: row for row in out["kinds"]}
+    assert kinds["exact"]["both_kept"] == 0 and kinds["embedding"]["both_kept"] == 0
+    assert out["pairs_both_kept"] == kinds["words"]["both_kept"]
 
 
 def test_copies_are_what_their_kind_says(run):
@@ -95,9 +96,10 @@ def test_a_rerun_redoes_nothing(run, pool, capsys):
     work, out = run
     assert bench.main(flags(pool[0], work)) == 0
     printed = capsys.readouterr().out
-    assert "prepare: done before" in printed and "dedup: done before" in printed
+    assert "bench-dedup: prepare: done before" in printed
+    assert "bench-dedup: dedup: done before" in printed
     again = json.loads((work / "results.json").read_text())
-    assert again["pairs"] == out["pairs"] and again["distinct"] == out["distinct"]
+    assert again["kinds"] == out["kinds"] and again["distinct"] == out["distinct"]
 
 
 def test_change_words_replaces_words_with_others_of_the_text():

@@ -177,11 +177,11 @@ def test_with_no_valid_candidate_the_verdict_names_what_broke_each():
 
 
 def test_the_findings_claim_reads_what_the_bench_writes_of_each_yardsticks_validity(tmp_path):
-    from reproduce.experiments.claims import fidelity_yardstick
+    from reproduce.experiments.claims import recorded
     folder = tmp_path / "static-embedding" / "yardstick"
     folder.mkdir(parents=True)
     (folder / "validity.json").write_text(json.dumps(bench.findings(rows_with(0.97, 0.3))))
-    found = fidelity_yardstick(str(tmp_path), "static-embedding/yardstick")
+    found = recorded(str(tmp_path), "static-embedding/yardstick", "validity.json")
     assert found["valid"] == 4 and found["candidates"] == 4  # plan 2's, plan 1's left out
     assert found["yardstick"] == "origin-free Pair_simi at lamb 0.5"
     assert bench.findings(rows_with(0.5, 0.3))["yardstick"] == "none"

@@ -160,7 +160,7 @@ def check_corpus(pool: Path, folder: Path, documents: int, shard_documents: int,
 
 
 def build_corpus(pool: Path, folder: Path, documents: int, shard_documents: int,
-                 seed: int) -> dict:
+                 seed: int, bench: str = COMMAND) -> dict:
     """The corpus under folder/fineweb, shard by shard (atomic; finished shards skipped), then
     corpus.json (its config, counts, and its length quantiles beside the pool's)."""
     config = check_corpus(pool, folder, documents, shard_documents, seed)
@@ -170,7 +170,7 @@ def build_corpus(pool: Path, folder: Path, documents: int, shard_documents: int,
     write_json_atomic(config, recorded)
     source = PoolText(pool)
     starts = list(range(0, documents, shard_documents))
-    progress = Progress("corpus", len(starts), COMMAND)
+    progress = Progress("corpus", len(starts), bench)
     for shard, start in enumerate(starts):
         path = shards / f"{shard:05d}.parquet"
         count = min(shard_documents, documents - start)
@@ -299,7 +299,7 @@ class Stage:
         return set(self.items()) if self.items else set()
 
 
-def run_stage(stage: Stage, work: Path) -> dict:
+def run_stage(stage: Stage, work: Path, bench: str = COMMAND) -> dict:
     """Run the stage's command as a child (it dies with this process, kill -9 included) and
     measure it: wall time, peak RSS of its largest process (MAXRSS_WRAPPER: getrusage of the
     children it reaped) and of its tree (sampled), its output's bytes; progress lines as its
@@ -309,9 +309,9 @@ def run_stage(stage: Stage, work: Path) -> dict:
     resumed = any(p.exists() for p in stage.outputs)
     cmd = [sys.executable, "-m", "reproduce", *stage.args]
     env = {**os.environ, processes.ENVIRONMENT: str(os.getpid())}
-    print(f"{COMMAND}: {stage.name}: {stage.command} (log: {log})", flush=True)
+    print(f"{bench}: {stage.name}: {stage.command} (log: {log})", flush=True)
     before = stage.finished()
-    progress = Progress(stage.name, stage.total, COMMAND)
+    progress = Progress(stage.name, stage.total, bench)
     for item in sorted(before):
         progress.tick(f"{stage.unit} {item} (done before)", worked=False)
     seen = set(before)
@@ -469,7 +469,8 @@ def record_path(name: str, work: Path) -> Path:
     return work / "stages" / f"{name.replace(', ', '-').replace(' ', '-')}.json"
 
 
-def done_before(name: str, work: Path, finished: Path, command: str) -> dict | None:
+def done_before(name: str, work: Path, finished: Path, command: str,
+                bench: str = COMMAND) -> dict | None:
     """The record of a stage an earlier run finished with the same command, if its output is
     still there."""
     path = record_path(name, work)
@@ -478,7 +479,7 @@ def done_before(name: str, work: Path, finished: Path, command: str) -> dict | N
     earlier = json.loads(path.read_text())
     if earlier["command"] != command:
         return None
-    print(f"{COMMAND}: {name}: done before ({path})", flush=True)
+    print(f"{bench}: {name}: done before ({path})", flush=True)
     return earlier
 
 

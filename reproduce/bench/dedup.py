@@ -254,20 +254,20 @@ def counts(plants: dict, keep: Path, distinct: Path) -> dict:
     kept = dict(zip(table.column("id").to_pylist(), table.column("keep").to_pylist()))
     removals = pq.read_table(keep / "removals.parquet", columns=["id", "reason"])
     reason = dict(zip(removals.column("id").to_pylist(), removals.column("reason").to_pylist()))
-    pairs = {}
+    kinds = []
     for kind in KINDS:
         rows = [p for p in plants["pairs"] if p["kind"] == kind]
         both = [p for p in rows if kept[p["original"]] and kept[p["copy"]]]
-        pairs[kind] = {"planted": len(rows), "both_kept": len(both),
-                       "copy_removed": sum(not kept[p["copy"]] for p in rows),
-                       "original_removed": sum(not kept[p["original"]] for p in rows),
-                       "both_kept_ids": [[p["original"], p["copy"]] for p in both[:20]]}
+        kinds.append({"kind": kind, "planted": len(rows), "both_kept": len(both),
+                      "copy_removed": sum(not kept[p["copy"]] for p in rows),
+                      "original_removed": sum(not kept[p["original"]] for p in rows),
+                      "both_kept_ids": [[p["original"], p["copy"]] for p in both[:20]]})
     distinct_ids = pq.read_table(distinct).column("id").to_pylist()
     gone = [reason[i] for i in distinct_ids if not kept[i]]
-    return {"pairs": pairs,
+    return {"kinds": kinds, "pairs_both_kept": sum(k["both_kept"] for k in kinds),
             "distinct": {"documents": len(distinct_ids), "removed": len(gone),
-                         "share_removed": round(len(gone) / max(len(distinct_ids), 1), 6),
-                         "by_reason": {r: gone.count(r) for r in ("minhash", "embedding")}}}
+                         "by_reason": {r: gone.count(r) for r in ("minhash", "embedding")}},
+            "distinct_share_removed": round(len(gone) / max(len(distinct_ids), 1), 6)}
 
 
 def stages(args: argparse.Namespace, work: Path, rows: int):
@@ -301,7 +301,8 @@ def run(args: argparse.Namespace) -> None:
     started = time.time()
     print(f"{COMMAND}: {args.documents:,} documents and {args.planted:g} of them planted as "
           f"copies, in {work}", flush=True)
-    build_corpus(args.pool, work / "corpus", args.documents, args.shard_documents, args.seed)
+    build_corpus(args.pool, work / "corpus", args.documents, args.shard_documents, args.seed,
+                 COMMAND)
     corpus = work / "corpus" / "fineweb"
     plants = plant(args, corpus, work / "copies")
     text = work / "input" / "fineweb"
@@ -312,11 +313,11 @@ def run(args: argparse.Namespace) -> None:
     rows = plants["corpus_documents"] + len(plants["pairs"])
     prepare, dedup = stages(args, work, rows)
     results = {}
-    results["prepare"] = (done_before(prepare.name, work, prepare.done, prepare.command)
-                          or keep(prepare.name, work, run_stage(prepare, work)))
+    results["prepare"] = (done_before(prepare.name, work, prepare.done, prepare.command, COMMAND)
+                          or keep(prepare.name, work, run_stage(prepare, work, COMMAND)))
     set_copy_vectors(work / "prepared", work / "planted", plants, args.copy_cosine, args.seed)
-    results["dedup"] = (done_before(dedup.name, work, dedup.done, dedup.command)
-                        or keep(dedup.name, work, run_stage(dedup, work)))
+    results["dedup"] = (done_before(dedup.name, work, dedup.done, dedup.command, COMMAND)
+                        or keep(dedup.name, work, run_stage(dedup, work, COMMAND)))
     manifest = json.loads((work / "dedup" / "manifest.json").read_text())
     found = counts(plants, work / "dedup", work / "copies" / "distinct.parquet")
     rate = results["dedup"]["documents_per_s"]
@@ -331,12 +332,9 @@ def run(args: argparse.Namespace) -> None:
            "dedup": {"removed": manifest["removed"], "kept": manifest["kept"],
                      "regions": manifest["embedding"]["regions"]},
            **found,
-           "goals": {"pairs_both_kept": 0, "distinct_removed_at_most": GOAL_DISTINCT_REMOVED},
+           "goal_distinct_removed": GOAL_DISTINCT_REMOVED,
            "projection": {"documents": args.project, "dedup_documents_per_s": rate,
                           "node_hours": round(args.project / rate / 3600, 1)}}
-    out["goals_met"] = {
-        "pairs_both_kept": all(p["both_kept"] == 0 for p in found["pairs"].values()),
-        "distinct_removed": found["distinct"]["share_removed"] <= GOAL_DISTINCT_REMOVED}
     text_md = markdown(out)
     for folder in [work] + ([args.results] if args.results else []):
         folder.mkdir(parents=True, exist_ok=True)
@@ -365,19 +363,20 @@ def markdown(out: dict) -> str:
                      f"{r['peak_rss_tree_mb']:,.0f} |")
     lines += ["", "| copy | planted | both kept (goal 0) | copy removed | original removed |",
               "|---|---:|---:|---:|---:|"]
-    for kind, p in out["pairs"].items():
-        lines.append(f"| {kind} | {p['planted']:,} | {p['both_kept']:,} | "
-                     f"{p['copy_removed']:,} | {p['original_removed']:,} |")
+    for k in out["kinds"]:
+        lines.append(f"| {k['kind']} | {k['planted']:,} | {k['both_kept']:,} | "
+                     f"{k['copy_removed']:,} | {k['original_removed']:,} |")
     reasons = ", ".join(f"{r} {n:,}" for r, n in d["by_reason"].items())
     removed = ", ".join(f"{r} {n:,}" for r, n in out["dedup"]["removed"].items())
     p = out["projection"]
+    share = out["distinct_share_removed"]
     lines += ["", f"Distinct documents removed: {d['removed']:,} of {d['documents']:,} "
-                  f"({d['share_removed']:.2%}; goal at most {GOAL_DISTINCT_REMOVED:.0%}); by "
-                  f"reason: {reasons}. All removals: {removed}.", "",
+                  f"({share:.2%}; goal at most {GOAL_DISTINCT_REMOVED:.0%}); by reason: "
+                  f"{reasons}. All removals: {removed}.", "",
               f"Goals: no pair with both rows kept: "
-              f"{'met' if out['goals_met']['pairs_both_kept'] else 'not met'}; distinct "
-              f"documents removed at most {GOAL_DISTINCT_REMOVED:.0%}: "
-              f"{'met' if out['goals_met']['distinct_removed'] else 'not met'}.", "",
+              f"{'met' if out['pairs_both_kept'] == 0 else 'not met'}; distinct documents "
+              f"removed at most {GOAL_DISTINCT_REMOVED:.0%}: "
+              f"{'met' if share <= GOAL_DISTINCT_REMOVED else 'not met'}.", "",
               f"Projection (computed from the dedup stage's measured rate, not run): "
               f"{p['documents']:.0e} documents at {p['dedup_documents_per_s']:,.1f} rows/s "
               f"take {p['node_hours']:,.1f} node-hours on nodes like this one.", ""]

@@ -372,7 +372,7 @@ def embedding_rows(args: argparse.Namespace, out: dict, started: float, save) ->
     with tempfile.TemporaryDirectory() as scratch:
         folder = (args.work or Path(scratch)) / "corpus"
         t0 = time.perf_counter()
-        build_corpus(args.pool, folder, args.documents, args.shard_documents, args.seed)
+        build_corpus(args.pool, folder, args.documents, args.shard_documents, args.seed, COMMAND)
         out["corpus"] = {"documents": args.documents, "shard_documents": args.shard_documents,
                          "seed": args.seed, "pool": str(args.pool),
                          "build_s": round(time.perf_counter() - t0, 2)}

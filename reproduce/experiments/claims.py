@@ -19,7 +19,7 @@ import yaml
 
 from datamask.errors import UserError
 from eval.tables import markdown
-from reproduce.bench.blocks import merge_verdict
+from reproduce.bench.blocks import merge_verdict, partition_verdict
 from reproduce.bench.defaults import shown_cells
 
 from .common import lr_setting
@@ -705,9 +705,18 @@ def merge_round(root: str, folder: str, **rule) -> dict:
     return needed(merge_verdict(found.get("runs"), **rule))
 
 
-def fidelity_yardstick(root: str, folder: str) -> dict:
-    """`make bench-static`: its yardsticks' validity and the plan's choice, as it wrote them."""
-    return needed(table_json(root, folder, "validity.json"))
+def recorded(root: str, folder: str, file: str) -> dict:
+    """A bench that judges its own runs by its committed plan (`make bench-static`'s
+    validity.json, `make bench-dedup`'s results.json): its verdict's measures, as it wrote them."""
+    return needed(table_json(root, folder, file))
+
+
+def block_partition(root: str, folder: str) -> dict:
+    """`make bench-blocks` on both partitions: per metric, the partition its plan's rule picks
+    (partition_verdict); `met`: how many metrics meet their goal with it."""
+    rows = needed(partition_verdict((table_json(root, folder, "results.json") or {}).get("runs")
+                                    or []))
+    return {"rows": rows, "met": sum(row["met"] for row in rows), "metrics": len(rows)}
 
 
 def instrument(root: str, run: str, first: str) -> dict:
