@@ -384,42 +384,28 @@ def prepare_parts(texts: list[str], slice_shard: Path) -> dict:
 # ---------------------------------------------------------------- the run
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from reproduce.cli import StageParser
-    from reproduce.pipeline.common import NON_NEGATIVE
-
-    parser = StageParser(prog="python -m reproduce.bench.corpus",
-                         description=__doc__.splitlines()[0])
+def corpus_arguments(parser: argparse.ArgumentParser, work: str,
+                     seed: str = "the corpus's seed") -> None:
+    """The flags of a benchmark over this corpus: the pool, the work folder (`work` says what it
+    holds), its size and shards, the seed (`seed` says what it draws), the projection and the
+    results folder."""
     parser.add_argument("--pool", type=Path, required=True,
                         help="a built pool folder (`make pool`): the corpus's lengths and text")
     parser.add_argument("--work", type=Path, required=True,
-                        help="folder for the corpus, every stage's output and the results; a "
-                             "rerun resumes there")
+                        help=f"folder for {work} and the results; a rerun resumes there")
     parser.add_argument("--documents", type=POSITIVE, default=1_000_000,
                         help="documents in the corpus (default: %(default)s)")
-    parser.add_argument("--workers", type=POSITIVE, default=2,
-                        help="local executor workers of prepare, select and tokenize "
-                             "(default: %(default)s)")
-    parser.add_argument("--slice", type=POSITIVE, default=20_000,
-                        help="the corpus's first documents that prepare embeds with the "
-                             "transformer too (default: %(default)s)")
     parser.add_argument("--shard_documents", type=POSITIVE, default=20_000,
                         help="documents per corpus shard (default: %(default)s)")
-    parser.add_argument("--block_size", type=NON_NEGATIVE, default=PAPER_BLOCK,
-                        help="select's rows per block: the paper's, which a 10^8-document run "
-                             "would use, so the rate measured is the one projected "
-                             "(default: %(default)s)")
-    parser.add_argument("--seed", type=SEED, default=0, help="the corpus's seed")
+    parser.add_argument("--seed", type=SEED, default=0, help=seed)
     parser.add_argument("--project", type=float, default=1e8,
                         help="documents of the projection (default: %(default).0e)")
     parser.add_argument("--results", type=Path,
                         help="also write results.json and results.md into this folder")
-    parser.set_defaults(func=run)
-    return parser
 
 
-def check_flags(args: argparse.Namespace) -> None:
-    """Everything checked before any work."""
+def check_corpus_flags(args: argparse.Namespace) -> None:
+    """corpus_arguments' flags, checked before any work."""
     check_folder_output("--work", args.work)
     if args.results is not None:
         check_folder_output("--results", args.results)
@@ -429,6 +415,27 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--pool {args.pool}: no such folder; build one with `make pool`")
     check_corpus(args.pool, args.work / "corpus", args.documents, args.shard_documents,
                  args.seed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from reproduce.cli import StageParser
+    from reproduce.pipeline.common import NON_NEGATIVE
+
+    parser = StageParser(prog="python -m reproduce.bench.corpus",
+                         description=__doc__.splitlines()[0])
+    corpus_arguments(parser, "the corpus, every stage's output")
+    parser.add_argument("--workers", type=POSITIVE, default=2,
+                        help="local executor workers of prepare, select and tokenize "
+                             "(default: %(default)s)")
+    parser.add_argument("--slice", type=POSITIVE, default=20_000,
+                        help="the corpus's first documents that prepare embeds with the "
+                             "transformer too (default: %(default)s)")
+    parser.add_argument("--block_size", type=NON_NEGATIVE, default=PAPER_BLOCK,
+                        help="select's rows per block: the paper's, which a 10^8-document run "
+                             "would use, so the rate measured is the one projected "
+                             "(default: %(default)s)")
+    parser.set_defaults(func=run)
+    return parser
 
 
 def stages(args: argparse.Namespace, work: Path) -> list[Stage]:
@@ -490,7 +497,7 @@ def keep(name: str, work: Path, result: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> None:
-    check_flags(args)
+    check_corpus_flags(args)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()

@@ -47,20 +47,14 @@ GOAL_DISTINCT_REMOVED = 0.01
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from reproduce.bench.corpus import corpus_arguments
     from reproduce.cli import StageParser
-    from reproduce.pipeline.common import POSITIVE, SEED
+    from reproduce.pipeline.common import POSITIVE
 
     parser = StageParser(prog="python -m reproduce.bench.dedup",
                          description=__doc__.splitlines()[0])
-    parser.add_argument("--pool", type=Path, required=True,
-                        help="a built pool folder (`make pool`): the corpus's lengths and text")
-    parser.add_argument("--work", type=Path, required=True,
-                        help="folder for the corpus, the copies, each stage's output and the "
-                             "results; a rerun resumes there")
-    parser.add_argument("--documents", type=POSITIVE, default=1_000_000,
-                        help="documents in the corpus before the copies (default: %(default)s)")
-    parser.add_argument("--shard_documents", type=POSITIVE, default=20_000,
-                        help="documents per corpus shard (default: %(default)s)")
+    corpus_arguments(parser, "the corpus, the copies, each stage's output",
+                     "the corpus's, the copies' and dedup's seed")
     parser.add_argument("--planted", type=float, default=0.01,
                         help="copies planted, a fraction of --documents, the kinds in turn "
                              "(default: %(default)s)")
@@ -72,12 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dedup's --threshold (default: %(default)s, dedup's)")
     parser.add_argument("--workers", type=POSITIVE, default=2,
                         help="local executor workers of prepare and dedup (default: %(default)s)")
-    parser.add_argument("--seed", type=SEED, default=0,
-                        help="the corpus's, the copies' and dedup's seed")
-    parser.add_argument("--project", type=float, default=1e8,
-                        help="documents of the projection (default: %(default).0e)")
-    parser.add_argument("--results", type=Path,
-                        help="also write results.json and results.md into this folder")
     parser.set_defaults(func=run)
     return parser
 
@@ -85,12 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check_flags(args: argparse.Namespace) -> None:
     """Everything checked before any work."""
     from datamask.errors import UserError
-    from datamask.paths import check_folder_output
-    from reproduce.bench.corpus import check_corpus
+    from reproduce.bench.corpus import check_corpus_flags
 
-    check_folder_output("--work", args.work)
-    if args.results is not None:
-        check_folder_output("--results", args.results)
+    check_corpus_flags(args)
     if not 0 < args.planted <= 0.5:
         raise UserError(f"--planted must be above 0 and at most 0.5 of --documents, got "
                         f"{args.planted}")
@@ -99,12 +84,6 @@ def check_flags(args: argparse.Namespace) -> None:
     if not 0 < args.threshold <= 1:
         raise UserError(f"--threshold must be a cosine similarity above 0 and at most 1, got "
                         f"{args.threshold}")
-    if not 0 < args.project < float("inf"):
-        raise UserError(f"--project must be a positive number of documents, got {args.project}")
-    if not args.pool.is_dir():
-        raise UserError(f"--pool {args.pool}: no such folder; build one with `make pool`")
-    check_corpus(args.pool, args.work / "corpus", args.documents, args.shard_documents,
-                 args.seed)
     if round(args.planted * args.documents) < len(KINDS):
         raise UserError(f"--planted {args.planted} of {args.documents} documents plants fewer "
                         f"than one copy of each kind ({', '.join(KINDS)})")
