@@ -102,6 +102,15 @@ def test_a_rerun_redoes_nothing(run, pool, capsys):
     assert again["kinds"] == out["kinds"] and again["distinct"] == out["distinct"]
 
 
+def test_a_rerun_with_other_copies_is_refused_before_any_work(run, pool, capsys):
+    work, _ = run
+    before = sorted(p.name for p in work.iterdir())
+    assert bench.main(flags(pool[0], work, "--copy_cosine", "0.99")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--work" in err and "0.995" in err, err
+    assert sorted(p.name for p in work.iterdir()) == before
+
+
 def test_change_words_replaces_words_with_others_of_the_text():
     rng = np.random.default_rng(0)
     text = " ".join(f"w{i}" for i in range(60))

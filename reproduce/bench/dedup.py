@@ -87,6 +87,20 @@ def check_flags(args: argparse.Namespace) -> None:
     if round(args.planted * args.documents) < len(KINDS):
         raise UserError(f"--planted {args.planted} of {args.documents} documents plants fewer "
                         f"than one copy of each kind ({', '.join(KINDS)})")
+    record = args.work / "copies" / "plants.json"
+    if record.exists():
+        earlier = json.loads(record.read_text()).get("settings")
+        if earlier != planting(args):
+            raise UserError(f"--work {args.work}: its copies were planted with "
+                            f"{earlier or 'settings it did not record'}, not {planting(args)}; "
+                            f"give another --work")
+
+
+def planting(args: argparse.Namespace) -> dict:
+    """What the copies and their vectors depend on: a rerun with other values would find them
+    made otherwise."""
+    return {name: getattr(args, name) for name in ("documents", "shard_documents", "seed",
+                                                   "planted", "changed_words", "copy_cosine")}
 
 
 def text_hashes(texts: list[str]) -> np.ndarray:
@@ -158,7 +172,7 @@ def plant(args: argparse.Namespace, corpus: Path, folder: Path) -> dict:
                        folder / "distinct.parquet")
     plants = {"pairs": [{"kind": str(k), "original": str(ids[o]), "copy": c}
                         for k, o, c in zip(kinds, originals, copy_ids)],
-              "corpus_documents": len(ids), "eligible": len(eligible),
+              "settings": planting(args), "corpus_documents": len(ids), "eligible": len(eligible),
               "text_repeated": int(repeated.sum()), "distinct": int(distinct.sum())}
     write_json_atomic(plants, record)
     return plants

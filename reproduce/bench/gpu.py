@@ -19,10 +19,11 @@ shards of the million-document corpus):
   are 256-d.
 The whole prepare pass is bound by the scorer, which runs on one CPU core at a few hundred
 documents/s: over all 100,000 documents it would take minutes per batch size, hence the shorter
---prepare_documents. results.json (the card's name under machine) and results.md are rewritten
-after each part, so a run cut short keeps what it measured. Without CUDA (and --device cuda) it
-prints one line, writes nothing and exits 0; --device cpu runs the same code on the CPU for a
-smoke test (tiny sizes), marked as no GPU measurement.
+--prepare_documents. --parts picks which of these run (a machine without spaCy or model2vec leaves
+out the whole pass or the static route). results.json (the card's name under machine) and
+results.md are rewritten after each part, so a run cut short keeps what it measured. Without
+CUDA (and --device cuda) it prints one line, writes nothing and exits 0; --device cpu runs the same
+code on the CPU for a smoke test (tiny sizes), marked as no GPU measurement.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                          description=__doc__.splitlines()[0])
     parser.add_argument("--pool", type=Path,
                         help="a built demo pool (`python -m reproduce pool --output DIR --seed 0 "
-                             "--max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60`); needed by every part but select")
+                             "--max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles "
+                             "60`); every part but select reads it")
     parser.add_argument("--device", default="cuda",
                         help="cuda or cuda:N; cpu only for a smoke run, which measures no GPU "
                              "(default: %(default)s)")
