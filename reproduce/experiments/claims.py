@@ -19,7 +19,7 @@ import yaml
 
 from datamask.errors import UserError
 from eval.tables import markdown
-from reproduce.bench.blocks import merge_verdict, partition_verdict
+from reproduce.bench import blocks
 from reproduce.bench.defaults import shown_cells
 
 from .common import lr_setting
@@ -150,7 +150,7 @@ class Claim:
         except NotMeasured:
             return None
         try:
-            return self.judged(values)
+            return self.judged(values if isinstance(values, dict) else {"items": values})
         except KeyError as missing:  # a rule or template naming a value the measure does not give
             raise UserError(f"claim {self.question!r}: its measure gives no {missing}") from None
 
@@ -699,24 +699,14 @@ def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
     return {**needed(scored_start(folder, least)), "rows": rows}
 
 
-def merge_round(root: str, folder: str, **rule) -> dict:
-    """`make bench-blocks`: one round and the merge arm its plan's rule picks (merge_verdict)."""
-    found = table_json(root, folder, "results.json") or {}
-    return needed(merge_verdict(found.get("runs"), **rule))
-
-
 def recorded(root: str, folder: str, file: str) -> dict:
-    """A bench that judges its own runs by its committed plan (`make bench-static`'s
-    validity.json, `make bench-dedup`'s results.json): its verdict's measures, as it wrote them."""
+    """A bench's own record (its verdict where it judges its runs by its plan), as it wrote it."""
     return needed(table_json(root, folder, file))
 
 
-def block_partition(root: str, folder: str) -> dict:
-    """`make bench-blocks` on both partitions: per metric, the partition its plan's rule picks
-    (partition_verdict); `met`: how many metrics meet their goal with it."""
-    rows = needed(partition_verdict((table_json(root, folder, "results.json") or {}).get("runs")
-                                    or []))
-    return {"rows": rows, "met": sum(row["met"] for row in rows), "metrics": len(rows)}
+def bench_blocks(root: str, folder: str, verdict: str, **rule) -> dict | list:
+    """`make bench-blocks`' runs judged by its plan's rule, `verdict` in reproduce.bench.blocks."""
+    return needed(getattr(blocks, verdict)(recorded(root, folder, "results.json")["runs"], **rule))
 
 
 def instrument(root: str, run: str, first: str) -> dict:
