@@ -146,14 +146,30 @@ class NeighbourhoodTree:
 
     def route(self, features: np.ndarray) -> np.ndarray:
         """Each row's block (int64), one matrix-vector product per cut."""
+        return self.spill(features, -1.0)[1]
+
+    def spill(self, features: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+        """Each row to its own block and, as a guest, to every block on the far side of a cut it
+        lies within `margin` of (a guest is routed on by the same rule): two rows at most
+        `margin` apart (Euclidean) then share the home block of each, since a unit direction
+        shortens no distance. (row index, block, home?) per copy, the home copies first in row
+        order; a negative margin sends no guest."""
+        rows = np.arange(len(features))
         node = np.zeros(len(features), np.int64)
-        if not self.cuts:
-            return node
+        home = np.ones(len(features), bool)
+        if not self.cuts:  # one block
+            return rows, node, home
         for at, (direction, threshold, low, high) in enumerate(self.cuts):
-            mine = np.flatnonzero(node == at)
-            node[mine] = np.where(features[mine].astype(np.float64) @ direction < threshold,
-                                  low, high)
-        return -1 - node
+            mine = np.flatnonzero(node == at)  # a cut's children come after it in self.cuts
+            projection = features[rows[mine]].astype(np.float64) @ direction
+            below = projection < threshold
+            node[mine] = np.where(below, low, high)
+            near = np.abs(projection - threshold) <= margin
+            rows = np.concatenate([rows, rows[mine[near]]])
+            node = np.concatenate([node, np.where(below[near], high, low)])
+            home = np.concatenate([home, np.zeros(int(near.sum()), bool)])
+        return rows, -1 - node, home
 
 
 def check_column_names(id_column: str, quality_column: str, feature_column: str) -> None:

@@ -49,6 +49,9 @@ def test_each_kind_is_planted_and_the_counts_add_up(run):
 def test_exact_and_embedding_copies_inside_one_region_are_found(run):
     _, out = run
     assert out["dedup"]["regions"] == 1
+    # one region: no cut, no guest; the rows MinHash kept
+    assert out["dedup"]["routed_rows"] == out["rows"] - out["dedup"]["removed"]["minhash"]
+    assert {"signatures", "region_plans", "pairs", "merge"} <= set(out["dedup"]["round_task_s"])
     kinds = {row["kind"]: row for row in out["kinds"]}
     assert kinds["exact"]["both_kept"] == 0 and kinds["embedding"]["both_kept"] == 0
     assert out["pairs_both_kept"] == kinds["words"]["both_kept"]

@@ -15,8 +15,8 @@ from test_adversarial import refused
 from datamask.data import budget, write_dataset
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
-from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, region_duplicates,
-                                      run_dedup)
+from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, keep_first,
+                                      run_dedup, similar_pairs)
 from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
@@ -166,13 +166,17 @@ def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(
     assert dedup(deduped.parent, out) == first  # a finished run returns its manifest at once
 
 
+def one_region(ids, quality, features, threshold):
+    """SemDeDup's rule over every pair of the rows at once."""
+    return keep_first(ids, quality, *similar_pairs(features, features, threshold))
+
+
 def test_the_copy_of_higher_quality_stays_and_ties_keep_the_smaller_id():
     base = unit(np.eye(4)[0] + 0.001 * np.arange(4))
     near = unit(base + np.array([0, 0.002, 0, 0]))
     features = np.stack([base, near, near, np.eye(4)[3]])
     ids = np.array(["b", "a", "c", "z"], dtype=object)
-    gone, copied, similarity = region_duplicates(ids, np.array([1.0, 3.0, 3.0, 3.0]),
-                                                 features, 0.99)
+    gone, copied, similarity = one_region(ids, np.array([1.0, 3.0, 3.0, 3.0]), features, 0.99)
     # "a" and "c" tie on quality: "a" (the smaller id) stays, and is the most similar kept row
     assert sorted(zip(ids[gone], ids[copied])) == [("b", "a"), ("c", "a")]
     assert (similarity >= 0.99).all()
@@ -184,8 +188,35 @@ def test_a_row_near_only_a_removed_row_stays():
     angle = np.arccos(0.995)
     features = np.array([[np.cos(k * angle), np.sin(k * angle)] for k in range(3)])
     ids = np.array(["a", "b", "c"], dtype=object)
-    gone, copied, _ = region_duplicates(ids, np.array([3.0, 2.0, 1.0]), features, 0.993)
+    gone, copied, _ = one_region(ids, np.array([3.0, 2.0, 1.0]), features, 0.993)
     assert ids[gone].tolist() == ["b"] and ids[copied].tolist() == ["a"]
+
+
+def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path):
+    """300 unit rows in 6 dimensions and 150 near-copies (of originals and of copies, cosine
+    about 0.995, random quality) in 16 regions: with guests across the cuts the keep-list and
+    every removal's reasons are those of a single region; inside the regions only, the copies a
+    cut separates from every row they copy stay."""
+    rng = np.random.default_rng(3)
+    rows = unit(rng.standard_normal((300, 6)))
+    for _ in range(150):
+        rows = np.vstack([rows, unit(rows[rng.integers(len(rows))] + rng.normal(0, 0.04, 6))])
+    ids = np.array([f"r{i:03d}" for i in range(len(rows))], dtype=object)
+    quality = rng.uniform(0, 1, len(rows))
+    (tmp_path / "prepared").mkdir()
+    write_dataset(tmp_path / "prepared" / "00000.parquet", np.arange(len(rows)), quality,
+                  rows.astype(np.float32), extra={"id": pa.array(ids.tolist())})
+    whole = run_dedup(None, tmp_path / "prepared", tmp_path / "whole", region_rows=len(rows))
+    found = {pairs: run_dedup(None, tmp_path / "prepared", tmp_path / pairs, region_rows=30,
+                              region_pairs=pairs, tasks=2) for pairs in ("all", "inside")}
+    assert whole["embedding"]["regions"] == 1 and found["all"]["embedding"]["regions"] == 15
+    assert found["all"]["routed"]["routed"] > found["inside"]["routed"]["routed"] == len(rows)
+    for name in (KEEP_FILE, REMOVALS_FILE):
+        assert pq.read_table(tmp_path / "all" / name).equals(pq.read_table(tmp_path / "whole" / name))
+    assert found["inside"]["removed"]["embedding"] < whole["removed"]["embedding"]
+    gone, copied, _ = one_region(ids, quality, rows.astype(np.float32), 0.99)
+    assert sorted(removals(tmp_path / "whole").items()) == sorted(
+        (i, ("embedding", c)) for i, c in zip(ids[gone], ids[copied]))
 
 
 def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path):
@@ -312,6 +343,7 @@ DEDUP = [
     (["--num_buckets", "0"], ["--num_buckets"]),  # datatrove would divide by it
     (["--n_grams", "0"], ["--n_grams"]),  # datatrove would find no shingle
     (["--hash_precision", "16"], ["--hash_precision"]),  # datatrove's hashes are 32 or 64 bits
+    (["--region_pairs", "near"], ["--region_pairs"]),
     (["--sample", "0"], ["--sample"]),
     (["--sample", "1000"], ["--sample 1000", "more rows"]),
     (["--prepared", "{tmp}/other"], ["keep.parquet", "not a prepared shard"]),

@@ -211,3 +211,25 @@ def test_each_block_reads_its_own_rows_from_the_scatter_round(shards, tmp_path):
     again = run_select(paths, out, "pair-greedy", RATIO, block_size=BLOCK, workers=2)
     assert pq.read_table(again["output"]).equals(before)
     assert (out / "blocks" / "00000.parquet").stat().st_mtime_ns == kept
+
+
+def test_spilled_rows_meet_every_row_within_the_margin_in_its_home_block():
+    """Unit rows in 4 dimensions, cut into 16 blocks: every pair at most `margin` apart shares
+    the home block of each of the two (one as a guest), and a tree routed with no margin sends
+    no guest. Pairs a cut separates exist, so the guests are what brings them together."""
+    rng = np.random.default_rng(1)
+    features = rng.standard_normal((600, 4))
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    tree = NeighbourhoodTree.fit(features, 16)
+    margin = 0.25
+    rows, blocks, home = tree.spill(features, margin)
+    assert (rows[home] == np.arange(600)).all() and (blocks[home] == tree.route(features)).all()
+    present = set(zip(rows.tolist(), blocks.tolist()))
+    assert len(present) == len(rows)  # no row twice in one block
+    distance = np.linalg.norm(features[:, None] - features[None], axis=-1)
+    first, second = np.nonzero(np.triu(distance <= margin, 1))
+    home_block = tree.route(features)
+    assert (home_block[first] != home_block[second]).sum() > 100
+    assert all((a, home_block[b]) in present and (b, home_block[a]) in present
+               for a, b in zip(first.tolist(), second.tolist()))
+    assert tree.spill(features, -1.0)[0].tolist() == list(range(600))

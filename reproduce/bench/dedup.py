@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an embedding copy's cosine to its original (default: %(default)s)")
     parser.add_argument("--threshold", type=float, default=0.99,
                         help="dedup's --threshold (default: %(default)s, dedup's)")
+    parser.add_argument("--region_pairs", choices=("all", "inside"), default="all",
+                        help="dedup's --region_pairs (default: %(default)s, dedup's)")
     parser.add_argument("--workers", type=POSITIVE, default=2,
                         help="local executor workers of prepare and dedup (default: %(default)s)")
     parser.set_defaults(func=run)
@@ -263,6 +265,14 @@ def counts(plants: dict, keep: Path, distinct: Path) -> dict:
             "distinct_share_removed": round(len(gone) / max(len(distinct_ids), 1), 6)}
 
 
+def round_seconds(logs: Path) -> dict[str, float]:
+    """Each dedup round's time as datatrove's stats.json gives it: summed over its tasks and
+    steps."""
+    return {path.parent.name: round(sum(step["time_stats"]["total"]
+                                        for step in json.loads(path.read_text())), 1)
+            for path in sorted(logs.glob("*/stats.json"))}
+
+
 def stages(args: argparse.Namespace, work: Path, rows: int):
     from reproduce.bench.corpus import Stage
 
@@ -277,7 +287,8 @@ def stages(args: argparse.Namespace, work: Path, rows: int):
                     len(list(text.glob("*.parquet"))), "shard")
     dedup_stage = Stage("dedup", ["dedup", "--input", str(text), "--prepared", str(planted),
                                   "--output", str(dedup), "--threshold", str(args.threshold),
-                                  "--seed", str(args.seed), *workers],
+                                  "--region_pairs", args.region_pairs, "--seed", str(args.seed),
+                                  *workers],
                         dedup / "manifest.json", [dedup], rows)
     return prepare, dedup_stage
 
@@ -323,7 +334,9 @@ def run(args: argparse.Namespace) -> None:
                                              "distinct")},
            "rows": rows, "stages": results,
            "dedup": {"removed": manifest["removed"], "kept": manifest["kept"],
-                     "regions": manifest["embedding"]["regions"]},
+                     "regions": manifest["embedding"]["regions"],
+                     "routed_rows": manifest["routed"]["routed"],
+                     "round_task_s": round_seconds(work / "dedup" / "logs")},
            **found,
            "goal_distinct_removed": GOAL_DISTINCT_REMOVED,
            "projection": {"documents": args.project, "dedup_documents_per_s": rate,
@@ -342,12 +355,16 @@ def markdown(out: dict) -> str:
     lines = [f"# `make bench-dedup`: {flags['documents']:,} documents with planted copies", "",
              f"{out['date']}; {m['cpu']}, {m['cores']} cores; --workers {flags['workers']}, "
              f"--threshold {flags['threshold']}, --copy_cosine {flags['copy_cosine']}, "
-             f"--changed_words {flags['changed_words']}, --planted {flags['planted']}, --seed "
-             f"{flags['seed']}.", "",
+             f"--changed_words {flags['changed_words']}, --planted {flags['planted']}, "
+             f"--region_pairs {flags['region_pairs']}, --seed {flags['seed']}.", "",
              f"Corpus: {c['corpus_documents']:,} documents ({c['eligible']:,} of at least "
              f"{MIN_WORDS} words, the originals' pool); {c['text_repeated']:,} share their exact "
              f"text with another; {c['distinct']:,} distinct (unique text, no copy planted). "
-             f"dedup read {out['rows']:,} rows in {out['dedup']['regions']} regions.", "",
+             f"dedup read {out['rows']:,} rows in {out['dedup']['regions']} regions and routed "
+             f"{out['dedup']['routed_rows']:,} to them, guests included. Its rounds' task "
+             f"seconds (datatrove's, summed over tasks): "
+             f"{', '.join(f'{k} {v:,.1f}' for k, v in out['dedup']['round_task_s'].items())}.",
+             "",
              "| stage | rows | wall s | rows/s | peak RSS MB, largest process | peak RSS MB, "
              "process tree |", "|---|---:|---:|---:|---:|---:|"]
     for name, r in out["stages"].items():

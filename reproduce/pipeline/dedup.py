@@ -7,13 +7,19 @@ clusters (one task), filter (the signature tasks' shards again). FineWeb's setti
 defaults: word 5-grams, 14 buckets of 8 hashes, 64-bit hashes. Of each cluster datatrove keeps
 one document; every other is removed as a duplicate of it.
 
-Embedding (--prepared, prepare's rows; those the text step kept): SemDeDup's rule inside
-neighbourhoods, so that the pair work stays local. The rows are cut into regions of about
---region_rows rows by principal-direction cuts fitted on a seeded sample and then routed shard by
-shard (datamask.data.NeighbourhoodTree); inside a region, taken by quality (higher first, ties:
-the smaller id), a row whose cosine to a row kept before it reaches --threshold is removed as a
-duplicate of the nearest such row. So every embedding removal names a row that stays, the copy of
-higher quality. A near-copy that a cut separates from its original is not found.
+Embedding (--prepared, prepare's rows; those the text step kept): SemDeDup's rule, with the pair
+work inside neighbourhoods. The rows, at unit length, are cut into regions of about --region_rows
+rows by principal-direction cuts fitted on a seeded sample and then routed shard by shard
+(datamask.data.NeighbourhoodTree); each region's own rows are compared with every row in it, and
+the pairs whose cosine reaches --threshold are resolved at the end, all at once: taken by quality
+(higher first, ties: the smaller id), a row paired with a row kept before it is removed as a
+duplicate of the most similar such row. So every embedding removal names a row that stays, the
+copy of higher quality. With --region_pairs all (the default) a row within the threshold's
+distance, sqrt(2 (1 - threshold)), of a cut is also sent as a guest to the far side, so that every
+pair meets in some region and the keep-list is the one a single region of all rows gives, at the
+cost of the guests' pair work (the manifest counts the routed rows); with inside, only pairs
+inside one region are found, as SemDeDup and NeMo Curator do after k-means, and a near-copy that
+a cut separates from its original stays.
 
 Files under --output: the keep-list, keep.parquet (id, keep: every input row once, in input
 order), removals.parquet (id, reason, duplicates, similarity: each removed row, why, and the row
@@ -54,11 +60,16 @@ REMOVALS_FILE = "removals.parquet"
 MANIFEST = "manifest.json"
 MINHASH = "minhash"  # signatures/, buckets/, clusters/, removed/, kept/
 REGIONS = "regions"  # each pair task's rows, written by the region plan
-PAIRS = "pairs"  # each pair task's removals
+PAIRS = "pairs"  # each pair task's pairs at the threshold
+REGION_PLAN = "plan.json"  # in regions/: the rows routed, guests included
 SAMPLE_FLOOR = 100_000  # rows the default sample holds at least (all where fewer)
 SAMPLE_PER_REGION = 50  # and per region, so that deep cuts are fitted on enough rows
 SIMILARITY_BYTES = 64 * 2**20  # a region's similarities computed at once
 PRECISIONS = (32, 64)
+REGION_PAIRS = ("all", "inside")
+PAIR_SCHEMA = pa.schema([("id", pa.string()), ("other", pa.string()), ("similarity", pa.float32()),
+                         ("quality", pa.float64()), ("other_quality", pa.float64())])
+FLOAT_SLACK = 1e-4  # added to the guests' margin: cosines of float32 rows are rounded
 
 
 def minhash_config(n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
@@ -122,34 +133,51 @@ def read_removed(keep: Path) -> pa.Array:
     return table.filter(pc.invert(table.column("keep"))).column("id").combine_chunks()
 
 
-def region_duplicates(ids: np.ndarray, quality: np.ndarray, features: np.ndarray,
-                      threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """SemDeDup's rule on one region's rows, the copy of higher quality kept: rows in order of
-    quality (higher first, ties: the smaller id); a row whose cosine to a row kept before it is
-    at least `threshold` is removed, as a duplicate of the most similar one. (removed rows,
-    the row each duplicates, their cosine), rows as indices into the arguments."""
+def similar_pairs(rows: np.ndarray, among: np.ndarray,
+                  threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs of a row of `rows` and a row of `among` (unit rows) whose cosine is at least
+    `threshold`: (index into rows, index into among, cosine), in blocks of SIMILARITY_BYTES."""
+    found = []
+    step = max(1, SIMILARITY_BYTES // (4 * max(len(among), 1)))
+    for start in range(0, len(rows), step):
+        sims = rows[start:start + step] @ among.T
+        first, second = np.nonzero(sims >= threshold)
+        found.append((first + start, second, sims[first, second]))
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return tuple(np.concatenate(part) for part in zip(*found))
+
+
+def keep_first(ids: np.ndarray, quality: np.ndarray, first: np.ndarray, second: np.ndarray,
+               similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SemDeDup's rule over pairs found at the threshold, the copy of higher quality kept: rows
+    in order of quality (higher first, ties: the smaller id); a row paired with a row kept before
+    it is removed, as a duplicate of the most similar one. A pair may come twice, in either order;
+    a row paired with itself is ignored. (removed rows, the row each duplicates, their cosine), as
+    indices into `ids`."""
     order = np.lexsort((ids, -quality.astype(np.float64)))
-    unit = features[order].astype(np.float32)
-    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
-    kept = np.ones(len(order), bool)
-    removed, duplicates, similarity = [], [], []
-    step = max(1, SIMILARITY_BYTES // (4 * max(len(order), 1)))
-    for start in range(0, len(order), step):
-        stop = min(start + step, len(order))
-        sims = unit[start:stop] @ unit[:stop].T
-        earlier = np.arange(stop)[None, :] < np.arange(start, stop)[:, None]
-        rows, cols = np.nonzero((sims >= threshold) & earlier)
-        for row in np.unique(rows):  # in order: a row's fate is known before a later one asks
-            candidates = cols[rows == row]
-            candidates = candidates[kept[candidates]]
-            if len(candidates):
-                best = candidates[np.argmax(sims[row, candidates])]
-                kept[start + row] = False
-                removed.append(start + row)
-                duplicates.append(best)
-                similarity.append(sims[row, best])
-    return (order[np.array(removed, np.int64)], order[np.array(duplicates, np.int64)],
-            np.array(similarity, np.float32))
+    rank = np.empty(len(ids), np.int64)
+    rank[order] = np.arange(len(ids))
+    other = first != second
+    first, second, similarity = first[other], second[other], similarity[other]
+    swap = rank[first] > rank[second]
+    earlier, later = np.where(swap, second, first), np.where(swap, first, second)
+    by = np.argsort(rank[later], kind="stable")
+    earlier, later, similarity = earlier[by], later[by], similarity[by]
+    starts = np.flatnonzero(np.r_[True, later[1:] != later[:-1]]) if len(later) else []
+    kept = np.ones(len(ids), bool)
+    removed, duplicates, cosine = [], [], []
+    for start, stop in zip(starts, np.r_[starts[1:], len(later)].astype(np.int64)):
+        # by rank: a row's fate is known before a later row asks
+        candidates = np.arange(start, stop)[kept[earlier[start:stop]]]
+        if len(candidates):
+            best = candidates[np.argmax(similarity[candidates])]
+            kept[later[start]] = False
+            removed.append(later[start])
+            duplicates.append(earlier[best])
+            cosine.append(similarity[best])
+    return (np.array(removed, np.int64), np.array(duplicates, np.int64),
+            np.array(cosine, np.float32))
 
 
 def cluster_row(writer, document) -> dict:
@@ -230,12 +258,14 @@ def minhash_removals(work: Path) -> pa.Table:
 
 
 def prepared_survivors(path: str, removed: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A prepared shard's rows the text step kept: (ids, quality, features)."""
+    """A prepared shard's rows the text step kept: (ids, quality, features at unit length)."""
     ids = pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
     rows = read_dataset([path])
     alive = np.asarray(pc.invert(pc.is_in(ids, value_set=removed)).to_numpy(zero_copy_only=False))
+    features = rows.features[alive].astype(np.float32)
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
     return (np.asarray(ids.to_numpy(zero_copy_only=False), dtype=object)[alive],
-            rows.quality[alive], rows.features[alive])
+            rows.quality[alive], features)
 
 
 def text_removed(output: Path, text: bool) -> pa.Array:
@@ -247,17 +277,19 @@ def text_removed(output: Path, text: bool) -> pa.Array:
 
 class PlanRegions(datatrove_base.PipelineStep):
     """One task: the cuts into `regions` regions fitted on a seeded sample of the rows the text
-    step kept, then every such row routed, shard by shard, and written to regions/GROUP/, group
-    g holding the regions g, g + groups, ... of pair task g."""
+    step kept, then every such row routed, shard by shard, with the guests of those within
+    `margin` of a cut (none for a negative margin), and written to regions/GROUP/, group g
+    holding the regions g, g + groups, ... of pair task g; then regions/plan.json."""
 
     name = "plan the regions"
     type = "🫂 - DEDUP"
 
     def __init__(self, prepared: list[str], output: str, text: bool, regions: int, groups: int,
-                 sample: int, seed: int):
+                 sample: int, seed: int, margin: float):
         super().__init__()
         self.prepared, self.output, self.text = prepared, output, text
         self.regions, self.groups, self.sample, self.seed = regions, groups, sample, seed
+        self.margin = margin
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output) / REGIONS
@@ -268,6 +300,7 @@ class PlanRegions(datatrove_base.PipelineStep):
                  for p in self.prepared]
         total = sum(alive)
         if not total:  # the text step removed every row: no region, no pair
+            write_json_atomic({"rows": 0, "routed": 0}, out / REGION_PLAN)
             return
         rng = np.random.default_rng(self.seed)
         chosen = np.sort(rng.choice(total, min(self.sample, total), replace=False))
@@ -278,24 +311,29 @@ class PlanRegions(datatrove_base.PipelineStep):
                 sample.append(prepared_survivors(path, removed)[2][mine])
             offset += count
         tree = NeighbourhoodTree.fit(np.concatenate(sample), self.regions)
+        routed = 0
         for index, path in enumerate(self.prepared):
             ids, quality, features = prepared_survivors(path, removed)
-            region = tree.route(features)
+            rows, region, home = tree.spill(features, self.margin)
             for group in np.unique(region % self.groups):
                 mine = region % self.groups == group
                 (out / f"{group:05d}").mkdir(parents=True, exist_ok=True)
-                flat = pa.array(np.ascontiguousarray(features[mine]).reshape(-1))
+                flat = pa.array(np.ascontiguousarray(features[rows[mine]]).reshape(-1))
                 write_table_atomic(pa.table({
-                    "id": pa.array(ids[mine], pa.string()), "quality": quality[mine],
+                    "id": pa.array(ids[rows[mine]], pa.string()), "quality": quality[rows[mine]],
                     "features": pa.FixedSizeListArray.from_arrays(flat, features.shape[1]),
-                    "region": region[mine]}), out / f"{group:05d}" / f"{index:05d}.parquet")
+                    "region": region[mine], "home": home[mine]}),
+                    out / f"{group:05d}" / f"{index:05d}.parquet")
+            routed += len(rows)
             self.stat_update("rows", value=len(ids))
+        write_json_atomic({"rows": total, "routed": routed}, out / REGION_PLAN)
         yield from data or ()
 
 
 class FindPairs(datatrove_base.PipelineStep):
-    """One task = one group of regions: region_duplicates in each, the removals written to
-    pairs/TASK.parquet (id, duplicates, similarity)."""
+    """One task = one group of regions: in each, the pairs of one of its own rows and any row in
+    it whose cosine reaches the threshold, written to pairs/TASK.parquet (id, other, similarity,
+    and the quality of each)."""
 
     name = "find near-duplicate embeddings"
     type = "🫂 - DEDUP"
@@ -306,31 +344,48 @@ class FindPairs(datatrove_base.PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         files = sorted((Path(self.output) / REGIONS / f"{rank:05d}").glob("*.parquet"))
-        removed, duplicates, similarity = [], [], []
+        found = []
         if files:
             table = pa.concat_tables(pq.read_table(f) for f in files)
-            ids = np.asarray(table.column("id").to_numpy(zero_copy_only=False), dtype=object)
-            quality = table.column("quality").to_numpy()
             vectors = table.column("features").combine_chunks()
             features = vectors.flatten().to_numpy().reshape(len(table), vectors.type.list_size)
-            region = table.column("region").to_numpy()
+            region, home = table.column("region").to_numpy(), table.column("home").to_numpy()
             for value in np.unique(region):
                 rows = np.flatnonzero(region == value)
+                own = rows[home[rows]]
                 with self.track_time("region"):
-                    gone, copied, sims = region_duplicates(ids[rows], quality[rows],
-                                                           features[rows], self.threshold)
-                removed += ids[rows[gone]].tolist()
-                duplicates += ids[rows[copied]].tolist()
-                similarity.append(sims)
-                self.stat_update("removed", value=len(gone))
+                    first, second, sims = similar_pairs(features[own], features[rows],
+                                                        self.threshold)
+                found.append((own[first], rows[second], sims))
+                self.stat_update("pairs", value=len(sims))
+            at = [np.concatenate(part) for part in zip(*found)] if found else [[], [], []]
+            found = {"id": table.column("id").take(at[0]),
+                     "other": table.column("id").take(at[1]),
+                     "similarity": pa.array(at[2], pa.float32()),
+                     "quality": table.column("quality").take(at[0]),
+                     "other_quality": table.column("quality").take(at[1])}
         written = Path(self.output) / PAIRS / f"{rank:05d}.parquet"
         written.parent.mkdir(exist_ok=True)
         remove_temporaries(written)  # what a killed attempt at this task left
-        write_table_atomic(pa.table({
-            "id": pa.array(removed, pa.string()), "duplicates": pa.array(duplicates, pa.string()),
-            "similarity": pa.array(np.concatenate(similarity) if similarity else [],
-                                   pa.float32())}), written)
+        write_table_atomic(pa.table(found) if found else PAIR_SCHEMA.empty_table(), written)
         yield from data or ()
+
+
+def embedding_removals(tables: list[pa.Table]) -> pa.Table:
+    """keep_first over the pair tasks' pairs: (id, duplicates, similarity) of each row removed."""
+    pairs = pa.concat_tables([t.cast(PAIR_SCHEMA) for t in tables])
+    ids = pa.concat_arrays([pairs.column("id").combine_chunks(),
+                            pairs.column("other").combine_chunks()])
+    names, at = np.unique(np.asarray(ids.to_numpy(zero_copy_only=False), dtype=object),
+                          return_inverse=True)
+    quality = np.empty(len(names), np.float64)
+    quality[at] = np.concatenate([pairs.column("quality").to_numpy(),
+                                  pairs.column("other_quality").to_numpy()])
+    removed, copied, sims = keep_first(names, quality, at[:len(pairs)], at[len(pairs):],
+                                       pairs.column("similarity").to_numpy())
+    return pa.table({"id": pa.array(names[removed], pa.string()),
+                     "duplicates": pa.array(names[copied], pa.string()),
+                     "similarity": pa.array(sims, pa.float32())})
 
 
 def remove_working_files(output: Path) -> None:
@@ -381,8 +436,9 @@ class WriteKeepList(datatrove_base.PipelineStep):
             if self.text:
                 found = minhash_removals(out / MINHASH)
                 parts.append(removal_rows(found, "minhash"))
-            for task in range(self.pairs):
-                found = pq.read_table(out / PAIRS / f"{task:05d}.parquet")
+            if self.pairs:
+                found = embedding_removals([pq.read_table(out / PAIRS / f"{task:05d}.parquet")
+                                            for task in range(self.pairs)])
                 parts.append(removal_rows(found, "embedding"))
             removals = pa.concat_tables(parts)
             at = pc.index_in(removals.column("id"), value_set=ids)
@@ -394,7 +450,10 @@ class WriteKeepList(datatrove_base.PipelineStep):
             write_table_atomic(pa.table({"id": ids, "keep": keep}), out / KEEP_FILE)
             write_table_atomic(removals, out / REMOVALS_FILE)
             reasons = removals.column("reason").to_pylist()
+            plan = out / REGIONS / REGION_PLAN
+            routed = json.loads(plan.read_text()) if plan.is_file() else None
             manifest = {**self.manifest, "kept": len(ids) - len(removals),
+                        "routed": routed,
                         "removed": {r: reasons.count(r) for r in ("minhash", "embedding")},
                         "stage_wall_s": round(time.time() - self.manifest["started_at"], 3)}
             write_json_atomic(manifest, out / MANIFEST)
@@ -405,8 +464,8 @@ class WriteKeepList(datatrove_base.PipelineStep):
 
 def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, threshold: float = 0.99,
               n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
-              precision: int = 64, region_rows: int = 10_000, sample: int | None = None,
-              seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
+              precision: int = 64, region_rows: int = 10_000, region_pairs: str = "all",
+              sample: int | None = None, seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
               cluster: dict | None = None) -> dict:
     """MinHash on the FineWeb shards in `fineweb`, then near-duplicate embeddings among the
     prepared rows in `prepared` that it kept (either step alone where the other's input is None),
@@ -420,6 +479,9 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
     if not 0 < threshold <= 1:
         raise UserError(f"--threshold must be a cosine similarity above 0 and at most 1, got "
                         f"{threshold}")
+    if region_pairs not in REGION_PAIRS:
+        raise UserError(f"--region_pairs must be one of {', '.join(REGION_PAIRS)}, got "
+                        f"{region_pairs!r}")
     if precision not in PRECISIONS:
         raise UserError(f"--hash_precision must be 32 or 64 (datatrove's hashes), got {precision}")
     tasks = workers if tasks is None else tasks
@@ -457,6 +519,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
                     "hashes_per_bucket": hashes_per_bucket, "hash_precision": precision,
                     "tasks": text_tasks} if fineweb is not None else None,
         "embedding": {"threshold": threshold, "region_rows": region_rows, "regions": regions,
+                      "region_pairs": region_pairs,
                       "sample": sample, "seed": seed, "tasks": pair_tasks}
         if prepared is not None else None}
     config = {"inputs": file_stats(text_files + prepared_files), **settings}
@@ -495,8 +558,11 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
                                  text["tasks"])
     if embedding:
         prepared = [str(f.absolute()) for f in prepared_files]
+        margin = (np.sqrt(2 * (1 - embedding["threshold"])) + FLOAT_SLACK
+                  if embedding["region_pairs"] == "all" else -1.0)
         rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
-                                 embedding["tasks"], embedding["sample"], embedding["seed"])],
+                                 embedding["tasks"], embedding["sample"], embedding["seed"],
+                                 margin)],
                     1, "region_plan"),
                    ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
     merge = WriteKeepList([str(f.absolute()) for f in text_files or prepared_files],
