@@ -267,9 +267,12 @@ def counts(plants: dict, keep: Path, distinct: Path) -> dict:
 
 def round_seconds(logs: Path) -> dict[str, float]:
     """Each dedup round's time as datatrove's stats.json gives it: summed over its tasks and
-    steps."""
-    return {path.parent.name: round(sum(step["time_stats"]["total"]
-                                        for step in json.loads(path.read_text())), 1)
+    steps (a step that timed nothing records a bare 0)."""
+    def seconds(step: dict) -> float:
+        timed = step.get("time_stats", 0)
+        return timed["total"] if isinstance(timed, dict) else timed
+
+    return {path.parent.name: round(sum(map(seconds, json.loads(path.read_text()))), 1)
             for path in sorted(logs.glob("*/stats.json"))}
 
 
