@@ -123,14 +123,15 @@ def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, 
         pq.write_table(pa.table({"text": texts[:2]}), target / f"other-{name}.parquet")
     (target / "outside.json").write_text("{}")
     trained = {p: p.stat().st_mtime_ns for p in (copy / "train").glob("*/seed*/summary.json")}
-    # the free arm's two methods only, to keep the test short: the other runs stay as they were
+    # the free arm's two methods at seed 0 only, to keep the test short: the other runs stay as
+    # they were
     argv = [copy if a == str(out) else a for a in argv] + ["--arms", "free", "--no_null",
-                                                           "--junk", "--dup"]
+                                                           "--junk", "--dup", "--seeds", "0"]
     argv = [str(a) for a in argv if a != "--tasks"]
     assert main([*argv, "--outside", str(target)]) == 0  # the default tasks this time
     assert {p: p.stat().st_mtime_ns for p in trained} == trained
     scores = {p.stem: json.loads(p.read_text()) for p in (copy / "eval").glob("*.json")}
-    again = {f"{m}.seed{s}" for m in ("random", "quality-topk") for s in (0, 1)}
+    again = {f"{m}.seed0" for m in ("random", "quality-topk")}
     assert all(set(scores[k]["outside"]) == {"folder", "bpb", "bpb_ema"}
                and set(scores[k]["results"]) == {"bbc_cloze", "bbc_headline"} for k in again)
     assert not any("outside" in v or "results" in v for k, v in scores.items() if k not in again)

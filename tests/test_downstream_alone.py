@@ -23,7 +23,7 @@ def test_kill_9_mid_training_leaves_no_process_and_the_rerun_finishes(pool, prep
     argv = ["--pool", str(pool[0]), "--output", str(out), "--methods", "random", "--arms", "free",
             "--no_null", "--junk", "--dup", "--seeds", "0", "--config", "demo",
             "--select_ratio", "0.3", "--block_size", "0", "--vocab_size", "300",
-            "--heldout_docs", "2", "--set", "max_steps=400",
+            "--heldout_docs", "2", "--tasks", "--set", "max_steps=400",
             *[a for s in TINY[:-2] for a in ("--set", s)]]
     command = [sys.executable, "-m", "reproduce.experiments.downstream", *argv]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
