@@ -227,30 +227,22 @@ def test_merge_round_on_ray_after_a_killed_worker_equals_the_local_one(ray_head,
     assert json.loads((out / "summary.json").read_text())["unions"] == 2
 
 
-def test_the_whole_inputs_term_scale_is_fitted_once_on_ray_as_locally(ray_head, block_shards,
-                                                                       tmp_path):
-    """joint-greedy's blocks on Ray score on the term scale one task fitted there: the local
-    executor's to the digit, and the same selection row for row."""
-    local = run_select([str(block_shards)], tmp_path / "local", "joint-greedy", 0.1, BLOCK)
+def test_neighbourhood_blocks_and_the_term_scale_on_ray_equal_the_local_ones(ray_head,
+                                                                            block_shards,
+                                                                            tmp_path):
+    """joint-greedy on neighbourhood blocks: the plan, cut where it is written, and the term scale
+    one task fits are the local executor's to the digit, and so is every block's selection."""
+    flags = {"partition": "neighbourhood", "partition_sample": 2000}
+    local = run_select([str(block_shards)], tmp_path / "local", "joint-greedy", 0.1, BLOCK,
+                       **flags)
     out = tmp_path / "ray"
     finish(on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
-                  "--method", "joint-greedy", "--select_ratio", "0.1", "--block_size", str(BLOCK)))
+                  "--method", "joint-greedy", "--select_ratio", "0.1", "--block_size", str(BLOCK),
+                  *(f"--{flag}={value}" for flag, value in flags.items())))
+    for name in ("plan.parquet", "selection.parquet"):
+        assert pq.read_table(out / name).equals(pq.read_table(tmp_path / "local" / name)), name
     assert (out / TERM_SCALE).read_text() == (tmp_path / "local" / TERM_SCALE).read_text()
-    assert pq.read_table(out / "selection.parquet").equals(pq.read_table(local["output"]))
-
-
-def test_neighbourhood_blocks_on_ray_equal_the_local_ones(ray_head, block_shards, tmp_path):
-    """The plan, cut by neighbourhood where it is written, is the same on either executor, and so
-    is every block's selection."""
-    cut = {"partition": "neighbourhood", "partition_sample": 2000}
-    local = run_select([str(block_shards)], tmp_path / "local", METHOD, RATIO, BLOCK, **cut)
-    out = tmp_path / "ray"
-    finish(on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
-                  "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK),
-                  *(f"--{flag}={value}" for flag, value in cut.items())))
-    assert pq.read_table(out / "plan.parquet").equals(
-        pq.read_table(tmp_path / "local" / "plan.parquet"))
-    assert pq.read_table(out / "selection.parquet").equals(pq.read_table(local["output"]))
+    assert json.loads((out / "summary.json").read_text())["partition"] == "neighbourhood"
 
 
 def test_a_task_no_ray_node_can_hold_is_refused_before_any_work(ray_head, block_shards,
