@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare bench-static bench-corpus bench-dedup bench-blocks distil clean
+	bench-defaults bench-prepare bench-static bench-corpus bench-dedup bench-dedup-routing bench-blocks distil clean
 
 install: $(STAMP)
 
@@ -132,6 +132,11 @@ BENCH_DEDUP_FLAGS ?= --documents 1000000 --workers 2
 bench-dedup: pool
 	$(BIN)/python -m reproduce.bench.dedup --pool $(POOL_DIR) --work $(DEDUP_DIR) \
 		$(BENCH_DEDUP_FLAGS)
+
+# what dedup's guests cost and find as the regions multiply, on bench-dedup's rows
+BENCH_ROUTING_FLAGS ?= --regions 21 50 100 200 --margins 1 0.5 0.25
+bench-dedup-routing: $(STAMP)
+	$(BIN)/python -m reproduce.bench.routing --work $(DEDUP_DIR) $(BENCH_ROUTING_FLAGS)
 
 # what selecting in independent blocks loses against one block (docs/benchmarks.md): the select
 # stage at 1, 2, 4, 8, 16 and 32 blocks on the pool's and BBC's rows (prepared here with the

@@ -70,8 +70,9 @@ def cmd_dedup(args) -> None:
     _print(run_dedup(Path(args.input) if args.input else None,
                      Path(args.prepared) if args.prepared else None, Path(args.output),
                      args.threshold, args.n_grams, args.num_buckets, args.hashes_per_bucket,
-                     args.hash_precision, args.region_rows, args.region_pairs, args.sample,
-                     args.seed, args.tasks, args.workers, args.executor, cluster_flags(args)))
+                     args.hash_precision, args.region_rows, args.region_pairs, args.guest_margin,
+                     args.sample, args.seed, args.tasks, args.workers, args.executor,
+                     cluster_flags(args)))
 
 
 def cmd_select(args) -> None:
@@ -281,6 +282,9 @@ def add_stage_parsers(sub) -> None:
                        help="all: rows near a cut are compared on both sides too, so every "
                             "pair is found, as in one region; inside: cheaper, a copy a cut "
                             "separates stays (default: %(default)s)")
+    group.add_argument("--guest_margin", type=float, default=1.0,
+                       help="with all: the far side's margin, a fraction of a pair's distance at "
+                            "the threshold; below 1 fewer guests, not exact (default: %(default)s)")
     group.add_argument("--sample", type=POSITIVE,
                        help="rows the neighbourhood cuts are fitted on (default: 50 per "
                             "neighbourhood, at least 100,000, at most every row)")

@@ -141,3 +141,29 @@ def test_bad_flags_are_refused_in_one_line_before_any_work(pool, tmp_path, capsy
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err, err
     assert not work.exists()
+
+
+def test_routing_counts_the_guests_and_finds_every_pair_at_the_full_margin(run, tmp_path,
+                                                                           capsys):
+    """On the run's rows: one region routes each row once and separates nothing; with more
+    regions the full margin leaves no planted pair apart, and a smaller one routes fewer rows."""
+    from reproduce.bench import routing
+
+    work, out = run
+    assert routing.main(["--work", str(work), "--regions", "1", "2", "4", "--margins", "1",
+                         "0.25", "--results", str(tmp_path / "routing")]) == 0
+    found = json.loads((tmp_path / "routing" / "results.json").read_text())
+    assert found["rows"] == out["rows"]
+    one, *more = found["rows_by_region"]
+    assert one["split"] == 0 and [m["routed_per_row"] for m in one["margins"]] == [1.0, 1.0]
+    for row in more:
+        full, quarter = row["margins"]
+        assert full["pairs_apart"] == 0 and row["pairs"] == 5
+        assert full["routed_per_row"] >= quarter["routed_per_row"] > 1
+    assert "| 4 |" in (tmp_path / "routing" / "results.md").read_text()
+    capsys.readouterr()
+    for more, words in ((["--margins", "0"], "--margins 0"), (["--regions", "10000"], "--regions"),):
+        assert routing.main(["--work", str(work), *more]) == 2
+        assert words in capsys.readouterr().err
+    assert routing.main(["--work", str(tmp_path)]) == 2
+    assert "no planted" in capsys.readouterr().err

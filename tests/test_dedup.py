@@ -214,6 +214,10 @@ def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path
     for name in (KEEP_FILE, REMOVALS_FILE):
         assert pq.read_table(tmp_path / "all" / name).equals(pq.read_table(tmp_path / "whole" / name))
     assert found["inside"]["removed"]["embedding"] < whole["removed"]["embedding"]
+    fewer = run_dedup(None, tmp_path / "prepared", tmp_path / "quarter", region_rows=30,
+                      margin=0.25, tasks=2)
+    assert len(rows) < fewer["routed"]["routed"] < found["all"]["routed"]["routed"]
+    assert fewer["embedding"]["guest_margin"] == 0.25
     gone, copied, _ = one_region(ids, quality, rows.astype(np.float32), 0.99)
     assert sorted(removals(tmp_path / "whole").items()) == sorted(
         (i, ("embedding", c)) for i, c in zip(ids[gone], ids[copied]))
@@ -344,6 +348,9 @@ DEDUP = [
     (["--n_grams", "0"], ["--n_grams"]),  # datatrove would find no shingle
     (["--hash_precision", "16"], ["--hash_precision"]),  # datatrove's hashes are 32 or 64 bits
     (["--region_pairs", "near"], ["--region_pairs"]),
+    (["--guest_margin", "0"], ["--guest_margin"]),
+    (["--guest_margin", "1.5"], ["--guest_margin"]),
+    (["--region_pairs", "inside", "--guest_margin", "0.5"], ["--guest_margin 0.5", "inside"]),
     (["--sample", "0"], ["--sample"]),
     (["--sample", "1000"], ["--sample 1000", "more rows"]),
     (["--prepared", "{tmp}/other"], ["keep.parquet", "not a prepared shard"]),

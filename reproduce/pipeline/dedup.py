@@ -17,7 +17,9 @@ duplicate of the most similar such row. So every embedding removal names a row t
 copy of higher quality. With --region_pairs all (the default) a row within the threshold's
 distance, sqrt(2 (1 - threshold)), of a cut is also sent as a guest to the far side, so that every
 pair meets in some region and the keep-list is the one a single region of all rows gives, at the
-cost of the guests' pair work (the manifest counts the routed rows); with inside, only pairs
+cost of the guests' pair work (the manifest counts the routed rows; it grows with the number of
+regions), or within --guest_margin times that distance, fewer guests and no longer exact; with
+inside, only pairs
 inside one region are found, as SemDeDup and NeMo Curator do after k-means, and a near-copy that
 a cut separates from its original stays.
 
@@ -131,6 +133,13 @@ def read_removed(keep: Path) -> pa.Array:
     """The ids the keep-list in folder `keep` removes."""
     table = pq.read_table(Path(keep) / KEEP_FILE, columns=["id", "keep"])
     return table.filter(pc.invert(table.column("keep"))).column("id").combine_chunks()
+
+
+def guest_margin(threshold: float, fraction: float) -> float:
+    """How far from a cut a row is also sent to the far side: `fraction` of sqrt(2 (1 -
+    threshold)), the distance of two unit rows at the threshold (1: every pair at the threshold
+    meets in a region), plus FLOAT_SLACK."""
+    return fraction * np.sqrt(2 * (1 - threshold)) + FLOAT_SLACK
 
 
 def similar_pairs(rows: np.ndarray, among: np.ndarray,
@@ -465,7 +474,7 @@ class WriteKeepList(datatrove_base.PipelineStep):
 def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, threshold: float = 0.99,
               n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
               precision: int = 64, region_rows: int = 10_000, region_pairs: str = "all",
-              sample: int | None = None, seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
+              margin: float = 1.0, sample: int | None = None, seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
               cluster: dict | None = None) -> dict:
     """MinHash on the FineWeb shards in `fineweb`, then near-duplicate embeddings among the
     prepared rows in `prepared` that it kept (either step alone where the other's input is None),
@@ -482,6 +491,12 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
     if region_pairs not in REGION_PAIRS:
         raise UserError(f"--region_pairs must be one of {', '.join(REGION_PAIRS)}, got "
                         f"{region_pairs!r}")
+    if not 0 < margin <= 1:
+        raise UserError(f"--guest_margin must be a fraction above 0 and at most 1 of the "
+                        f"threshold's distance, got {margin}")
+    if region_pairs == "inside" and margin != 1:
+        raise UserError(f"--guest_margin {margin}: sizes the guests of --region_pairs all; "
+                        f"--region_pairs inside sends none")
     if precision not in PRECISIONS:
         raise UserError(f"--hash_precision must be 32 or 64 (datatrove's hashes), got {precision}")
     tasks = workers if tasks is None else tasks
@@ -519,7 +534,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
                     "hashes_per_bucket": hashes_per_bucket, "hash_precision": precision,
                     "tasks": text_tasks} if fineweb is not None else None,
         "embedding": {"threshold": threshold, "region_rows": region_rows, "regions": regions,
-                      "region_pairs": region_pairs,
+                      "region_pairs": region_pairs, "guest_margin": margin,
                       "sample": sample, "seed": seed, "tasks": pair_tasks}
         if prepared is not None else None}
     config = {"inputs": file_stats(text_files + prepared_files), **settings}
@@ -558,7 +573,7 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
                                  text["tasks"])
     if embedding:
         prepared = [str(f.absolute()) for f in prepared_files]
-        margin = (np.sqrt(2 * (1 - embedding["threshold"])) + FLOAT_SLACK
+        margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
                   if embedding["region_pairs"] == "all" else -1.0)
         rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
                                  embedding["tasks"], embedding["sample"], embedding["seed"],
