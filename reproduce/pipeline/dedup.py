@@ -19,9 +19,8 @@ distance, sqrt(2 (1 - threshold)), of a cut is also sent as a guest to the far s
 pair meets in some region and the keep-list is the one a single region of all rows gives, at the
 cost of the guests' pair work (the manifest counts the routed rows; it grows with the number of
 regions), or within --guest_margin times that distance, fewer guests and no longer exact; with
-inside, only pairs
-inside one region are found, as SemDeDup and NeMo Curator do after k-means, and a near-copy that
-a cut separates from its original stays.
+inside, only pairs inside one region are found, as SemDeDup and NeMo Curator do after k-means,
+and a near-copy that a cut separates from its original stays.
 
 Files under --output: the keep-list, keep.parquet (id, keep: every input row once, in input
 order), removals.parquet (id, reason, duplicates, similarity: each removed row, why, and the row
@@ -267,7 +266,8 @@ def minhash_removals(work: Path) -> pa.Table:
 
 
 def prepared_survivors(path: str, removed: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A prepared shard's rows the text step kept: (ids, quality, features at unit length)."""
+    """A prepared shard's rows the text step kept: (ids, quality, features at unit length;
+    read_dataset refuses a zero vector)."""
     ids = pq.read_table(path, columns=["id"]).column("id").cast(pa.string())
     rows = read_dataset([path])
     alive = np.asarray(pc.invert(pc.is_in(ids, value_set=removed)).to_numpy(zero_copy_only=False))
