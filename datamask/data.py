@@ -166,9 +166,10 @@ class NeighbourhoodTree:
             below = projection < threshold
             node[mine] = np.where(below, low, high)
             near = np.abs(projection - threshold) <= margin
-            rows = np.concatenate([rows, rows[mine[near]]])
-            node = np.concatenate([node, np.where(below[near], high, low)])
-            home = np.concatenate([home, np.zeros(int(near.sum()), bool)])
+            if near.any():  # route sends none: no copy of the whole arrays per cut
+                rows = np.concatenate([rows, rows[mine[near]]])
+                node = np.concatenate([node, np.where(below[near], high, low)])
+                home = np.concatenate([home, np.zeros(int(near.sum()), bool)])
         return rows, -1 - node, home
 
 

@@ -81,10 +81,10 @@ def measure(features, pairs, regions: int, margins: list[float], threshold: floa
     import numpy as np
 
     from datamask.data import NeighbourhoodTree
-    from reproduce.pipeline.dedup import SAMPLE_FLOOR, SAMPLE_PER_REGION, guest_margin
+    from reproduce.pipeline.dedup import guest_margin, region_sample
 
     rng = np.random.default_rng(seed)
-    size = min(len(features), max(SAMPLE_FLOOR, SAMPLE_PER_REGION * regions))
+    size = region_sample(len(features), regions)
     tree = NeighbourhoodTree.fit(features[np.sort(rng.choice(len(features), size, False))],
                                  regions)
     home = tree.route(features)
@@ -93,10 +93,12 @@ def measure(features, pairs, regions: int, margins: list[float], threshold: floa
     for margin in margins:
         started = time.time()
         rows, blocks, _ = tree.spill(features, guest_margin(threshold, margin))
-        present = set(zip(rows.tolist(), blocks.tolist()))
-        met = sum((a, home[b]) in present or (b, home[a]) in present for a, b in pairs.tolist())
+        present = rows * regions + blocks  # a row's copy in a block, as one number
+        first, second = pairs[:, 0], pairs[:, 1]
+        met = (np.isin(first * regions + home[second], present)
+               | np.isin(second * regions + home[first], present))
         row["margins"].append({"margin": margin, "routed_per_row": round(len(rows) / len(home), 2),
-                               "pairs_apart": len(pairs) - met,
+                               "pairs_apart": int(len(pairs) - met.sum()),
                                "route_s": round(time.time() - started, 1)})
     return row
 

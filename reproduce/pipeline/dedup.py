@@ -134,6 +134,12 @@ def read_removed(keep: Path) -> pa.Array:
     return table.filter(pc.invert(table.column("keep"))).column("id").combine_chunks()
 
 
+def region_sample(rows: int, regions: int) -> int:
+    """The rows the cuts are fitted on by default: SAMPLE_PER_REGION per region, at least
+    SAMPLE_FLOOR, at most every row."""
+    return min(rows, max(SAMPLE_FLOOR, SAMPLE_PER_REGION * regions))
+
+
 def guest_margin(threshold: float, fraction: float) -> float:
     """How far from a cut a row is also sent to the far side: `fraction` of sqrt(2 (1 -
     threshold)), the distance of two unit rows at the threshold (1: every pair at the threshold
@@ -353,12 +359,13 @@ class FindPairs(datatrove_base.PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         files = sorted((Path(self.output) / REGIONS / f"{rank:05d}").glob("*.parquet"))
-        found = []
+        pairs = PAIR_SCHEMA.empty_table()
         if files:
             table = pa.concat_tables(pq.read_table(f) for f in files)
             vectors = table.column("features").combine_chunks()
             features = vectors.flatten().to_numpy().reshape(len(table), vectors.type.list_size)
             region, home = table.column("region").to_numpy(), table.column("home").to_numpy()
+            found = []
             for value in np.unique(region):
                 rows = np.flatnonzero(region == value)
                 own = rows[home[rows]]
@@ -367,16 +374,15 @@ class FindPairs(datatrove_base.PipelineStep):
                                                         self.threshold)
                 found.append((own[first], rows[second], sims))
                 self.stat_update("pairs", value=len(sims))
-            at = [np.concatenate(part) for part in zip(*found)] if found else [[], [], []]
-            found = {"id": table.column("id").take(at[0]),
-                     "other": table.column("id").take(at[1]),
-                     "similarity": pa.array(at[2], pa.float32()),
-                     "quality": table.column("quality").take(at[0]),
-                     "other_quality": table.column("quality").take(at[1])}
+            first, second, sims = (np.concatenate(part) for part in zip(*found))
+            ids, quality = table.column("id"), table.column("quality")
+            pairs = pa.table({"id": ids.take(first), "other": ids.take(second),
+                              "similarity": pa.array(sims, pa.float32()),
+                              "quality": quality.take(first), "other_quality": quality.take(second)})
         written = Path(self.output) / PAIRS / f"{rank:05d}.parquet"
         written.parent.mkdir(exist_ok=True)
         remove_temporaries(written)  # what a killed attempt at this task left
-        write_table_atomic(pa.table(found) if found else PAIR_SCHEMA.empty_table(), written)
+        write_table_atomic(pairs, written)
         yield from data or ()
 
 
@@ -523,7 +529,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
             raise UserError(f"--sample {sample}: more rows than the {rows} of --prepared "
                             f"{prepared}")
         regions = block_count(rows, region_rows)
-        sample = sample or min(rows, max(SAMPLE_FLOOR, SAMPLE_PER_REGION * regions))
+        sample = sample or region_sample(rows, regions)
     check_paths({"--input": [fineweb, *text_files] if fineweb else None,
                  "--prepared": [prepared, *prepared_files] if prepared else None},
                 folders={"--output": output})
