@@ -97,10 +97,14 @@ def block_shards(tmp_path_factory):
     return folder
 
 
+MERGE = {"merge_ratio": 0.9, "merge_rows": 3000}  # a union of 5,400 picks: two ~1 s parts
+
+
 @pytest.fixture(scope="module")
 def local_selection(block_shards, tmp_path_factory):
     out = tmp_path_factory.mktemp("local") / "select"
-    return pq.read_table(run_select([str(block_shards)], out, METHOD, RATIO, BLOCK)["output"])
+    return pq.read_table(run_select([str(block_shards)], out, METHOD, RATIO, BLOCK,
+                                    **MERGE)["output"])
 
 
 def on_ray(ray_head, *stage: str) -> subprocess.Popen:
@@ -112,8 +116,10 @@ def on_ray(ray_head, *stage: str) -> subprocess.Popen:
 
 
 def select_on_ray(ray_head, prepared: Path, output: Path) -> subprocess.Popen:
+    """select with the merge round: two blocks, then the union of their picks in two parts."""
     return on_ray(ray_head, "select", "--input", str(prepared), "--output", str(output),
-                  "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK))
+                  "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK),
+                  *(f"--{flag}={value}" for flag, value in MERGE.items()))
 
 
 def in_session(session: int) -> list[psutil.Process]:
@@ -130,11 +136,13 @@ def in_session(session: int) -> list[psutil.Process]:
 
 def worker_running(session: int, block: int) -> list[psutil.Process]:
     """The Ray worker (actor and the pool process it forked) computing `block`: datatrove's task
-    log for that rank is open in it."""
+    log for that rank is open in it. Only Ray's workers (titled ray::) are searched: the cluster's
+    daemons hold hundreds of descriptors, and this is polled twenty times a second."""
     log = f"ray_logs/logs/task_{block:05d}.log"
     for proc in in_session(session):
         try:
-            if any(log in f.path for f in proc.open_files()):
+            if (proc.cmdline() or [""])[0].startswith("ray::") and \
+                    any(log in f.path for f in proc.open_files()):
                 return [proc, proc.parent()]
         except psutil.Error:
             continue
@@ -165,8 +173,9 @@ def finish(run: subprocess.Popen) -> str:
 
 @pytest.fixture(scope="module")
 def killed_run(ray_head, block_shards, tmp_path_factory):
-    """Block 0 finishes, the worker computing block 1 is killed (SIGKILL, like the OOM killer),
-    datatrove resubmits that block and the stage completes."""
+    """One select with its merge round, two workers killed (SIGKILL, like the OOM killer): block 0
+    finishes, the worker computing block 1 is killed; later the one computing the merge round's
+    part 1. datatrove resubmits each and the stage completes."""
     out = tmp_path_factory.mktemp("ray-run") / "select"
     run = select_on_ray(ray_head, block_shards, out)
     victims = wait_for_task(ray_head, run, 1)
@@ -174,15 +183,23 @@ def killed_run(ray_head, block_shards, tmp_path_factory):
     block_1_done_before = (out / "logs" / "blocks" / "completions" / "00001").exists()
     for proc in victims:
         proc.kill()
+    deadline = time.monotonic() + RUN_S
+    while not (out / UNION_PLAN).exists():  # Ray's task logs are named by rank, not by round
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
+        time.sleep(0.05)
+    victims = wait_for_task(ray_head, run, 1)
+    part_1_done_before = (out / "logs" / "unions" / "completions" / "00001").exists()
+    for proc in victims:
+        proc.kill()
     return {"out": out, "log": finish(run), "first_done": first_done,
-            "block_1_done_before": block_1_done_before}
+            "block_1_done_before": block_1_done_before, "part_1_done_before": part_1_done_before}
 
 
 def test_ray_selection_equals_the_local_one_after_a_worker_is_killed(killed_run,
                                                                      local_selection):
     out = killed_run["out"]
     assert not killed_run["block_1_done_before"]  # the kill came while block 1 was computing
-    assert "failed with" in killed_run["log"]  # datatrove saw the dead worker and resubmitted
+    assert killed_run["log"].count("failed with") >= 2  # datatrove saw each dead worker
     assert (out / "blocks" / "00000.parquet").stat().st_mtime_ns == killed_run["first_done"]
     assert sorted(p.name for p in (out / "logs" / "blocks" / "completions").iterdir()) == \
         ["00000", "00001"]
@@ -201,29 +218,15 @@ def test_rerun_on_ray_skips_finished_blocks(killed_run, ray_head, block_shards):
     assert pq.read_table(out / "selection.parquet").equals(selection)
 
 
-MERGE = {"merge_ratio": 0.9, "merge_rows": 3000}  # a union of 5,400 picks: two ~1 s parts
-
-
-def test_merge_round_on_ray_after_a_killed_worker_equals_the_local_one(ray_head, block_shards,
-                                                                       tmp_path):
-    """The worker computing the merge round's part 1 is killed; datatrove resubmits that part
-    and the selection equals the local executor's row for row."""
-    local = run_select([str(block_shards)], tmp_path / "local", METHOD, RATIO, BLOCK, **MERGE)
-    out = tmp_path / "ray"
-    run = on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
-                 "--method", METHOD, "--select_ratio", str(RATIO), "--block_size", str(BLOCK),
-                 *(f"--{flag}={value}" for flag, value in MERGE.items()))
-    deadline = time.monotonic() + RUN_S
-    while not (out / UNION_PLAN).exists():  # Ray's task logs are named by rank, not by round
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
-        time.sleep(0.05)
-    for proc in wait_for_task(ray_head, run, 1):
-        proc.kill()
-    log = finish(run)
-    assert "failed with" in log
-    assert (out / "logs" / "unions" / "completions" / "00001").exists()
-    selection = pq.read_table(out / "selection.parquet")
-    assert selection.equals(pq.read_table(local["output"]))
+def test_merge_round_on_ray_after_a_killed_worker_equals_the_local_one(killed_run,
+                                                                       local_selection):
+    """The worker computing the merge round's part 1 was killed in the same run; datatrove
+    resubmitted that part and the selection equals the local executor's row for row."""
+    out = killed_run["out"]
+    assert not killed_run["part_1_done_before"]  # the kill came while part 1 was computing
+    assert sorted(p.name for p in (out / "logs" / "unions" / "completions").iterdir()) == \
+        ["00000", "00001"]
+    assert pq.read_table(out / "selection.parquet").equals(local_selection)
     assert json.loads((out / "summary.json").read_text())["unions"] == 2
 
 
@@ -300,8 +303,7 @@ def holding(session: int, folder: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def local_prepared(pool, tmp_path_factory):
     """The local executor's prepare of the same shards with PREPARE_FLAGS' model and scorer, in a
-    folder of its own: conftest's `prepared` sits in the pool, where a downstream test's prepare
-    (another max_seq_length) re-embeds it when both run in one process."""
+    folder of its own: conftest's `prepared` holds the downstream run's longer embeddings."""
     return prepare_locally(pool[0] / "fineweb",
                            tmp_path_factory.mktemp("local-prepare") / "prepared")
 
