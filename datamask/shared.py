@@ -5,6 +5,7 @@ top-k, optional imports."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import platform
 import re
@@ -39,11 +40,22 @@ def require(module: str, stage: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        package = module.split(".")[0]
-        hint = PIP_HINTS.get(package, module)
-        line = (f'pip install --no-deps "{hint}" (or make install)' if package in NO_DEPS
-                else f'pip install "{hint}" (or pip install -r requirements.txt)')
-        raise UserError(f"{stage} needs the package '{module}': {line}") from None
+        raise _missing(module, stage) from None
+
+
+def require_installed(package: str, stage: str) -> None:
+    """`require`'s refusal without the import, for a package slow to import that the caller
+    imports only where it is first used (so that a run with nothing to do never pays for it)."""
+    if importlib.util.find_spec(package) is None:
+        raise _missing(package, stage)
+
+
+def _missing(module: str, stage: str) -> UserError:
+    package = module.split(".")[0]
+    hint = PIP_HINTS.get(package, module)
+    line = (f'pip install --no-deps "{hint}" (or make install)' if package in NO_DEPS
+            else f'pip install "{hint}" (or pip install -r requirements.txt)')
+    return UserError(f"{stage} needs the package '{module}': {line}")
 
 
 def check_device(device: str, flag: str = "--device") -> str:

@@ -49,3 +49,13 @@ def test_a_missing_package_installed_without_dependencies_names_that_pip_line(mo
         monkeypatch.setitem(sys.modules, module, None)  # an import of it fails, as if absent
     with pytest.raises(UserError, match=r'pip install --no-deps "tokenlearn==0\.2\.1" \(or make '):
         require("tokenlearn.train", "bench-static's fitted static model")
+
+
+def test_the_heuristic_scorer_without_spacy_is_refused_before_it_imports_anything(monkeypatch):
+    """It imports spaCy on its first score, so its check comes at construction instead."""
+    from reproduce.pipeline.prepare import HeuristicQuality
+
+    monkeypatch.setitem(sys.modules, "spacy", None)
+    with pytest.raises(UserError, match=r'quality scorer needs the package \'spacy\': pip install '
+                                        r'"spacy==3\.8\.18"'):
+        HeuristicQuality()

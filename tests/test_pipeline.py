@@ -155,9 +155,11 @@ def test_a_rerun_on_unchanged_inputs_loads_no_model_and_a_touched_input_does(wor
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(Embedder, "load", load)
-    again = prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
+    quality = HeuristicQuality()
+    again = prepare([str(root / "fineweb")], folder, embedder, quality, progress=False)
     assert again["embedded"] == 0 and again["rows"] == sum(f["reused"]
                                                           for f in again["files"].values())
+    assert "scorer" not in vars(quality)  # nor spaCy and the filters: nothing was scored
     assert [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))] == stamps
     shard = sorted((root / "fineweb").glob("*.parquet"))[0]
     shard.touch()  # the same bytes, a new modification time: its rows are checked again

@@ -24,7 +24,7 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
@@ -43,14 +43,14 @@ from datamask.data import (
 from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
-from datamask.shared import check_device, require
+from datamask.shared import check_device, require, require_installed
 
 from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
                      read_schema)
 from .embedders import Embedder
 from .engines import (check_executor, engine_session, run_then_merge, start_or_resume, task_device,
                       task_files)
-from .quality import HeuristicScorer
+from .quality import STAGE, HeuristicScorer
 
 datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 
@@ -131,7 +131,15 @@ class HeuristicQuality(Scorer):
         return HeuristicQuality, ()
 
     def __init__(self):
-        self.scorer = HeuristicScorer()
+        for package in ("spacy", "datatrove"):  # refused now, imported where it first scores
+            require_installed(package, STAGE)
+
+    @cached_property
+    def scorer(self) -> HeuristicScorer:
+        """Built on the first score, not here: spaCy and datatrove's filters take about 4 s of
+        CPU to import, which a rerun with nothing left to score and a launcher whose tasks score
+        on a cluster never pay."""
+        return HeuristicScorer()
 
     def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
         return self.scorer(table.column("text").to_pylist())
