@@ -157,19 +157,22 @@ def pool(tmp_path_factory, units):
     return out, summary, table.to_pylist()
 
 
-def prepare_locally(fineweb: Path, output: Path) -> Path:
+def prepare_locally(fineweb: Path, output: Path, max_seq_length: int = 32) -> Path:
     """`fineweb`'s shards through the real prepare stage in one process (all-MiniLM-L6-v2 cut to
-    32 tokens, heuristic quality) into `output`."""
+    `max_seq_length` tokens, heuristic quality) into `output`."""
     from reproduce.pipeline.embedders import Embedder
     from reproduce.pipeline.prepare import HeuristicQuality, prepare
 
-    prepare([str(fineweb)], output, Embedder(max_seq_length=32), HeuristicQuality(),
+    prepare([str(fineweb)], output, Embedder(max_seq_length=max_seq_length), HeuristicQuality(),
             progress=False)
     return output
 
 
 @pytest.fixture(scope="session")
 def prepared(pool):
-    """The pool's shards prepared beside them, where the downstream run looks for them."""
+    """The pool's shards prepared beside them as the downstream run prepares them, which then
+    finds them up to date instead of embedding them again."""
+    from reproduce.experiments.downstream import POOL_MAX_SEQ_LENGTH
+
     out, _, _ = pool
-    return prepare_locally(out / "fineweb", out / "prepared")
+    return prepare_locally(out / "fineweb", out / "prepared", POOL_MAX_SEQ_LENGTH)

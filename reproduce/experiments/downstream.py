@@ -150,11 +150,14 @@ def plan_runs(methods: dict[str, str], arms: list[str], null: bool, junk: list[f
     return runs
 
 
+POOL_MAX_SEQ_LENGTH = 128  # the tokens of a pool document that its embedding reads
+
+
 def prepare_pool(pool: Path, logs: Path) -> None:
     """The pool's shards -> pool/prepared (id, quality, embedding); a finished one is kept."""
     python("reproduce", "prepare", "--input", str(pool / "fineweb"), "--output",
-           str(pool / "prepared"), "--max_seq_length", "128", "--no_progress", threads=2,
-           log=logs / "prepare.log")
+           str(pool / "prepared"), "--max_seq_length", str(POOL_MAX_SEQ_LENGTH), "--no_progress",
+           threads=2, log=logs / "prepare.log")
 
 
 def epoch_steps(tokens: int, epochs: float, batch_size: int, seq_len: int) -> int:
