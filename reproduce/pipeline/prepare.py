@@ -131,8 +131,7 @@ class HeuristicQuality(Scorer):
         return HeuristicQuality, ()
 
     def __init__(self):
-        for package in ("spacy", "datatrove"):  # refused now, imported where it first scores
-            require_installed(package, STAGE)
+        require_installed("spacy", STAGE)  # refused now, imported where it first scores
 
     @cached_property
     def scorer(self) -> HeuristicScorer:

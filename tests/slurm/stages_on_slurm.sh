@@ -38,7 +38,7 @@ ip addr add 10.254.0.1/32 dev lo
 # own environment, exported whole, then overrides it. Inside this namespace's mounts that login
 # reads an empty ~/.bashrc: where root's starts pyenv (about 150 processes a job on the machine
 # this was measured on), each job waited on it (the script: 137 s alone, 127 s without).
-[[ -f $HOME/.bashrc ]] && mount --bind /dev/null "$HOME/.bashrc"
+[[ -f ~root/.bashrc ]] && mount --bind /dev/null ~root/.bashrc
 
 WORK=${SLURM_WORK:-$(mktemp -d /tmp/slurm-XXXXXX)}
 mkdir -p "$WORK"/{ctld,spool,log}
