@@ -38,7 +38,9 @@ ip addr add 10.254.0.1/32 dev lo
 # own environment, exported whole, then overrides it. Inside this namespace's mounts that login
 # reads an empty ~/.bashrc: where root's starts pyenv (about 150 processes a job on the machine
 # this was measured on), each job waited on it (the script: 137 s alone, 127 s without).
-[[ -f ~root/.bashrc ]] && mount --bind /dev/null ~root/.bashrc
+if [[ -f ~root/.bashrc ]]; then
+    mount --bind /dev/null ~root/.bashrc || echo "stages_on_slurm: ~root/.bashrc left as it is"
+fi
 
 WORK=${SLURM_WORK:-$(mktemp -d /tmp/slurm-XXXXXX)}
 mkdir -p "$WORK"/{ctld,spool,log}
