@@ -161,6 +161,14 @@ def test_routing_counts_the_guests_and_finds_every_pair_at_the_full_margin(run, 
         assert full["pairs_apart"] == 0 and row["pairs"] == 5
         assert full["routed_per_row"] >= quarter["routed_per_row"] > 1
     assert "| 4 |" in (tmp_path / "routing" / "results.md").read_text()
+    planted = json.loads((work / "copies" / "plants.json").read_text())["pairs"]
+    for kind, threshold in (("exact", "0.99"), ("words", "0.01")):  # every pair of the kind
+        assert routing.main(["--work", str(work), "--regions", "2", "--kind", kind,
+                             "--threshold", threshold, "--results", str(tmp_path / kind)]) == 0
+        found = json.loads((tmp_path / kind / "results.json").read_text())
+        assert found["kind"] == kind and found["planted"] == sum(p["kind"] == kind
+                                                                 for p in planted)
+        assert found["rows_by_region"][0]["pairs"] == found["planted"] > 0
     capsys.readouterr()
     for more, words in ((["--margins", "0"], "--margins 0"), (["--regions", "10000"], "--regions"),):
         assert routing.main(["--work", str(work), *more]) == 2

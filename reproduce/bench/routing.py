@@ -1,9 +1,10 @@
 """What dedup's guests cost and find as the regions multiply: on a bench-dedup work folder's
 prepared rows (its planted copies among them), for each region count and guest margin, the rows
-routed per row (the pair work against comparing inside regions only) and the planted embedding
-pairs that meet in a region. The cuts are fitted as dedup fits them (a seeded sample of the rows
-at unit length), on every row: MinHash's removals are not taken out, so the counts are of the
-embedding step alone.
+routed per row (the pair work against comparing inside regions only) and the planted pairs of one
+kind (`--kind`: embedding copies differ from their originals in a random direction, words copies
+in one their text sets) at or above the threshold that meet in a region. The cuts are fitted as
+dedup fits them (a seeded sample of the rows at unit length), on every row: MinHash's removals
+are not taken out, so the counts are of the embedding step alone.
 
     python -m reproduce.bench.routing --work runs/bench-dedup-200k --regions 21 100 \\
         --margins 1 0.5 0.25 --results reproduce/results/bench/dedup/routing-200k
@@ -35,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dedup's --guest_margin values (default: %(default)s)")
     parser.add_argument("--threshold", type=float, default=0.99,
                         help="dedup's --threshold (default: %(default)s)")
+    parser.add_argument("--kind", choices=["embedding", "words", "exact"], default="embedding",
+                        help="the planted pairs counted, those at or above --threshold "
+                             "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="the cuts' sample's seed")
     parser.add_argument("--results", type=Path, help="also write results.json and results.md here")
     parser.set_defaults(func=run)
@@ -55,8 +59,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--threshold must be above 0 and at most 1, got {args.threshold}")
 
 
-def planted_rows(work: Path):
-    """(unit features, the embedding copies' pairs as row indices) of the folder's planted rows."""
+def planted_rows(work: Path, kind: str, threshold: float):
+    """(unit features, the `kind` copies' pairs at cosine `threshold` or above as row indices, how
+    many pairs of that kind were planted) of the folder's planted rows."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -70,8 +75,9 @@ def planted_rows(work: Path):
     at = {str(i): n for n, i in enumerate(ids)}
     plants = json.loads((work / "copies" / "plants.json").read_text())
     pairs = np.array([(at[p["original"]], at[p["copy"]]) for p in plants["pairs"]
-                      if p["kind"] == "embedding"], np.int64).reshape(-1, 2)
-    return features, pairs
+                      if p["kind"] == kind], np.int64).reshape(-1, 2)
+    cosine = np.einsum("ij,ij->i", features[pairs[:, 0]], features[pairs[:, 1]])
+    return features, pairs[cosine >= threshold], len(pairs)
 
 
 def measure(features, pairs, regions: int, margins: list[float], threshold: float,
@@ -107,7 +113,8 @@ def markdown(out: dict) -> str:
     lines = [f"# `{COMMAND}`: dedup's guests on {out['rows']:,} rows", "",
              f"{out['date']}; {out['machine']['cpu']}; --threshold {out['threshold']}, --seed "
              f"{out['seed']}, {out['rows']:,} rows of {out['work']}, "
-             f"{out['rows_by_region'][0]['pairs']:,} planted embedding pairs.", "",
+             f"{out['rows_by_region'][0]['pairs']:,} of its {out['planted']:,} planted "
+             f"{out['kind']} pairs at cosine {out['threshold']} or above.", "",
              "| regions | pairs a cut separates | guest margin | rows routed per row | pairs in "
              "no common region |", "|---:|---:|---:|---:|---:|"]
     for r in out["rows_by_region"]:
@@ -122,7 +129,7 @@ def run(args: argparse.Namespace) -> None:
     from datamask.shared import machine
 
     check_flags(args)
-    features, pairs = planted_rows(args.work)
+    features, pairs, planted = planted_rows(args.work, args.kind, args.threshold)
     if max(args.regions) > len(features):
         from datamask.errors import UserError
         raise UserError(f"--regions {max(args.regions)}: more regions than the "
@@ -132,7 +139,7 @@ def run(args: argparse.Namespace) -> None:
         found.append(measure(features, pairs, regions, args.margins, args.threshold, args.seed))
         print(f"{COMMAND}: {json.dumps(found[-1])}", flush=True)
     out = {"work": str(args.work), "rows": len(features), "threshold": args.threshold,
-           "seed": args.seed, "machine": machine(),
+           "kind": args.kind, "planted": planted, "seed": args.seed, "machine": machine(),
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "rows_by_region": found}
     text = markdown(out)
