@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from test_adversarial import refused
@@ -15,8 +16,9 @@ from test_adversarial import refused
 from datamask.data import budget, write_dataset
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
-from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, keep_first,
-                                      run_dedup, similar_pairs)
+from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPairs,
+                                      PlanRegions, guest_margin, keep_first, run_dedup,
+                                      similar_pairs)
 from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
@@ -192,20 +194,26 @@ def test_a_row_near_only_a_removed_row_stays():
     assert ids[gone].tolist() == ["b"] and ids[copied].tolist() == ["a"]
 
 
-def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path):
+def near_copies(root):
     """300 unit rows in 6 dimensions and 150 near-copies (of originals and of copies, cosine about
-    0.995, random quality), in 15 regions: with guests across the cuts the keep-list and every
-    removal's reasons are those of a single region; inside the regions only, the copies a cut
-    separates from every row they copy stay; a quarter margin routes fewer guests."""
+    0.995, random quality), as prepared rows in root/prepared: (ids, quality, rows)."""
     rng = np.random.default_rng(3)
     rows = unit(rng.standard_normal((300, 6)))
     for _ in range(150):
         rows = np.vstack([rows, unit(rows[rng.integers(len(rows))] + rng.normal(0, 0.04, 6))])
     ids = np.array([f"r{i:03d}" for i in range(len(rows))], dtype=object)
     quality = rng.uniform(0, 1, len(rows))
-    (tmp_path / "prepared").mkdir()
-    write_dataset(tmp_path / "prepared" / "00000.parquet", np.arange(len(rows)), quality,
+    (root / "prepared").mkdir()
+    write_dataset(root / "prepared" / "00000.parquet", np.arange(len(rows)), quality,
                   rows.astype(np.float32), extra={"id": pa.array(ids.tolist())})
+    return ids, quality, rows
+
+
+def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path):
+    """The near copies in 15 regions: with guests across the cuts the keep-list and every
+    removal's reasons are those of a single region; inside the regions only, the copies a cut
+    separates from every row they copy stay; a quarter margin routes fewer guests."""
+    ids, quality, rows = near_copies(tmp_path)
     whole = run_dedup(None, tmp_path / "prepared", tmp_path / "whole", region_rows=len(rows))
     found = {pairs: run_dedup(None, tmp_path / "prepared", tmp_path / pairs, region_rows=30,
                               region_pairs=pairs, tasks=2) for pairs in ("all", "inside")}
@@ -221,6 +229,38 @@ def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path
     gone, copied, _ = one_region(ids, quality, rows.astype(np.float32), 0.99)
     assert sorted(removals(tmp_path / "whole").items()) == sorted(
         (i, ("embedding", c)) for i, c in zip(ids[gone], ids[copied]))
+
+
+def test_a_pair_task_holds_one_region_at_a_time(tmp_path, monkeypatch):
+    """The guests make the routed rows many times the input (26 per row at a million rows in 100
+    regions), so the plan writes a folder per region, every input row the own row of exactly one,
+    and pair task r of N reads the folders r, r + N, ... one after the other, finding together
+    the pairs one task finds."""
+    ids, _, _ = near_copies(tmp_path)
+    out = tmp_path / "out"
+    list(PlanRegions([str(tmp_path / "prepared" / "00000.parquet")], str(out), False, 15,
+                     len(ids), 0, guest_margin(0.99, 1.0)).run())
+    folders = sorted(f for f in (out / "regions").iterdir() if f.is_dir())
+    tables = [pq.read_table(f) for folder in folders for f in folder.glob("*.parquet")]
+    own = pa.concat_tables(tables).filter(pc.field("home")).column("id").to_pylist()
+    assert len(folders) == 15 and sorted(own) == sorted(ids)
+    plan = json.loads((out / "regions" / "plan.json").read_text())
+    assert plan == {"rows": len(ids), "routed": sum(len(t) for t in tables)}
+    assert plan["routed"] > len(ids)
+    read = []
+    spied = pq.read_table
+    monkeypatch.setattr(pq, "read_table",
+                        lambda path, *a, **k: read.append(path) or spied(path, *a, **k))
+
+    def pairs(rank: int, world_size: int) -> set:
+        read.clear()
+        list(FindPairs(str(out), 0.99).run(rank=rank, world_size=world_size))
+        regions = [int(path.parent.name) for path in read]
+        assert regions == sorted(regions) and set(regions) == set(range(rank, 15, world_size))
+        table = spied(out / "pairs" / f"{rank:05d}.parquet")
+        return set(zip(table.column("id").to_pylist(), table.column("other").to_pylist()))
+
+    assert pairs(0, 2) | pairs(1, 2) == pairs(0, 1)
 
 
 def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path):

@@ -293,17 +293,17 @@ def text_removed(output: Path, text: bool) -> pa.Array:
 class PlanRegions(datatrove_base.PipelineStep):
     """One task: the cuts into `regions` regions fitted on a seeded sample of the rows the text
     step kept, then every such row routed, shard by shard, with the guests of those within
-    `margin` of a cut (none for a negative margin), and written to regions/GROUP/, group g
-    holding the regions g, g + groups, ... of pair task g; then regions/plan.json."""
+    `margin` of a cut (none for a negative margin), and written to regions/REGION/SHARD.parquet,
+    so that a pair task holds one region at a time; then regions/plan.json."""
 
     name = "plan the regions"
     type = "🫂 - DEDUP"
 
-    def __init__(self, prepared: list[str], output: str, text: bool, regions: int, groups: int,
-                 sample: int, seed: int, margin: float):
+    def __init__(self, prepared: list[str], output: str, text: bool, regions: int, sample: int,
+                 seed: int, margin: float):
         super().__init__()
         self.prepared, self.output, self.text = prepared, output, text
-        self.regions, self.groups, self.sample, self.seed = regions, groups, sample, seed
+        self.regions, self.sample, self.seed = regions, sample, seed
         self.margin = margin
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
@@ -330,15 +330,15 @@ class PlanRegions(datatrove_base.PipelineStep):
         for index, path in enumerate(self.prepared):
             ids, quality, features = prepared_survivors(path, removed)
             rows, region, home = tree.spill(features, self.margin)
-            for group in np.unique(region % self.groups):
-                mine = region % self.groups == group
-                (out / f"{group:05d}").mkdir(parents=True, exist_ok=True)
+            for value in np.unique(region):
+                mine = region == value
+                (out / f"{value:05d}").mkdir(parents=True, exist_ok=True)
                 flat = pa.array(np.ascontiguousarray(features[rows[mine]]).reshape(-1))
                 write_table_atomic(pa.table({
                     "id": pa.array(ids[rows[mine]], pa.string()), "quality": quality[rows[mine]],
                     "features": pa.FixedSizeListArray.from_arrays(flat, features.shape[1]),
-                    "region": region[mine], "home": home[mine]}),
-                    out / f"{group:05d}" / f"{index:05d}.parquet")
+                    "home": home[mine]}),
+                    out / f"{value:05d}" / f"{index:05d}.parquet")
             routed += len(rows)
             self.stat_update("rows", value=len(ids))
         write_json_atomic({"rows": total, "routed": routed}, out / REGION_PLAN)
@@ -346,9 +346,9 @@ class PlanRegions(datatrove_base.PipelineStep):
 
 
 class FindPairs(datatrove_base.PipelineStep):
-    """One task = one group of regions: in each, the pairs of one of its own rows and any row in
-    it whose cosine reaches the threshold, written to pairs/TASK.parquet (id, other, similarity,
-    and the quality of each)."""
+    """Task r of N = the regions r, r + N, ...: in each, read alone (its guests make it many times
+    its own rows), the pairs of one of its own rows and any row in it whose cosine reaches the
+    threshold, written to pairs/TASK.parquet (id, other, similarity, and the quality of each)."""
 
     name = "find near-duplicate embeddings"
     type = "🫂 - DEDUP"
@@ -358,31 +358,27 @@ class FindPairs(datatrove_base.PipelineStep):
         self.output, self.threshold = output, threshold
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        files = sorted((Path(self.output) / REGIONS / f"{rank:05d}").glob("*.parquet"))
-        pairs = PAIR_SCHEMA.empty_table()
-        if files:
-            table = pa.concat_tables(pq.read_table(f) for f in files)
+        folders = sorted(f for f in (Path(self.output) / REGIONS).iterdir()
+                         if f.is_dir() and int(f.name) % world_size == rank)
+        found = [PAIR_SCHEMA.empty_table()]
+        for folder in folders:
+            table = pa.concat_tables(pq.read_table(f) for f in sorted(folder.glob("*.parquet")))
             vectors = table.column("features").combine_chunks()
             features = vectors.flatten().to_numpy().reshape(len(table), vectors.type.list_size)
-            region, home = table.column("region").to_numpy(), table.column("home").to_numpy()
-            found = []
-            for value in np.unique(region):
-                rows = np.flatnonzero(region == value)
-                own = rows[home[rows]]
-                with self.track_time("region"):
-                    first, second, sims = similar_pairs(features[own], features[rows],
-                                                        self.threshold)
-                found.append((own[first], rows[second], sims))
-                self.stat_update("pairs", value=len(sims))
-            first, second, sims = (np.concatenate(part) for part in zip(*found))
+            own = np.flatnonzero(table.column("home").to_numpy())
+            with self.track_time("region"):
+                first, second, sims = similar_pairs(features[own], features, self.threshold)
             ids, quality = table.column("id"), table.column("quality")
-            pairs = pa.table({"id": ids.take(first), "other": ids.take(second),
-                              "similarity": pa.array(sims, pa.float32()),
-                              "quality": quality.take(first), "other_quality": quality.take(second)})
+            found.append(pa.table({
+                "id": ids.take(own[first]), "other": ids.take(second),
+                "similarity": pa.array(sims, pa.float32()),
+                "quality": quality.take(own[first]), "other_quality": quality.take(second)},
+                schema=PAIR_SCHEMA))
+            self.stat_update("pairs", value=len(sims))
         written = Path(self.output) / PAIRS / f"{rank:05d}.parquet"
         written.parent.mkdir(exist_ok=True)
         remove_temporaries(written)  # what a killed attempt at this task left
-        write_table_atomic(pairs, written)
+        write_table_atomic(pa.concat_tables(found), written)
         yield from data or ()
 
 
@@ -582,8 +578,7 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
         margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
                   if embedding["region_pairs"] == "all" else -1.0)
         rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
-                                 embedding["tasks"], embedding["sample"], embedding["seed"],
-                                 margin)],
+                                 embedding["sample"], embedding["seed"], margin)],
                     1, "region_plan"),
                    ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
     merge = WriteKeepList([str(f.absolute()) for f in text_files or prepared_files],
