@@ -125,7 +125,8 @@ bench-corpus: pool
 # pipeline dedup on bench-corpus's corpus with 1% of its documents given a planted copy (exact, a
 # few words changed, or a vector at cosine 0.995 to the original's): the pairs with both rows kept,
 # the distinct documents removed, dedup's rate and its node-hours for 10^8 documents
-# (docs/benchmarks.md). A benchmark, an hour on 2 cores; a rerun resumes in DEDUP_DIR.
+# (docs/benchmarks.md). A benchmark: at a million documents its prepare took 36 minutes and
+# dedup 2 hours on 2 cores; a rerun resumes in DEDUP_DIR.
 # BENCH_DEDUP_FLAGS: --documents, --planted, --changed_words, --copy_cosine, --threshold, --results DIR.
 DEDUP_DIR ?= runs/bench-dedup
 BENCH_DEDUP_FLAGS ?= --documents 1000000 --workers 2
