@@ -115,7 +115,8 @@ bench-static: install
 # blocks of the paper's 1M rows) -> tokenize on this node, each stage timed in its own process,
 # and the node-hours for 10^8 documents computed from those rates (docs/benchmarks.md); the corpus
 # is drawn from the pool (`make pool`). A benchmark, hours on 2 cores; a rerun resumes in
-# CORPUS_DIR. BENCH_CORPUS_FLAGS: --documents, --workers, --slice, --block_size, --results DIR.
+# CORPUS_DIR. BENCH_CORPUS_FLAGS: --documents, --workers, --slice, --block_size, --static_model,
+# --results DIR.
 CORPUS_DIR ?= runs/bench-corpus
 BENCH_CORPUS_FLAGS ?= --documents 1000000 --workers 2 --slice 20000
 bench-corpus: pool
@@ -127,7 +128,8 @@ bench-corpus: pool
 # the distinct documents removed, dedup's rate and its node-hours for 10^8 documents
 # (docs/benchmarks.md). A benchmark: at a million documents its prepare took 36 minutes and
 # dedup 2 hours on 2 cores; a rerun resumes in DEDUP_DIR.
-# BENCH_DEDUP_FLAGS: --documents, --planted, --changed_words, --copy_cosine, --threshold, --results DIR.
+# BENCH_DEDUP_FLAGS: --documents, --planted, --changed_words, --copy_cosine, --threshold,
+# --static_model, --results DIR.
 DEDUP_DIR ?= runs/bench-dedup
 BENCH_DEDUP_FLAGS ?= --documents 1000000 --workers 2
 bench-dedup: pool

@@ -157,15 +157,41 @@ def pool(tmp_path_factory, units):
     return out, summary, table.to_pylist()
 
 
-def prepare_locally(fineweb: Path, output: Path, max_seq_length: int = 32) -> Path:
-    """`fineweb`'s shards through the real prepare stage in one process (all-MiniLM-L6-v2 cut to
-    `max_seq_length` tokens, heuristic quality) into `output`."""
-    from reproduce.pipeline.embedders import Embedder
+def prepare_locally(fineweb: Path, output: Path, max_seq_length: int = 32,
+                    embedding_model: str | None = None) -> Path:
+    """`fineweb`'s shards through the real prepare stage in one process (all-MiniLM-L6-v2, or
+    prepare's `--embedding_model`, cut to `max_seq_length` tokens; heuristic quality) into
+    `output`."""
+    from reproduce.pipeline.embedders import make_embedder
     from reproduce.pipeline.prepare import HeuristicQuality, prepare
 
-    prepare([str(fineweb)], output, Embedder(max_seq_length=max_seq_length), HeuristicQuality(),
-            progress=False)
+    prepare([str(fineweb)], output, make_embedder(embedding_model, max_seq_length=max_seq_length),
+            HeuristicQuality(), progress=False)
     return output
+
+
+# ---------------------------------------------------------------- a small static embedding model
+# The suite's model2vec distillation of the shipped all-MiniLM-L6-v2: its vocabulary cut to [UNK],
+# [PAD] and the words and word pieces of at most three letters (3,332 tokens), PCA to 16
+# dimensions. It distils in about 3 s here (the full 30k tokens: about 30 s), and the chain's BBC
+# articles still tell apart (no false near-copy). A stage run with it as `--embedding_model
+# static:DIR` never imports sentence-transformers, about 9 CPU-seconds in every process that
+# does: the executor tests' tasks and submitting processes run prepare with it.
+SMALL_STATIC = {"pca_dims": 16, "token_remove_pattern": r"(?!\[UNK\]$|\[PAD\]$|(##)?[a-z]{1,3}$)"}
+
+
+def distil_small_static(folder: Path) -> Path:
+    from reproduce.pipeline.embedders import Distillation, default_embedding_model, distil
+
+    distil(Path(default_embedding_model()), folder, Distillation(**SMALL_STATIC))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def small_static(tmp_path_factory) -> Path:
+    """SMALL_STATIC distilled into a folder of its own (prepare's `static:DIR`)."""
+    pytest.importorskip("model2vec.distill")
+    return distil_small_static(tmp_path_factory.mktemp("small-static") / "model")
 
 
 @pytest.fixture(scope="session")

@@ -25,10 +25,11 @@ def flags(pool_dir, work, *more):
 
 
 @pytest.fixture(scope="module")
-def run(pool, tmp_path_factory):
-    """One whole run; the selection it made, read before any test touches the folder."""
+def run(pool, small_static, tmp_path_factory):
+    """One whole run (with the suite's small static model); the selection it made, read before
+    any test touches the folder."""
     work = tmp_path_factory.mktemp("bench-corpus") / "work"
-    assert bench.main(flags(pool[0], work)) == 0
+    assert bench.main(flags(pool[0], work, "--static_model", f"static:{small_static}")) == 0
     return work, pq.read_table(work / "select" / "selection.parquet")
 
 
@@ -87,11 +88,11 @@ def test_a_shard_removed_is_rebuilt_as_it_was_and_the_others_kept(pool, tmp_path
         assert (path.stat().st_mtime_ns == mtime) == (path != shards[1])
 
 
-def test_a_rerun_redoes_only_the_stage_whose_output_is_gone(pool, run):
+def test_a_rerun_redoes_only_the_stage_whose_output_is_gone(pool, small_static, run):
     work, selection = run
     records = {p.name: p.read_bytes() for p in (work / "stages").glob("*.json")}
     shutil.rmtree(work / "select")
-    assert bench.main(flags(pool[0], work)) == 0
+    assert bench.main(flags(pool[0], work, "--static_model", f"static:{small_static}")) == 0
     after = {p.name: p.read_bytes() for p in (work / "stages").glob("*.json")}
     assert after.keys() == records.keys()
     assert [name for name in records if after[name] != records[name]] == ["select.json"]

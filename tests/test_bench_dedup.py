@@ -24,9 +24,9 @@ def flags(pool_dir, work, *more):
 
 
 @pytest.fixture(scope="module")
-def run(pool, tmp_path_factory):
+def run(pool, small_static, tmp_path_factory):
     work = tmp_path_factory.mktemp("bench-dedup") / "work"
-    assert bench.main(flags(pool[0], work)) == 0
+    assert bench.main(flags(pool[0], work, "--static_model", f"static:{small_static}")) == 0
     return work, json.loads((work / "results.json").read_text())
 
 
@@ -95,9 +95,9 @@ def test_no_input_is_rewritten(run):
                                 work / "planted" / bench.PLANTED_SHARD)
 
 
-def test_a_rerun_redoes_nothing(run, pool, capsys):
+def test_a_rerun_redoes_nothing(run, pool, small_static, capsys):
     work, out = run
-    assert bench.main(flags(pool[0], work)) == 0
+    assert bench.main(flags(pool[0], work, "--static_model", f"static:{small_static}")) == 0
     printed = capsys.readouterr().out
     assert "bench-dedup: prepare: done before" in printed
     assert "bench-dedup: dedup: done before" in printed
@@ -130,6 +130,8 @@ def test_change_words_replaces_words_with_others_of_the_text():
     (["--threshold", "0"], "--threshold"),
     (["--threshold", "1.5"], "--threshold"),
     (["--changed_words", "0"], "--changed_words"),
+    (["--static_model", "all-MiniLM-L6-v2"], "--static_model must be static or static:DIR"),
+    (["--static_model", "static:/no/such/folder"], "--static_model static:/no/such/folder: no such"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(pool, tmp_path, capsys, more, words):
     work = tmp_path / "work"

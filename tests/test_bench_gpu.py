@@ -1,20 +1,16 @@
 """`make gpu-bench` without a GPU: no CUDA is one line, exit 0 and nothing written; bad flags are
 one line and exit 2; --parts select runs without a pool; and the code path runs on the CPU (--device cpu) at tiny sizes, the
-transformer cut to 16 tokens and a tiny static model (the vocabulary cut to the letters, 8
-dimensions: test_static.py's), writing results.json with every part. Rates are not checked."""
+transformer cut to 16 tokens and the suite's small static model (conftest's SMALL_STATIC, 16
+dimensions), writing results.json with every part. Rates are not checked."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from reproduce.bench import gpu as bench
-
-TINY = {"pca_dims": 8, "token_remove_pattern": r"(?!\[UNK\]$|\[PAD\]$|(##)?[a-z]$)"}
-
 
 def refused(capsys, argv, *words):
     """Exit 2 (argparse's or a UserError's) with one line on stderr holding `words`."""
@@ -70,22 +66,12 @@ def test_select_alone_needs_no_pool_and_writes_its_part_only(tmp_path):
     assert (out["select"]["rows"], out["select"]["selected"]) == (300, 30)
 
 
-@pytest.fixture(scope="module")
-def tiny_static(tmp_path_factory):
-    pytest.importorskip("model2vec.distill")
-    from reproduce.pipeline.embedders import Distillation, default_embedding_model, distil
-
-    folder = tmp_path_factory.mktemp("gpu-bench-static") / "tiny"
-    distil(Path(default_embedding_model()), folder, Distillation(**TINY))
-    return folder
-
-
-def test_a_cpu_smoke_run_writes_every_part(pool, tiny_static, tmp_path, capsys):
+def test_a_cpu_smoke_run_writes_every_part(pool, small_static, tmp_path, capsys):
     results = tmp_path / "results"
     assert bench.main(["--pool", str(pool[0]), "--device", "cpu", "--documents", "40",
                        "--prepare_documents", "20", "--batch_sizes", "8", "300",
                        "--max_seq_length", "16", "--select_rows", "500",
-                       "--static_model", f"static:{tiny_static}",
+                       "--static_model", f"static:{small_static}",
                        "--results", str(results), "--work", str(tmp_path / "work")]) == 0
     out = json.loads((results / "results.json").read_text())
     assert out["finished"] and not out["gpu_measurement"]
@@ -97,7 +83,7 @@ def test_a_cpu_smoke_run_writes_every_part(pool, tiny_static, tmp_path, capsys):
     assert list(rows) == ["transformer, batch 8", "transformer, batch 300", "static (distilled)"]
     assert rows["transformer, batch 8"]["chunk"] == 256  # prepare's rows per call
     assert rows["transformer, batch 300"]["chunk"] == 300  # a batch above it: calls of its size
-    assert (rows["transformer, batch 8"]["dim"], rows["static (distilled)"]["dim"]) == (384, 8)
+    assert (rows["transformer, batch 8"]["dim"], rows["static (distilled)"]["dim"]) == (384, 16)
     for row in rows.values():
         assert row["device"] == "cpu" and row["peak_gpu_mib"] is None
         assert row["embedding_docs_per_s"] > 0 and row["whole_prepare_docs_per_s"] > 0

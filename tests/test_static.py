@@ -1,28 +1,26 @@
 """prepare's static embedding model (model2vec, distilled from the shipped all-MiniLM-L6-v2).
 
-The suite distils a tiny model: the transformer's vocabulary cut to [UNK], [PAD] and the 26
-letters as words and word pieces, PCA to 8 dimensions (about 2 s here); the full distillation
-(30k tokens, about 2 minutes) runs only in `make bench-static`."""
+The suite distils a small model (conftest's SMALL_STATIC: the words and word pieces of at most
+three letters, PCA to 16 dimensions, about 3 s here); the full distillation (30k tokens) runs only
+in `make bench-static`."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import prepare_locally
+from conftest import SMALL_STATIC, prepare_locally
 from datamask.data import read_dataset
 from reproduce.cli import main
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.embedders import (RECORD, STATIC, Distillation, StaticEmbedder,
-                                          default_embedding_model, distil, distillation_key,
-                                          make_embedder)
+                                          default_embedding_model, distillation_key, make_embedder)
 from reproduce.pipeline.prepare import HeuristicQuality, prepare
 
 pytest.importorskip("model2vec.distill")
 
-TINY = Distillation(pca_dims=8, token_remove_pattern=r"(?!\[UNK\]$|\[PAD\]$|(##)?[a-z]$)")
+SMALL = Distillation(**SMALL_STATIC)
 TEXTS = ["The cat sat on the mat.", "Markets fell sharply in London today.", ""]
 
 
@@ -33,15 +31,13 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def embedder(cache):
-    return StaticEmbedder(STATIC, settings=TINY, cache=cache).load()
+    return StaticEmbedder(STATIC, settings=SMALL, cache=cache).load()
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """The tiny model saved by `distil` to a folder of its own (static:DIR)."""
-    folder = tmp_path_factory.mktemp("saved") / "tiny"
-    distil(Path(default_embedding_model()), folder, TINY)
-    return folder
+def saved(small_static):
+    """The small model saved by `distil` to a folder of its own (static:DIR)."""
+    return small_static
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +49,11 @@ def fineweb(tmp_path_factory):
 
 def test_encodes_unit_vectors_of_the_distilled_width_the_same_every_time(embedder, cache):
     vectors = embedder(TEXTS)
-    assert vectors.shape == (3, 8) and vectors.dtype == np.float32
+    assert vectors.shape == (3, 16) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors[:2], axis=1), 1, atol=1e-5)
     assert not vectors[2].any()  # no token at all: the zero vector
     assert not np.allclose(vectors[0], vectors[1])
-    again = StaticEmbedder(STATIC, settings=TINY, cache=cache)
+    again = StaticEmbedder(STATIC, settings=SMALL, cache=cache)
     assert np.array_equal(again(TEXTS), vectors)  # loaded from the cache, not distilled again
 
 
@@ -65,11 +61,11 @@ def test_distils_once_into_the_cache_under_its_key(embedder, cache):
     folder = embedder.folder
     assert [p.name for p in cache.iterdir()] == [folder.name]  # whole: no temporary beside it
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
-    StaticEmbedder(STATIC, settings=TINY, cache=cache).load()
+    StaticEmbedder(STATIC, settings=SMALL, cache=cache).load()
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
     record = json.loads((folder / RECORD).read_text())
-    assert record["key"] == embedder.identity["model"] and record["dim"] == 8
-    other = Distillation(pca_dims=4, token_remove_pattern=TINY.token_remove_pattern)
+    assert record["key"] == embedder.identity["model"] and record["dim"] == 16
+    other = Distillation(pca_dims=4, token_remove_pattern=SMALL.token_remove_pattern)
     assert distillation_key(embedder.source, other) != record["key"]
 
 
@@ -87,7 +83,7 @@ def test_prepare_writes_static_vectors_and_reuses_them(tmp_path, fineweb, saved)
     assert main(["prepare", "--input", str(fineweb), "--output", str(out), "--embedding_model",
                  spec, "--quality", "heuristic", "--no_progress"]) == 0
     data = read_dataset(sorted(out.glob("*.parquet")))
-    assert data.dim == 8 and np.allclose(np.linalg.norm(data.features, axis=1), 1, atol=1e-5)
+    assert data.dim == 16 and np.allclose(np.linalg.norm(data.features, axis=1), 1, atol=1e-5)
     texts = [t for f in sorted(fineweb.glob("*.parquet"))
              for t in pq.read_table(f).column("text").to_pylist()]
     assert np.allclose(data.features, StaticEmbedder(spec)(texts), atol=1e-6)

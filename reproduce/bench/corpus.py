@@ -355,7 +355,7 @@ def completions(folder: Path):
 # ---------------------------------------------------------------- where prepare's time goes
 
 
-def prepare_parts(texts: list[str], slice_shard: Path) -> dict:
+def prepare_parts(texts: list[str], slice_shard: Path, static_model: str) -> dict:
     """prepare's parts timed one after the other in this process: reading the slice's shard, then
     on `texts` the static and the transformer embedding (prepare's chunks) and the heuristic
     scorer (a fresh one: its chunk cache starts empty). {part: {documents, s}}."""
@@ -366,7 +366,7 @@ def prepare_parts(texts: list[str], slice_shard: Path) -> dict:
     parts = {"read the shard (pyarrow)": {
         "documents": pq.read_metadata(slice_shard).num_rows,
         "s": seconds(lambda: pq.read_table(slice_shard))}}
-    static, transformer = make_embedder("static").load(), Embedder().load()
+    static, transformer = make_embedder(static_model).load(), Embedder().load()
     scorer = HeuristicQuality()
     table = pa.table({"text": texts})
     timed = {
@@ -402,11 +402,17 @@ def corpus_arguments(parser: argparse.ArgumentParser, work: str,
                         help="documents of the projection (default: %(default).0e)")
     parser.add_argument("--results", type=Path,
                         help="also write results.json and results.md into this folder")
+    parser.add_argument("--static_model", default="static",
+                        help="prepare's static embedding model: static (distilled once, cached) "
+                             "or static:DIR (`make distil`) (default: %(default)s)")
 
 
 def check_corpus_flags(args: argparse.Namespace) -> None:
     """corpus_arguments' flags, checked before any work."""
+    from reproduce.pipeline.embedders import check_static_model
+
     check_folder_output("--work", args.work)
+    check_static_model(args.static_model, "--static_model")
     if args.results is not None:
         check_folder_output("--results", args.results)
     if not 0 < args.project < float("inf"):
@@ -449,7 +455,7 @@ def stages(args: argparse.Namespace, work: Path) -> list[Stage]:
     prepare_flags = ["--quality", "heuristic", "--no_progress"]
     return [
         Stage("prepare", ["prepare", "--input", str(corpus), "--output", str(prepared),
-                          "--embedding_model", "static", *prepare_flags, *workers],
+                          "--embedding_model", args.static_model, *prepare_flags, *workers],
               prepared / "prepare.json", [prepared], n,
               lambda: [p.stem for p in prepared.glob("*.parquet")], shards, "shard"),
         Stage("select", ["select", "--input", str(prepared), "--output", str(selected),
@@ -535,7 +541,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"{COMMAND}: timing prepare's parts in this process on "
               f"{min(PARTS_DOCUMENTS, slice_n):,} documents", flush=True)
         parts = prepare_parts(slice_texts[:PARTS_DOCUMENTS],
-                              work / "slice" / "fineweb" / "00000.parquet")
+                              work / "slice" / "fineweb" / "00000.parquet", args.static_model)
         parts_file.parent.mkdir(exist_ok=True)
         write_json_atomic(parts, parts_file)
     load["end"] = os.getloadavg()

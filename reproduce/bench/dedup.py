@@ -283,8 +283,8 @@ def stages(args: argparse.Namespace, work: Path, rows: int):
     dedup = work / "dedup"
     workers = ["--workers", str(args.workers)]
     prepare = Stage("prepare", ["prepare", "--input", str(text), "--output", str(prepared),
-                                "--embedding_model", "static", "--quality", "heuristic",
-                                "--no_progress", *workers],
+                                "--embedding_model", args.static_model,
+                                "--quality", "heuristic", "--no_progress", *workers],
                     prepared / "prepare.json", [prepared], rows,
                     lambda: [p.stem for p in prepared.glob("*.parquet")],
                     len(list(text.glob("*.parquet"))), "shard")

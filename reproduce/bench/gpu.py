@@ -110,7 +110,7 @@ def check_flags(args: argparse.Namespace) -> None:
     from datamask.paths import check_folder_output
     from datamask.shared import check_device
     from reproduce.bench.corpus import check_corpus, pool_config
-    from reproduce.pipeline.embedders import STATIC, check_static_folder
+    from reproduce.pipeline.embedders import check_static_model
 
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         raise UserError(f"--device must be cuda, cuda:N or cpu (a smoke run), got "
@@ -132,12 +132,7 @@ def check_flags(args: argparse.Namespace) -> None:
                      args.seed)
     if args.results is not None:
         check_folder_output("--results", args.results)
-    if args.static_model.startswith(f"{STATIC}:"):
-        if "static" in args.parts:
-            check_static_folder(args.static_model.removeprefix(f"{STATIC}:"), "--static_model")
-    elif args.static_model != STATIC:
-        raise UserError(f"--static_model must be static or static:DIR, got "
-                        f"{args.static_model!r}")
+    check_static_model(args.static_model, "--static_model")
 
 
 def embedding_parts(args: argparse.Namespace) -> list[str]:
