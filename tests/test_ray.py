@@ -282,9 +282,12 @@ PREPARE_FLAGS = ("--max_seq_length", "32", "--quality", "heuristic", "--no_progr
                  "--tasks", "2")
 
 
-def prepare_on_ray(ray_head, shards: Path, output: Path) -> subprocess.Popen:
+def prepare_on_ray(ray_head, shards: Path, output: Path, model: Path) -> subprocess.Popen:
+    """prepare with the suite's small static model: no task, nor the submitting process, imports
+    sentence-transformers (the transformer's prepare is test_pipeline's; both embedders pickle
+    alike, without their model)."""
     return on_ray(ray_head, "prepare", "--input", str(shards), "--output", str(output),
-                  *PREPARE_FLAGS)
+                  "--embedding_model", f"static:{model}", *PREPARE_FLAGS)
 
 
 def holding(session: int, folder: Path) -> list[str]:
@@ -301,20 +304,21 @@ def holding(session: int, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def local_prepared(pool, tmp_path_factory):
-    """The local executor's prepare of the same shards with PREPARE_FLAGS' model and scorer, in a
-    folder of its own: conftest's `prepared` holds the downstream run's longer embeddings."""
+def local_prepared(pool, small_static, tmp_path_factory):
+    """The local executor's prepare of the same shards with the same model and scorer, in a
+    folder of its own: conftest's `prepared` holds the downstream run's transformer embeddings."""
     return prepare_locally(pool[0] / "fineweb",
-                           tmp_path_factory.mktemp("local-prepare") / "prepared")
+                           tmp_path_factory.mktemp("local-prepare") / "prepared",
+                           embedding_model=f"static:{small_static}")
 
 
 @pytest.fixture(scope="module")
-def prepare_killed(ray_head, pool, tmp_path_factory):
+def prepare_killed(ray_head, pool, small_static, tmp_path_factory):
     """Task 0 prepares the pool's first shard; the worker running task 1 (the second shard) is
     killed (SIGKILL) in the middle of it, before its shard and marker; datatrove resubmits the
     task and the stage completes."""
     out = tmp_path_factory.mktemp("ray-prepare") / "prepared"
-    run = prepare_on_ray(ray_head, pool[0] / "fineweb", out)
+    run = prepare_on_ray(ray_head, pool[0] / "fineweb", out, small_static)
     victims = wait_for_task(ray_head, run, 1)
     before = {"marker": (out / "logs" / "tasks" / "completions" / "00001").exists(),
               "shards": sorted(p.name for p in out.glob("*.parquet"))}
@@ -346,13 +350,14 @@ def test_prepare_on_ray_equals_the_local_executor_after_a_worker_is_killed(prepa
     assert left == []
 
 
-def test_rerun_of_prepare_on_ray_skips_the_finished_tasks(prepare_killed, ray_head, pool):
+def test_rerun_of_prepare_on_ray_skips_the_finished_tasks(prepare_killed, ray_head, pool,
+                                                          small_static):
     out = prepare_killed["out"]
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
     # as if killed after its tasks, before the merge (with prepare.json there, a rerun of
     # unchanged inputs returns before any executor starts: test_pipeline)
     (out / "prepare.json").unlink()
-    log = finish(prepare_on_ray(ray_head, pool[0] / "fineweb", out))
+    log = finish(prepare_on_ray(ray_head, pool[0] / "fineweb", out, small_static))
     assert "All 2 tasks appear to be completed already" in log
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")} == before
     records = json.loads((out / "prepare.json").read_text())["files"]

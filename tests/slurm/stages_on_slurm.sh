@@ -277,7 +277,8 @@ EOF
 
 # The whole chain on BBC FineWeb shards (one article copied into the other shard under a new id),
 # locally and through Slurm, stage after stage: prepare (two tasks, a shard each, then
-# prepare.json's merge), dedup (MinHash's rounds and the embedding step's, then the keep-list),
+# prepare.json's merge; with the suite's small static model, conftest's SMALL_STATIC, so that no
+# task nor submitting process imports sentence-transformers), dedup (MinHash's rounds and the embedding step's, then the keep-list),
 # select (two blocks), tokenize (two ranks, then datatrove's merge, leaving out what the keep-list
 # removes). Every Slurm stage returns at submission; the next one starts
 # once the queue is empty.
@@ -289,10 +290,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, "tests")
+from conftest import distil_small_static
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.tokenize import train_tokenizer
 
 chain = Path(sys.argv[1])
+distil_small_static(chain / "static")
 write_bbc_fineweb(chain / "fineweb", chain / "tasks", n_shards=2, limit=60, seed=1)
 first, second = sorted((chain / "fineweb").glob("*.parquet"))
 copy = pq.read_table(second).slice(0, 1)
@@ -300,8 +304,8 @@ copy = copy.set_column(copy.schema.get_field_index("id"), "id", pa.array(["plant
 pq.write_table(pa.concat_tables([pq.read_table(first), copy]), first)
 train_tokenizer([str(chain / "fineweb")], chain / "tokenizer.json", vocab_size=300)
 EOF
-PREPARE=(prepare --input "$CHAIN/fineweb" --max_seq_length 32 --quality heuristic --no_progress
-         --tasks 2)
+PREPARE=(prepare --input "$CHAIN/fineweb" --embedding_model "static:$CHAIN/static"
+         --max_seq_length 32 --quality heuristic --no_progress --tasks 2)
 # two LSH bands instead of FineWeb's 14: every MinHash round still runs (the buckets round as a
 # job array of two), and the planted copy, an exact one, shares every band
 DEDUP=(dedup --input "$CHAIN/fineweb" --tasks 2 --num_buckets 2)
