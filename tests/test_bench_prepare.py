@@ -15,7 +15,7 @@ def test_every_row_is_printed(pool, tmp_path, capsys):
     out, _, _ = pool
     bench.main(["--pool", str(out), "--work", str(tmp_path), "--repeats", "1", "--workers", "1",
                 "--max_seq_length", "32", "--method", "datamask:n_epochs=20", "--seeds", "0", "1",
-                "--nodes", "1", "8"])
+                "--nodes", "1", "8", "--scorer_documents", "20"])
     lines = capsys.readouterr().out.splitlines()
     rows = [line for line in lines if line.startswith("| ")]
     for start in ("| prepare | 1 |", "| tokenize (", "| embedding (torch fp32) |",
