@@ -176,7 +176,7 @@ def prepare_locally(fineweb: Path, output: Path, max_seq_length: int = 32,
 # dimensions. It distils in about 3 s here (the full 30k tokens: about 30 s), and the chain's BBC
 # articles still tell apart (no false near-copy). A stage run with it as `--embedding_model
 # static:DIR` never imports sentence-transformers, about 9 CPU-seconds in every process that
-# does: the executor tests' tasks and submitting processes run prepare with it.
+# does: the Ray and Slurm prepare checks and the bench-corpus and bench-dedup checks use it.
 SMALL_STATIC = {"pca_dims": 16, "token_remove_pattern": r"(?!\[UNK\]$|\[PAD\]$|(##)?[a-z]{1,3}$)"}
 
 

@@ -278,10 +278,10 @@ EOF
 # The whole chain on BBC FineWeb shards (one article copied into the other shard under a new id),
 # locally and through Slurm, stage after stage: prepare (two tasks, a shard each, then
 # prepare.json's merge; with the suite's small static model, conftest's SMALL_STATIC, so that no
-# task nor submitting process imports sentence-transformers), dedup (MinHash's rounds and the embedding step's, then the keep-list),
-# select (two blocks), tokenize (two ranks, then datatrove's merge, leaving out what the keep-list
-# removes). Every Slurm stage returns at submission; the next one starts
-# once the queue is empty.
+# task nor submitting process imports sentence-transformers), dedup (MinHash's rounds and the
+# embedding step's, then the keep-list), select (two blocks), tokenize (two ranks, then
+# datatrove's merge, leaving out what the keep-list removes). Every Slurm stage returns at
+# submission; the next one starts once the queue is empty.
 CHAIN=$WORK/chain
 "$PY" - "$CHAIN" <<'EOF'
 import sys
