@@ -12,6 +12,7 @@ import torch
 
 from reproduce.bench import gpu as bench
 
+
 def refused(capsys, argv, *words):
     """Exit 2 (argparse's or a UserError's) with one line on stderr holding `words`."""
     try:

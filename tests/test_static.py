@@ -35,12 +35,6 @@ def embedder(cache):
 
 
 @pytest.fixture(scope="module")
-def saved(small_static):
-    """The small model saved by `distil` to a folder of its own (static:DIR)."""
-    return small_static
-
-
-@pytest.fixture(scope="module")
 def fineweb(tmp_path_factory):
     root = tmp_path_factory.mktemp("static-fineweb")
     write_bbc_fineweb(root / "fineweb", root / "tasks", n_shards=2, limit=16, seed=3)
@@ -69,17 +63,17 @@ def test_distils_once_into_the_cache_under_its_key(embedder, cache):
     assert distillation_key(embedder.source, other) != record["key"]
 
 
-def test_a_saved_folder_is_the_same_model_as_the_cached_distillation(embedder, saved):
-    from_folder = StaticEmbedder(f"{STATIC}:{saved}")
+def test_a_saved_folder_is_the_same_model_as_the_cached_distillation(embedder, small_static):
+    from_folder = StaticEmbedder(f"{STATIC}:{small_static}")
     assert from_folder.identity == embedder.identity
-    as_is = make_embedder(str(saved))  # a model2vec folder given without static:
+    as_is = make_embedder(str(small_static))  # a model2vec folder given without static:
     assert isinstance(as_is, StaticEmbedder) and as_is.identity == embedder.identity
     assert np.allclose(from_folder(TEXTS), embedder(TEXTS), atol=1e-6)
 
 
-def test_prepare_writes_static_vectors_and_reuses_them(tmp_path, fineweb, saved):
+def test_prepare_writes_static_vectors_and_reuses_them(tmp_path, fineweb, small_static):
     out = tmp_path / "prepared"
-    spec = f"{STATIC}:{saved}"
+    spec = f"{STATIC}:{small_static}"
     assert main(["prepare", "--input", str(fineweb), "--output", str(out), "--embedding_model",
                  spec, "--quality", "heuristic", "--no_progress"]) == 0
     data = read_dataset(sorted(out.glob("*.parquet")))
@@ -110,20 +104,21 @@ def test_a_missing_or_foreign_static_folder_is_refused_before_any_work(tmp_path,
     assert not out.exists()
 
 
-def test_a_distillation_without_its_transformer_is_refused(tmp_path, capsys, saved):
+def test_a_distillation_without_its_transformer_is_refused(tmp_path, capsys, small_static):
     for source, words in [(tmp_path / "none", "no such folder"), (tmp_path, "not a transformer"),
-                          (saved, "already static")]:
+                          (small_static, "already static")]:
         refused(capsys, ["distil", "--output", str(tmp_path / "model"), "--source", str(source)],
                 "--source", words)
     assert not (tmp_path / "model").exists()
-    refused(capsys, ["distil", "--output", str(saved)], "--output", "already exists")
+    refused(capsys, ["distil", "--output", str(small_static)], "--output", "already exists")
 
 
-def test_static_into_an_output_of_another_model_is_refused(tmp_path, capsys, fineweb, saved):
+def test_static_into_an_output_of_another_model_is_refused(tmp_path, capsys, fineweb,
+                                                            small_static):
     out = prepare_locally(fineweb, tmp_path / "prepared")  # the transformer's vectors
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     refused(capsys, ["prepare", "--input", str(fineweb), "--output", str(out), "--quality",
-                     "heuristic", "--embedding_model", f"{STATIC}:{saved}"],
+                     "heuristic", "--embedding_model", f"{STATIC}:{small_static}"],
             "--embedding_model", str(out), "another embedding model")
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
 

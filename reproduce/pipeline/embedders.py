@@ -216,14 +216,13 @@ def check_static_folder(folder: str, flag: str = "--embedding_model") -> Path:
     return path
 
 
-def check_static_model(spec: str, flag: str) -> str:
+def check_static_model(spec: str, flag: str) -> None:
     """A benchmark's static model: `static` (distilled once, cached) or `static:DIR` (a folder
     `python -m reproduce distil` wrote), checked before any work."""
     if spec.startswith(f"{STATIC}:"):
         check_static_folder(spec.removeprefix(f"{STATIC}:"), flag)
     elif spec != STATIC:
         raise UserError(f"{flag} must be static or static:DIR, got {spec!r}")
-    return spec
 
 
 def is_static_spec(model: str | None) -> bool:
