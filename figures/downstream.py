@@ -19,17 +19,14 @@ import json
 import os
 import sys
 
-import matplotlib
+import matplotlib.pyplot as plt
+import matplotlib.transforms
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.transforms  # noqa: E402
+from datamask.errors import UserError
+from eval.calibration import NULL, mix_or_choice, parse_dose
+from reproduce.experiments.downstream import CONTROL, STRATIFIED, difference
 
-from datamask.errors import UserError  # noqa: E402
-from eval.calibration import NULL, mix_or_choice, parse_dose  # noqa: E402
-from reproduce.experiments.downstream import CONTROL, STRATIFIED, difference  # noqa: E402
-
-from .plots import save  # noqa: E402
+from . import save
 
 ARM_STYLE = {"free": ("C0", "o"), "stratified": ("C1", "s")}  # colour, marker
 SERIES_STYLE = {"junk": ("C3", "o"), "dup": ("C2", "s")}

@@ -25,35 +25,18 @@ import argparse
 import glob
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
+from reproduce.experiments.length_bias import PAPER
+from reproduce.experiments.records import (DirectResult, LengthBiasResult, SweepResult,
+                                           TimingResult, of_metric, read_result)
 
-from datamask.data import atomic_output  # noqa: E402
-from reproduce.experiments.records import (DirectResult, LengthBiasResult,  # noqa: E402
-                                           SweepResult, TimingResult, of_metric, read_result)
-
-from reproduce.experiments.length_bias import PAPER  # noqa: E402
-
-from . import anytime, pipeline  # noqa: E402
+from . import anytime, pipeline, save
 
 
 ROLE_COLORS = {"learner": "C0", "fast": "C1", "reference": "C3", "scalable": "C2"}
-
-
-def save(fig, output: str, name: str) -> list[str]:
-    """PNG and PDF of `fig`, each through a temporary name."""
-    paths = []
-    for ext in ("png", "pdf"):
-        path = os.path.join(output, f"{name}.{ext}")
-        with atomic_output(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=120, bbox_inches="tight")
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def curves(timing: TimingResult):

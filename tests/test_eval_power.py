@@ -3,7 +3,10 @@ intervals, paired differences, the tables and the verdict rule, on small hand-ch
 
 import json
 import math
+import subprocess
+import sys
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -361,6 +364,16 @@ def test_downstream_figures_are_drawn_from_the_tables_json(tmp_path, capsys):
     assert "two tables of the free arm" in capsys.readouterr().err
     assert main(["--table", str(tmp_path / "none.json"), "--output", str(tmp_path)]) == 2
     assert "none.json: no such file" in capsys.readouterr().err
+
+
+def test_the_downstream_figures_import_no_torch():
+    """A downstream run draws its figures in a process of their own, which reads JSON and draws:
+    torch, imported there through a neighbouring figure module, cost it about 2 s of CPU."""
+    done = subprocess.run([sys.executable, "-c", "import sys, figures.downstream; "
+                           "print(sorted({'torch', 'transformers'} & set(sys.modules)))"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_tables_report_the_planted_rows_each_selection_kept(tmp_path):
