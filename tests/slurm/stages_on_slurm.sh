@@ -311,27 +311,20 @@ PREPARE=(prepare --input "$CHAIN/fineweb" --embedding_model "static:$CHAIN/stati
 DEDUP=(dedup --input "$CHAIN/fineweb" --tasks 2 --num_buckets 2)
 SELECT=(select --method quality-topk --select_ratio 0.5 --block_size 25)
 TOKENIZE=(tokenize --input "$CHAIN/fineweb" --tokenizer "$CHAIN/tokenizer.json" --tasks 2)
-# One stage of the chain for run $1 (local or slurm); $2 names its logs, the rest is the stage.
-stage() {
-    local run=$1 name=$2 flags=()
-    shift 2
-    [[ $run == local ]] || flags=("${SLURM_FLAGS[@]}" --mem_per_cpu_gb 2 --workers 2)
-    "$PY" -m reproduce "$@" --output "$CHAIN/$run/$name" "${flags[@]}" \
-        > "$WORK/log/$name.$run.json" 2> "$WORK/log/$name.$run.log"
-    [[ $run == local ]] || wait_for_jobs
-}
-
-# The stages after prepare, each once the one before is done.
+# The stages after prepare on run $1's files (local or slurm), each with its --output.
 after_prepare() {
     local run=$1
-    stage "$run" dedup "${DEDUP[@]}" --prepared "$CHAIN/$run/prepared"
-    stage "$run" select "${SELECT[@]}" --input "$CHAIN/$run/prepared"
-    stage "$run" tokens "${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet" \
-        --keep "$CHAIN/$run/dedup"
+    DEDUP_STAGE=("${DEDUP[@]}" --prepared "$CHAIN/$run/prepared" --output "$CHAIN/$run/dedup")
+    SELECT_STAGE=("${SELECT[@]}" --input "$CHAIN/$run/prepared" --output "$CHAIN/$run/select")
+    TOKENIZE_STAGE=("${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet"
+                    --keep "$CHAIN/$run/dedup" --output "$CHAIN/$run/tokens")
 }
 
-# the local executor's chain goes on beside Slurm's, compared once both are done
-{ stage local prepared "${PREPARE[@]}"; after_prepare local; } &
+# the local executor's chain, its four stages in turn in one process (apart by a lone `+`:
+# torch, spaCy and the rest imported once), goes on beside Slurm's, compared once both are done
+after_prepare local
+"$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/local/prepared" + "${DEDUP_STAGE[@]}" \
+    + "${SELECT_STAGE[@]}" + "${TOKENIZE_STAGE[@]}" > "$WORK/log/chain.local.log" 2>&1 &
 LOCAL_CHAIN=$!
 "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/slurm/prepared" "${SLURM_FLAGS[@]}" \
     --mem_per_cpu_gb 2 --workers 2 > "$WORK/log/prepare.slurm.json" 2> "$WORK/log/prepare.slurm.log"
@@ -347,8 +340,17 @@ wait_for_jobs
 [[ $(stat -c %y "$TASK0_SHARD") == "$TASK0_MTIME" ]] \
     || { echo "stages_on_slurm: the rerun rewrote task 0's finished shard"; exit 1; }
 echo "stages_on_slurm: the rerun left task 0's shard as it was"
+# on Slurm, each stage once the one before has left the queue
+on_slurm() {
+    "$PY" -m reproduce "$@" "${SLURM_FLAGS[@]}" --mem_per_cpu_gb 2 --workers 2 \
+        >> "$WORK/log/chain.slurm.json" 2>> "$WORK/log/chain.slurm.log"
+    wait_for_jobs
+}
 after_prepare slurm
-wait "$LOCAL_CHAIN" || { echo "stages_on_slurm: the local chain failed"; tail "$WORK"/log/*.local.log; exit 1; }
+on_slurm "${DEDUP_STAGE[@]}"
+on_slurm "${SELECT_STAGE[@]}"
+on_slurm "${TOKENIZE_STAGE[@]}"
+wait "$LOCAL_CHAIN" || { echo "stages_on_slurm: the local chain failed"; tail "$WORK/log/chain.local.log"; exit 1; }
 for log in "$CHAIN"/slurm/*/logs/*/slurm/*.out; do echo "--- ${log#"$CHAIN"/}"; tail -n 2 "$log"; done
 
 "$PY" - "$CHAIN" <<'EOF'
