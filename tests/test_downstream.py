@@ -123,10 +123,12 @@ def test_a_target_outside_the_pool_scores_every_run_again_without_training(run, 
         pq.write_table(pa.table({"text": texts[:2]}), target / f"other-{name}.parquet")
     (target / "outside.json").write_text("{}")
     trained = {p: p.stat().st_mtime_ns for p in (copy / "train").glob("*/seed*/summary.json")}
-    # the free arm's two methods at seed 0 only, to keep the test short: the other runs stay as
-    # they were
+    # the free arm's two methods at seed 0 only, scored one after the other (one stage worker
+    # importing torch, transformers and lm-eval, not two), to keep the test short: the other runs
+    # stay as they were
     argv = [copy if a == str(out) else a for a in argv] + ["--arms", "free", "--no_null",
-                                                           "--junk", "--dup", "--seeds", "0"]
+                                                           "--junk", "--dup", "--seeds", "0",
+                                                           "--jobs", "1"]
     argv = [str(a) for a in argv if a != "--tasks"]
     assert main([*argv, "--outside", str(target)]) == 0  # the default tasks this time
     assert {p: p.stat().st_mtime_ns for p in trained} == trained
