@@ -5,7 +5,8 @@ after the one before), then the chain prepare -> dedup -> select -> tokenize the
 output with the local executor's (dedup's keep-list among them). The process running the merge round's second part, and in the
 chain the one running prepare's second task, is killed mid-task (SIGKILL): its job fails, the merge
 waits for good and is cancelled, no process is left, and the rerun submits that task alone. Runs where Slurm and munge are
-installed and the suite runs as root; `make test-slurm` installs them."""
+installed and the suite runs as root; `make test-slurm` installs them. The chain embeds with the
+suite's small static model, passed to the script as the folder conftest distilled it into."""
 
 import os
 import shutil
@@ -26,9 +27,10 @@ pytestmark = [
 ]
 
 
-def test_the_data_stages_on_slurm_equal_the_local_executor():
-    run = subprocess.run(["bash", str(SCRIPT)], env={**os.environ, "PYTHON": sys.executable},
-                         capture_output=True, text=True, timeout=1200)
+def test_the_data_stages_on_slurm_equal_the_local_executor(small_static):
+    env = {**os.environ, "PYTHON": sys.executable, "SMALL_STATIC_MODEL": str(small_static)}
+    run = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True,
+                         timeout=1200)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "the merge round on Slurm, part 1 killed and rerun, equals the local executor's row " \
         "for row" in run.stdout

@@ -281,9 +281,11 @@ EOF
 # task nor submitting process imports sentence-transformers), dedup (MinHash's rounds and the
 # embedding step's, then the keep-list), select (two blocks), tokenize (two ranks, then
 # datatrove's merge, leaving out what the keep-list removes). Every Slurm stage returns at
-# submission; the next one starts once the queue is empty.
+# submission; the next one starts once the queue is empty. The static model is distilled here
+# unless $SMALL_STATIC_MODEL names the folder the suite distilled it into.
 CHAIN=$WORK/chain
-"$PY" - "$CHAIN" <<'EOF'
+STATIC=${SMALL_STATIC_MODEL:-$CHAIN/static}
+"$PY" - "$CHAIN" "$STATIC" <<'EOF'
 import sys
 from pathlib import Path
 
@@ -295,8 +297,9 @@ from conftest import distil_small_static
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.tokenize import train_tokenizer
 
-chain = Path(sys.argv[1])
-distil_small_static(chain / "static")
+chain, static = Path(sys.argv[1]), Path(sys.argv[2])
+if not static.is_dir():
+    distil_small_static(static)
 write_bbc_fineweb(chain / "fineweb", chain / "tasks", n_shards=2, limit=60, seed=1)
 first, second = sorted((chain / "fineweb").glob("*.parquet"))
 copy = pq.read_table(second).slice(0, 1)
@@ -304,7 +307,7 @@ copy = copy.set_column(copy.schema.get_field_index("id"), "id", pa.array(["plant
 pq.write_table(pa.concat_tables([pq.read_table(first), copy]), first)
 train_tokenizer([str(chain / "fineweb")], chain / "tokenizer.json", vocab_size=300)
 EOF
-PREPARE=(prepare --input "$CHAIN/fineweb" --embedding_model "static:$CHAIN/static"
+PREPARE=(prepare --input "$CHAIN/fineweb" --embedding_model "static:$STATIC"
          --max_seq_length 32 --quality heuristic --no_progress --tasks 2)
 # two LSH bands instead of FineWeb's 14: every MinHash round still runs (the buckets round as a
 # job array of two), and the planted copy, an exact one, shares every band
