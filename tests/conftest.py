@@ -10,10 +10,14 @@ import os
 # unless told otherwise.
 os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
 
+import fcntl
 import gzip
+import json
+import shutil
 import struct
 import textwrap
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from pydoc_data.topics import topics
 
@@ -64,7 +68,8 @@ def write_shard(path: Path, data: Dataset, **extra) -> Path:
 
 
 # ---------------------------------------------------------------- the small web-like pool
-# Built once per session from a few hundred documents (tests/test_pool.py tests its parts; the
+# Built once in a run of the suite from a few hundred documents, by the first of pytest-xdist's
+# workers to ask (`built_once`), and copied by each (tests/test_pool.py tests its parts; the
 # calibration and downstream tests read it).
 
 SEED = 3
@@ -146,15 +151,43 @@ def units(tmp_path_factory):
             "books": sources.books_units(root / "books")}
 
 
-@pytest.fixture(scope="session")
-def pool(tmp_path_factory, units):
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """The folder `build(folder)` writes, built once in a run of the suite: under pytest-xdist the
+    first worker to ask builds it in the run's own temporary folder, above the workers' folders,
+    while another that asks waits on a lock; later ones find it there. Built under another name
+    and renamed when done, so a failed build leaves nothing to be taken for a finished one."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / "built-once" / name
+    folder.parent.mkdir(exist_ok=True)
+    with (folder.parent / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.is_dir():
+            partial = folder.with_name(f"{name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            build(partial)
+            partial.rename(folder)
+    return folder
+
+
+def shared_pool(tmp_path_factory, request) -> Path:
     from reproduce.pool.build import build_pool
 
+    return built_once(tmp_path_factory, "pool", lambda folder: build_pool(
+        folder, SEED, heldout_chars=HELDOUT, task_articles=TASKS, shards=2,
+        units=request.getfixturevalue("units")))
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory, request):
+    """The pool's folder, pool.json's content and its FineWeb rows. The folder is this worker's
+    copy (tests write beside its shards); copytree keeps the files' times, so prepare's record of
+    its inputs holds for the copy."""
     out = tmp_path_factory.mktemp("pool") / "pool"
-    summary = build_pool(out, SEED, heldout_chars=HELDOUT, task_articles=TASKS, shards=2,
-                         units=units)
+    shutil.copytree(shared_pool(tmp_path_factory, request), out)
     table = pa.concat_tables([pq.read_table(p) for p in sorted((out / "fineweb").glob("*.parquet"))])
-    return out, summary, table.to_pylist()
+    return out, json.loads((out / "pool.json").read_text()), table.to_pylist()
 
 
 def prepare_locally(fineweb: Path, output: Path, max_seq_length: int = 32,
@@ -189,16 +222,24 @@ def distil_small_static(folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def small_static(tmp_path_factory) -> Path:
-    """SMALL_STATIC distilled into a folder of its own (prepare's `static:DIR`)."""
-    pytest.importorskip("model2vec.distill")
-    return distil_small_static(tmp_path_factory.mktemp("small-static") / "model")
+    """SMALL_STATIC distilled into a folder of its own (prepare's `static:DIR`), once in a run:
+    the tests only read it."""
+    def build(folder: Path) -> None:
+        pytest.importorskip("model2vec.distill")
+        distil_small_static(folder)
+
+    return built_once(tmp_path_factory, "small-static", build)
 
 
 @pytest.fixture(scope="session")
-def prepared(pool):
+def prepared(pool, tmp_path_factory, request):
     """The pool's shards prepared beside them as the downstream run prepares them, which then
-    finds them up to date instead of embedding them again."""
+    finds them up to date instead of embedding them again. Embedded once in a run (about 18
+    CPU-seconds with the transformer's import), then copied beside this worker's pool."""
     from reproduce.experiments.downstream import POOL_MAX_SEQ_LENGTH
 
+    fineweb = shared_pool(tmp_path_factory, request) / "fineweb"
+    shared = built_once(tmp_path_factory, "prepared", lambda folder: prepare_locally(
+        fineweb, folder, POOL_MAX_SEQ_LENGTH))
     out, _, _ = pool
-    return prepare_locally(out / "fineweb", out / "prepared", POOL_MAX_SEQ_LENGTH)
+    return Path(shutil.copytree(shared, out / "prepared"))
