@@ -154,8 +154,10 @@ def units(tmp_path_factory):
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
     """The folder `build(folder)` writes, built once in a run of the suite: under pytest-xdist the
     first worker to ask builds it in the run's own temporary folder, above the workers' folders,
-    while another that asks waits on a lock; later ones find it there. Built under another name
-    and renamed when done, so a failed build leaves nothing to be taken for a finished one."""
+    while another that asks waits on a lock; later ones find it there. Built in the pipeline's
+    `atomic_folder`, so a failed build leaves nothing to be taken for a finished one."""
+    from reproduce.pipeline.common import atomic_folder
+
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent
@@ -164,10 +166,8 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
     with (folder.parent / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not folder.is_dir():
-            partial = folder.with_name(f"{name}.partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            build(partial)
-            partial.rename(folder)
+            with atomic_folder(folder) as tmp:
+                build(tmp)
     return folder
 
 
