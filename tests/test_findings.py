@@ -118,9 +118,30 @@ def test_a_target_missed_by_one_run_turns_its_metrics_verdict(tmp_path):
     learner_objective(timing, 20_000, random)  # no gain over random at 20,000 rows
     finding = targets.finding(str(root))
     assert finding.verdict == "holds for DiSF, Facility only"
-    assert finding.here == "5 of 6 targets met"
+    assert finding.here == "5 of 6 targets met, 6 of them by the greedy start the learner wrote " \
+        "unchanged"
     assert "| Pair_simi at 20,000 rows: at least 0.99 of `pair-greedy`'s gain | gain 0.000" in \
         "\n".join(finding.lines)
+
+
+def test_the_headline_says_whether_the_start_or_a_later_step_wrote_the_selection(tmp_path):
+    root = copy_results(tmp_path, "scale/pair-init-greedy", "scale/disf-stall-checks",
+                        "scale/disf-stall-checks-40c", "facility-start", "scale/disf-rule-100k")
+    by = {c.decide: c for c in claims.load_claims()}
+    time, targets = by["selection_time"].finding(str(root)), by["objective_targets"]
+    assert "its stochastic greedy start wrote the selection" in time.here
+    assert "the policy gradient from equal logits 2.57x the fast greedy's time" in time.here
+    timing = root / "scale" / "pair-init-greedy" / "timing.json"
+    data = json.loads(timing.read_text())
+    next(r for r in data["runs"] if r["label"] == "datamask" and r["n"] == 5_000)["best_step"] = 40
+    timing.write_text(json.dumps(data))
+    assert targets.finding(str(root)).here.endswith("5 of them by the greedy start the learner "
+                                                    "wrote unchanged")
+    stall = root / "scale" / "disf-stall-checks" / "timing.json"
+    data = json.loads(stall.read_text())
+    next(r for r in data["runs"] if r["label"] == "datamask" and r["n"] == 100_000)["best_step"] = 200
+    stall.write_text(json.dumps(data))
+    assert "a later step wrote the selection" in by["selection_time"].finding(str(root)).here
 
 
 def test_facility_at_1m_reads_the_adopted_plan_and_lists_the_others(tmp_path):
