@@ -117,6 +117,17 @@ def cmd_tokenize(args) -> None:
                         keep=Path(args.keep) if args.keep else None))
 
 
+def cmd_export(args) -> None:
+    from .pipeline.engines import cluster_flags
+    from .pipeline.export import Export, run_export
+
+    _print(run_export(Export(
+        Path(args.input), Path(args.selection), Path(args.prepared), Path(args.output),
+        keep=Path(args.keep) if args.keep else None, shard_mb=args.shard_mb,
+        row_group_rows=args.row_group_rows, mix=args.mix, tasks=args.tasks,
+        workers=args.workers, executor=args.executor, cluster=cluster_flags(args))))
+
+
 def cmd_train(args) -> None:
     from .pipeline.common import parse_sets
     from .pipeline.train import Ranks, load_config, train
@@ -206,7 +217,7 @@ def cmd_planted(args) -> None:
 
 
 def add_stage_parsers(sub) -> None:
-    from .pipeline.common import NON_NEGATIVE, POSITIVE, SEED
+    from .pipeline.common import NON_NEGATIVE, POSITIVE, SEED, positive_number
     from .pipeline.engines import add_executor_flags
 
     p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
@@ -354,6 +365,28 @@ def add_stage_parsers(sub) -> None:
                                   "documents it removes are not tokenized, selected or not")
     add_executor_flags(p, "tokenizer ranks", tasks=True)
     p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("export", help="the selected documents as a dataset: Parquet shards "
+                                      "(datatrove's ParquetWriter) and a dataset card")
+    p.add_argument("--input", required=True, help="folder of FineWeb Parquet shards")
+    p.add_argument("--selection", required=True,
+                   help="selection.parquet from the select stage, or the folder holding it")
+    p.add_argument("--prepared", required=True,
+                   help="the folder prepare wrote from these shards (quality, embeddings)")
+    p.add_argument("--output", required=True,
+                   help="folder for data/, README.md (the dataset card) and figures/")
+    p.add_argument("--keep", help="a keep-list of these shards (`dedup`'s output folder): the "
+                                  "documents it removes are left out")
+    p.add_argument("--shard_mb", type=positive_number, default=512,
+                   help="MiB per Parquet file: a file is closed at the first row group past it "
+                        "(default: %(default)s)")
+    p.add_argument("--row_group_rows", type=POSITIVE, default=1000,
+                   help="documents per Parquet row group (default: %(default)s)")
+    p.add_argument("--mix", metavar="COLUMN",
+                   help="the column whose mix the card draws (default: domain, else dump, where "
+                        "the shards hold one; none: no mix figure)")
+    add_executor_flags(p, "shard groups", tasks=True)
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("train", help="train a Llama-style causal LM on tokenized shards")
     p.add_argument("--tokens", required=True, help="folder of .ds files from the tokenize stage")
