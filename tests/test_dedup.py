@@ -102,13 +102,20 @@ def input_ids(root) -> list[str]:
             for i in pq.read_table(path).column("id").to_pylist()]
 
 
-def test_planted_copies_are_removed_with_their_reason_and_the_id_they_duplicate(deduped):
+def quality_of(root) -> dict[str, float]:
+    table = pa.concat_tables(pq.read_table(p, columns=["id", "quality_score"])
+                             for p in sorted((root / "prepared").glob("*.parquet")))
+    return dict(zip(table.column("id").to_pylist(), table.column("quality_score").to_pylist()))
+
+
+def test_planted_copies_are_removed_with_their_reason_and_the_id_they_duplicate(deduped, corpus):
     removed = removals(deduped)
     assert len(removed) == 3, removed
+    quality = quality_of(corpus)
     for copy, original in (("exact-copy", "s1-4"), ("edited-copy", "s0-6")):
-        # datatrove keeps one document of each cluster, whichever its union-find makes the root
-        [gone] = {copy, original} & set(removed)
-        assert removed[gone] == ("minhash", ({copy, original} - {gone}).pop())
+        # of a MinHash cluster the copy of higher quality stays
+        kept, gone = sorted((copy, original), key=quality.get, reverse=True)
+        assert removed[gone] == ("minhash", kept)
     assert removed["embedding-copy"] == ("embedding", "s2-9")  # the copy of higher quality stays
     table = pq.read_table(deduped / REMOVALS_FILE)
     similarity = table.column("similarity").to_pylist()
@@ -168,6 +175,65 @@ def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(
     assert dedup(deduped.parent, out) == first  # a finished run returns its manifest at once
 
 
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """Five shards of 12 documents (200 random words, random embeddings), and copies spread
+    over them: six MinHash clusters of three (an original, an exact copy, a copy with four words
+    changed), whose qualities tie in the even ones, so the first in input order stays, and differ
+    in the odd ones, so the highest stays; and four embedding originals with two copies each, at
+    the same vector (their cosines tie) and at noise 0.01, new texts."""
+    root = tmp_path_factory.mktemp("clusters")
+    rng = np.random.default_rng(5)
+    vocabulary = ["".join(rng.choice(LETTERS, 6)) for _ in range(3000)]
+    shards = {s: [(f"s{s}-{i}", words(rng, 200, vocabulary), float(rng.uniform(1, 4)),
+                   unit(rng.standard_normal(DIM))) for i in range(12)] for s in range(5)}
+    for k in range(6):
+        text = words(rng, 200, vocabulary)
+        edited = text.split()
+        for at in (30, 80, 130, 180):
+            edited[at] = "changed"
+        qualities = [2.0] * 3 if k % 2 == 0 else [1.0, 3.0, 2.0]
+        members = zip(("original", "exact", "edited"), (text, text, " ".join(edited)), qualities)
+        for j, (kind, member, quality) in enumerate(members):
+            # each member in another shard, the copies in shards before the original's where k
+            # is odd, after it where k is even
+            shard = (k + (j if k % 2 == 0 else -j)) % 5
+            shards[shard].append((f"c{k}-{kind}", member, quality, unit(rng.standard_normal(DIM))))
+    for k in range(4):
+        original = shards[k][k + 6]
+        shards[(k + 1) % 5].append((f"e{k}-same", words(rng, 200, vocabulary), 1.0,
+                                    original[3]))
+        shards[(k + 2) % 5].append((f"e{k}-near", words(rng, 200, vocabulary), 1.0,
+                                    unit(original[3] + rng.normal(0, 0.01, DIM))))
+    write_corpus(root, rng, shards)
+    return root
+
+
+@pytest.mark.parametrize("tasks", [3, 4])
+def test_the_keep_list_does_not_depend_on_the_tasks(clusters, tasks):
+    """The keep-list of 1, 3 and 4 tasks (signature and filter tasks over 5 shards, pair tasks
+    over 5 regions) is the same, file for file; of each MinHash cluster the copy of highest
+    quality stays, ties to the first in input order."""
+    one = clusters / "tasks-1"
+    if not one.exists():
+        run_dedup(clusters / "fineweb", clusters / "prepared", one, region_rows=20, tasks=1)
+    out = clusters / f"tasks-{tasks}"
+    manifest = run_dedup(clusters / "fineweb", clusters / "prepared", out, region_rows=20,
+                         tasks=tasks)
+    assert manifest["embedding"]["regions"] == 5 and manifest["minhash"]["tasks"] == tasks
+    for name in (KEEP_FILE, REMOVALS_FILE):
+        assert pq.read_table(out / name).equals(pq.read_table(one / name)), name
+    removed, order = removals(out), input_ids(clusters)
+    quality = quality_of(clusters)
+    for k in range(6):
+        members = [f"c{k}-{kind}" for kind in ("original", "exact", "edited")]
+        stays = min(members, key=lambda i: (-quality[i], order.index(i)))
+        assert stays not in removed
+        assert {removed[m] for m in members if m != stays} == {("minhash", stays)}
+    for k in range(4):
+        assert {removed[f"e{k}-{kind}"][0] for kind in ("same", "near")} == {"embedding"}
+
+
 def one_region(ids, quality, features, threshold):
     """SemDeDup's rule over every pair of the rows at once."""
     return keep_first(ids, quality, *similar_pairs(features, features, threshold))
@@ -182,6 +248,18 @@ def test_the_copy_of_higher_quality_stays_and_ties_keep_the_smaller_id():
     # "a" and "c" tie on quality: "a" (the smaller id) stays, and is the most similar kept row
     assert sorted(zip(ids[gone], ids[copied])) == [("b", "a"), ("c", "a")]
     assert (similarity >= 0.99).all()
+
+
+def test_a_tie_in_similarity_names_the_earlier_row_whatever_the_pairs_order():
+    """c is as similar to a as to b, which both stay: it duplicates a (higher quality) however
+    the pair tasks' pairs come, and a pair found in two regions counts once."""
+    ids = np.array(["a", "b", "c"], dtype=object)
+    quality = np.array([3.0, 2.0, 1.0])
+    pairs = [(0, 2, 0.995), (1, 2, 0.995), (2, 0, 0.995), (2, 1, 0.995), (0, 2, 0.995)]
+    for order in ([0, 1, 2, 3, 4], [3, 1, 4, 2, 0], [1, 0]):
+        first, second, similarity = (np.array(v) for v in zip(*[pairs[i] for i in order]))
+        gone, copied, _ = keep_first(ids, quality, first, second, similarity)
+        assert ids[gone].tolist() == ["c"] and ids[copied].tolist() == ["a"], order
 
 
 def test_a_row_near_only_a_removed_row_stays():

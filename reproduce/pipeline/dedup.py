@@ -4,8 +4,11 @@ one keep-list that later stages honour.
 Text (--input, the FineWeb shards): datatrove's MinHash deduplication, its four steps as rounds of
 executor tasks: signatures (task r of N: shards r, r+N, ...), buckets (one task per bucket),
 clusters (one task), filter (the signature tasks' shards again). FineWeb's settings are the
-defaults: word 5-grams, 14 buckets of 8 hashes, 64-bit hashes. Of each cluster datatrove keeps
-one document; every other is removed as a duplicate of it.
+defaults: word 5-grams, 14 buckets of 8 hashes, 64-bit hashes. Of each cluster one document is
+kept by a rule of its own, not datatrove's (the root of its union-find, which follows the task
+numbering), so that the keep-list does not depend on --tasks: the member of highest quality where
+--prepared is given, ties (and every cluster without --prepared) to the first in input order;
+every other member is removed as a duplicate of it (one more task, after the filter).
 
 Embedding (--prepared, prepare's rows; those the text step kept): SemDeDup's rule, with the pair
 work inside neighbourhoods. The rows, at unit length, are cut into regions of about --region_rows
@@ -43,8 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datamask.data import (NeighbourhoodTree, block_count, read_dataset, write_json_atomic,
-                           write_table_atomic)
+from datamask.data import (QUALITY_COLUMN, NeighbourhoodTree, block_count, read_dataset,
+                           write_json_atomic, write_table_atomic)
 from datamask.errors import UserError, quoted
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
@@ -59,7 +62,8 @@ datatrove_base = require("datatrove.pipeline.base", "dedup")
 KEEP_FILE = "keep.parquet"
 REMOVALS_FILE = "removals.parquet"
 MANIFEST = "manifest.json"
-MINHASH = "minhash"  # signatures/, buckets/, clusters/, removed/, kept/
+MINHASH = "minhash"  # signatures/, buckets/, clusters/, removed/, kept/, removals.parquet
+MINHASH_REMOVALS = "removals.parquet"  # in minhash/: (id, duplicates), each cluster's copy kept
 REGIONS = "regions"  # each pair task's rows, written by the region plan
 PAIRS = "pairs"  # each pair task's pairs at the threshold
 REGION_PLAN = "plan.json"  # in regions/: the rows routed, guests included
@@ -166,9 +170,10 @@ def keep_first(ids: np.ndarray, quality: np.ndarray, first: np.ndarray, second: 
                similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """SemDeDup's rule over pairs found at the threshold, the copy of higher quality kept: rows
     in order of quality (higher first, ties: the smaller id); a row paired with a row kept before
-    it is removed, as a duplicate of the most similar one. A pair may come twice, in either order;
-    a row paired with itself is ignored. (removed rows, the row each duplicates, their cosine), as
-    indices into `ids`."""
+    it is removed, as a duplicate of the most similar one (ties: the one earlier in that order).
+    A pair may come twice, in either order; a row paired with itself is ignored. Nothing depends
+    on the order of the pairs, which follows the pair tasks' numbering. (removed rows, the row
+    each duplicates, their cosine), as indices into `ids`."""
     order = np.lexsort((ids, -quality.astype(np.float64)))
     rank = np.empty(len(ids), np.int64)
     rank[order] = np.arange(len(ids))
@@ -176,16 +181,17 @@ def keep_first(ids: np.ndarray, quality: np.ndarray, first: np.ndarray, second: 
     first, second, similarity = first[other], second[other], similarity[other]
     swap = rank[first] > rank[second]
     earlier, later = np.where(swap, second, first), np.where(swap, first, second)
-    by = np.argsort(rank[later], kind="stable")
+    # by the later row's rank, then the most similar first (ties: the earlier row's rank)
+    by = np.lexsort((rank[earlier], -similarity, rank[later]))
     earlier, later, similarity = earlier[by], later[by], similarity[by]
     starts = np.flatnonzero(np.r_[True, later[1:] != later[:-1]]) if len(later) else []
     kept = np.ones(len(ids), bool)
     removed, duplicates, cosine = [], [], []
     for start, stop in zip(starts, np.r_[starts[1:], len(later)].astype(np.int64)):
         # by rank: a row's fate is known before a later row asks
-        candidates = np.arange(start, stop)[kept[earlier[start:stop]]]
-        if len(candidates):
-            best = candidates[np.argmax(similarity[candidates])]
+        alive = np.flatnonzero(kept[earlier[start:stop]])
+        if len(alive):
+            best = start + alive[0]
             kept[later[start]] = False
             removed.append(later[start])
             duplicates.append(earlier[best])
@@ -225,10 +231,63 @@ class CompleteClusterFiles(datatrove_base.PipelineStep):
         yield from data or ()
 
 
-def minhash_rounds(fineweb: Path, work: Path, config, tasks: int) -> list[tuple[list, int, str]]:
-    """datatrove's four MinHash steps as executor rounds, (steps, tasks, unit): each filter task
-    writes the documents it removes, and the ones its clusters keep, as (id, cluster) under
-    `work`/removed and `work`/kept."""
+class ChooseKeptCopies(datatrove_base.PipelineStep):
+    """One task, after datatrove's filter: of each MinHash cluster, the member kept by the
+    stage's rule (the highest quality where `prepared` rows are given, ties and otherwise the
+    first in the order of `text`'s files and rows), the others written to
+    minhash/removals.parquet as (id, duplicates). The members are what the filter tasks wrote,
+    (id, cluster) under removed/ and kept/: the clusters are sets of documents that the task
+    numbering does not change, only the numbers datatrove gives them and the root it keeps."""
+
+    name = "choose each cluster's copy"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, work: str, text: list[str], prepared: list[str]):
+        super().__init__()
+        self.work, self.text, self.prepared = work, text, prepared
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        work = Path(self.work)
+        members = pa.concat_tables([read_cluster_members(work / "removed"),
+                                    read_cluster_members(work / "kept")])
+        position = pc.index_in(members.column("id"), value_set=read_ids(
+            [Path(f) for f in self.text], "--input")).to_numpy(zero_copy_only=False)
+        quality = np.zeros(len(members))
+        if self.prepared:
+            rows = pa.concat_tables(pq.read_table(f, columns=["id", QUALITY_COLUMN])
+                                    .cast(pa.schema([("id", pa.string()),
+                                                     (QUALITY_COLUMN, pa.float64())]))
+                                    for f in self.prepared)
+            quality = rows.column(QUALITY_COLUMN).take(
+                pc.index_in(members.column("id"), value_set=rows.column("id"))).to_numpy()
+        cluster = members.column("cluster").to_numpy()
+        order = np.lexsort((position, -quality, cluster))  # a cluster's kept copy first
+        cluster, ids = cluster[order], members.column("id").take(order)
+        first = np.r_[True, cluster[1:] != cluster[:-1]]
+        copy = np.flatnonzero(first)[np.cumsum(first) - 1]  # each member's cluster's first
+        removed = np.flatnonzero(~first)
+        write_table_atomic(pa.table({"id": ids.take(removed),
+                                     "duplicates": ids.take(copy[removed])}),
+                           work / MINHASH_REMOVALS)
+        self.stat_update("removed", value=len(removed))
+        yield from data or ()
+
+
+def read_cluster_members(folder: Path) -> pa.Table:
+    """(id, cluster) of the documents the MinHash filter tasks wrote into `folder`."""
+    schema = pa.schema([("id", pa.string()), ("cluster", pa.int64())])
+    files = sorted(folder.glob("*.parquet"))
+    return pa.concat_tables([pq.read_table(f).select(schema.names).cast(schema)
+                             for f in files]) if files else schema.empty_table()
+
+
+def minhash_rounds(text: list[str], prepared: list[str], work: Path, config,
+                   tasks: int) -> list[tuple[list, int, str]]:
+    """datatrove's four MinHash steps as executor rounds, (steps, tasks, unit), on the FineWeb
+    shards `text` (one folder's, in name order): each filter task writes the documents it
+    removes, and the ones its clusters keep, as (id, cluster) under `work`/removed and
+    `work`/kept; then one task chooses each cluster's copy by the stage's rule (the quality of
+    the `prepared` rows, when given)."""
     from datatrove.pipeline.dedup import (MinhashDedupBuckets, MinhashDedupCluster,
                                           MinhashDedupFilter, MinhashDedupSignature)
     from datatrove.pipeline.filters import LambdaFilter
@@ -236,7 +295,8 @@ def minhash_rounds(fineweb: Path, work: Path, config, tasks: int) -> list[tuple[
     from datatrove.pipeline.writers import ParquetWriter
 
     def shards():
-        return ParquetReader(str(fineweb), glob_pattern="*.parquet", text_key="text", id_key="id")
+        return ParquetReader(str(Path(text[0]).parent), glob_pattern="*.parquet",
+                             text_key="text", id_key="id")
 
     signatures, buckets, clusters = (str(work / name) for name in ("signatures", "buckets",
                                                                    "clusters"))
@@ -251,24 +311,14 @@ def minhash_rounds(fineweb: Path, work: Path, config, tasks: int) -> list[tuple[
               str(work / "removed"), adapter=cluster_row)),
           LambdaFilter(in_a_cluster),
           ParquetWriter(str(work / "kept"), adapter=cluster_row)], tasks, "filter"),
+        ([ChooseKeptCopies(str(work), text, prepared)], 1, "choice"),
     ]
 
 
 def minhash_removals(work: Path) -> pa.Table:
-    """What the MinHash filter tasks wrote, as removals: (id, duplicates), the second the
-    document its cluster keeps."""
-    def read(name: str) -> pa.Table:
-        files = sorted((work / name).glob("*.parquet"))
-        schema = pa.schema([("id", pa.string()), ("cluster", pa.int64())])
-        return pa.concat_tables([pq.read_table(f).select(schema.names).cast(schema)
-                                 for f in files]) if files else schema.empty_table()
-
-    removed, kept = read("removed"), read("kept")
-    joined = removed.join(kept.rename_columns(["duplicates", "cluster"]), "cluster")
-    if len(joined) != len(removed) or joined.column("duplicates").null_count:
-        raise UserError(f"{work}: a MinHash cluster lost its kept document; delete the output "
-                        f"folder and rerun")
-    return joined.select(["id", "duplicates"])
+    """The MinHash step's removals, (id, duplicates): the second the document its cluster
+    keeps."""
+    return pq.read_table(work / MINHASH_REMOVALS)
 
 
 def prepared_survivors(path: str, removed: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -571,8 +621,9 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
     if text:
         config = minhash_config(text["n_grams"], text["num_buckets"], text["hashes_per_bucket"],
                                 text["hash_precision"])
-        rounds += minhash_rounds(Path(manifest["input"]["text"]), out / MINHASH, config,
-                                 text["tasks"])
+        rounds += minhash_rounds([str(f.absolute()) for f in text_files],
+                                 [str(f.absolute()) for f in prepared_files], out / MINHASH,
+                                 config, text["tasks"])
     if embedding:
         prepared = [str(f.absolute()) for f in prepared_files]
         margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
