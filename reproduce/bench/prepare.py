@@ -121,6 +121,9 @@ class BackendEmbedder(Embedder):
         return OnnxModel(Embedder(self.model_name, max_seq_length=self.max_seq_length).model,
                          self.onnx_file)
 
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode([self.prefix + t for t in texts], self.encoder_batch)
+
 
 def model_tokens(embedder: Embedder, texts: list[str]) -> int:
     """Tokens the model reads: each text's, truncated to its max_seq_length."""
