@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare bench-static bench-corpus bench-dedup bench-dedup-routing bench-blocks distil clean
+	bench-defaults bench-prepare bench-static bench-precision bench-corpus bench-dedup bench-dedup-routing bench-blocks distil clean
 
 install: $(STAMP)
 
@@ -110,6 +110,14 @@ bench-prepare: install
 BENCH_STATIC_FLAGS ?=
 bench-static: install
 	$(BIN)/python -m reproduce.bench.static $(BENCH_STATIC_FLAGS)
+
+# prepare's transformer in bf16 and fp16 judged against fp32 by bench-static's valid yardstick
+# (origin-free neighbour recall) on its three families, with the harmless variants in the same run
+# and the exact character cut's record (reproduce/results/half-precision/plan.md); about 25
+# minutes on 2 cores (fp16 runs slowly on a CPU). BENCH_PRECISION_FLAGS: e.g. --results DIR.
+BENCH_PRECISION_FLAGS ?=
+bench-precision: install
+	$(BIN)/python -m reproduce.bench.precision $(BENCH_PRECISION_FLAGS)
 
 # a million documents through prepare (static model, heuristic scorer) -> select (datamask, in
 # blocks of the paper's 1M rows) -> tokenize on this node, each stage timed in its own process,

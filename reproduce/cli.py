@@ -31,7 +31,7 @@ def cmd_data(args) -> None:
 
 def cmd_prepare(args) -> None:
     from .pipeline.engines import check_executor, cluster_flags
-    from .pipeline.embedders import make_embedder
+    from .pipeline.embedders import check_precision, is_static_spec, make_embedder
     from .pipeline.prepare import check_embed_device, check_inputs, make_scorer, prepare
 
     # everything that needs no model first: loading one takes longer than most mistakes
@@ -39,9 +39,11 @@ def cmd_prepare(args) -> None:
     check_executor(args.executor, args.workers, cluster)
     files = check_inputs(args.input, Path(args.output), args.quality)
     device = check_embed_device(args.device, args.executor, args.gpus_per_task)
+    check_precision(args.precision, "cuda" if args.gpus_per_task else device,
+                    static=is_static_spec(args.embedding_model))
     scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
     embedder = make_embedder(args.embedding_model, device, args.batch_size, args.prefix,
-                             args.max_seq_length)
+                             args.max_seq_length, precision=args.precision)
     _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress,
                    executor=args.executor, workers=args.workers, tasks=args.tasks,
                    cluster=cluster))
@@ -240,8 +242,13 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
     p.add_argument("--max_seq_length", type=POSITIVE,
                    help="tokens per document (default: the model's)")
-    p.add_argument("--batch_size", type=POSITIVE, default=32,
-                   help="encoder batch (default: %(default)s)")
+    p.add_argument("--batch_size", type=POSITIVE,
+                   help="encoder batch (default: 32 on the CPU; on CUDA the largest up to 1,024 "
+                        "that the card's free memory holds)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="the transformer's weights and arithmetic: fp16 on a GPU only, bf16 on a "
+                        "GPU with bf16 or a CPU (fast where it has AVX512-BF16 or AMX); named in "
+                        "the shards' model identity (default: %(default)s; docs/pipeline.md)")
     p.add_argument("--device", default="cpu",
                    help="cpu or cuda; with --gpus_per_task each task's own GPU (default: "
                         "%(default)s)")

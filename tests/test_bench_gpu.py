@@ -55,6 +55,9 @@ def test_a_missing_or_wrong_pool_and_a_bad_device_are_refused_in_one_line(tmp_pa
     refused(capsys, ["--device", "cpu", "--parts", "whole", "select"], "--parts whole",
             "transformer or static")
     refused(capsys, ["--device", "cpu", "--parts", "select", "gpu"], "--parts")
+    refused(capsys, ["--device", "cpu", "--parts", "transformer", "--pool",
+                     str(tmp_path / "folder"), "--precisions", "fp16"], "--precision fp16",
+            "GPU")
     assert [p.name for p in tmp_path.iterdir()] == ["folder"]
 
 
@@ -71,6 +74,7 @@ def test_a_cpu_smoke_run_writes_every_part(pool, small_static, tmp_path, capsys)
     results = tmp_path / "results"
     assert bench.main(["--pool", str(pool[0]), "--device", "cpu", "--documents", "40",
                        "--prepare_documents", "20", "--batch_sizes", "8", "300",
+                       "--precisions", "fp32", "bf16",
                        "--max_seq_length", "16", "--select_rows", "500",
                        "--static_model", f"static:{small_static}",
                        "--results", str(results), "--work", str(tmp_path / "work")]) == 0
@@ -81,10 +85,14 @@ def test_a_cpu_smoke_run_writes_every_part(pool, small_static, tmp_path, capsys)
     prepare = out["prepare"]
     assert (prepare["documents"], prepare["prepare_documents"]) == (40, 20)
     rows = {r["route"]: r for r in prepare["rows"]}
-    assert list(rows) == ["transformer, batch 8", "transformer, batch 300", "static (distilled)"]
-    assert rows["transformer, batch 8"]["chunk"] == 256  # prepare's rows per call
-    assert rows["transformer, batch 300"]["chunk"] == 300  # a batch above it: calls of its size
-    assert (rows["transformer, batch 8"]["dim"], rows["static (distilled)"]["dim"]) == (384, 16)
+    assert list(rows) == ["transformer fp32, batch 8", "transformer fp32, batch 300",
+                          "transformer bf16, batch 8", "transformer bf16, batch 300",
+                          "static (distilled)"]
+    assert rows["transformer fp32, batch 8"]["chunk"] == 256  # prepare's rows per call
+    assert rows["transformer bf16, batch 300"]["chunk"] == 2400  # eight batches a call
+    assert rows["transformer bf16, batch 8"]["precision"] == "bf16"
+    assert prepare["transformer"]["fitted_batch"] == {"fp32": 32, "bf16": 32}  # the CPU's
+    assert (rows["transformer fp32, batch 8"]["dim"], rows["static (distilled)"]["dim"]) == (384, 16)
     for row in rows.values():
         assert row["device"] == "cpu" and row["peak_gpu_mib"] is None
         assert row["embedding_docs_per_s"] > 0 and row["whole_prepare_docs_per_s"] > 0

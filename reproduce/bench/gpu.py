@@ -4,11 +4,13 @@ A prepared script for a lent GPU, measured on the corpus that `make bench-corpus
 demo pool (its seed and 20,000-document shards; --documents of it, 100,000 by default: whole
 shards of the million-document corpus):
 - prepare's transformer (`Embedder`, all-MiniLM-L6-v2 as prepare loads it, on --device) at each
-  of --batch_sizes: its documents/s over all --documents with the embedding alone, and of the
-  whole prepare work (embedding and the heuristic quality scorer, bench-static's `timed_passes`)
-  over the first --prepare_documents; torch.cuda.max_memory_allocated per batch size (the model's
-  weights included). prepare hands the embedder --chunk rows a call (256, prepare's own), which
-  caps the encoder's batch: a batch size above it is timed with calls of its own size;
+  of --precisions (fp32 and the half precisions, bench-precision's candidates) and each of
+  --batch_sizes: its documents/s over all --documents with the embedding alone, and of the whole
+  prepare work (embedding and the heuristic quality scorer, bench-static's `timed_passes`) over
+  the first --prepare_documents; torch.cuda.max_memory_allocated per row (the model's weights
+  included), and the batch prepare would fit to the card per precision. prepare hands the
+  embedder calls of at least --chunk rows and eight encoder batches (the window it sorts by
+  length), and each row is timed with those calls;
 - the static route (`StaticEmbedder`, the distilled model) beside it on the same documents, which
   runs on the CPU whatever --device;
 - datamask select (select's defaults, on --device) on --select_rows rows at select ratio 0.1:
@@ -71,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the transformer's encoder batches (default: %(default)s)")
     parser.add_argument("--chunk", type=POSITIVE, default=EMBED_CHUNK,
                         help="rows per embedding call, prepare's (default: %(default)s)")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"],
+                        help="the transformer's precisions, each a row per batch size (default: "
+                             "fp32 bf16 fp16; on --device cpu fp32 bf16: fp16 is a GPU's)")
     parser.add_argument("--max_seq_length", type=POSITIVE,
                         help="the transformer's tokens per document (default: the model's, 256)")
     parser.add_argument("--static_model", default="static",
@@ -110,12 +115,17 @@ def check_flags(args: argparse.Namespace) -> None:
     from datamask.paths import check_folder_output
     from datamask.shared import check_device
     from reproduce.bench.corpus import check_corpus, pool_config
-    from reproduce.pipeline.embedders import check_static_model
+    from reproduce.pipeline.embedders import check_precision, check_static_model
 
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         raise UserError(f"--device must be cuda, cuda:N or cpu (a smoke run), got "
                         f"{args.device!r}")
     check_device(args.device)
+    if args.precisions is None:
+        args.precisions = ["fp32", "bf16"] + (["fp16"] if cuda_wanted(args.device) else [])
+    if "transformer" in args.parts:
+        for precision in args.precisions:
+            check_precision(precision, args.device)
     check_ratio(args.select_ratio)
     if "whole" in args.parts and not {"transformer", "static"} & set(args.parts):
         raise UserError("--parts whole times the embedding routes' whole prepare pass: name "
@@ -180,13 +190,15 @@ def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> No
     routes = []
     if "transformer" in args.parts:
         t0 = time.perf_counter()
-        transformer = Embedder(device=args.device, max_seq_length=args.max_seq_length).load()
+        loaded = {p: Embedder(device=args.device, max_seq_length=args.max_seq_length,
+                              batch_size=None, precision=p).load() for p in args.precisions}
+        first = loaded[args.precisions[0]]
         out["prepare"]["transformer"] = {
-            "model": transformer.identity["model"],
-            "max_seq_length": transformer.identity["max_seq_length"],
-            "load_s": round(time.perf_counter() - t0, 2)}
-        routes += [(f"transformer, batch {size}", transformer, size, max(args.chunk, size))
-                   for size in args.batch_sizes]
+            "model": first.identity["model"], "max_seq_length": first.identity["max_seq_length"],
+            "load_s": round(time.perf_counter() - t0, 2),
+            "fitted_batch": {p: e.fitted_batch for p, e in loaded.items()}}
+        routes += [(f"transformer {p}, batch {size}", e, size, None)
+                   for p, e in loaded.items() for size in args.batch_sizes]
     if "static" in args.parts:
         t0 = time.perf_counter()
         static = StaticEmbedder(args.static_model).load()  # `static`: distilled on first use
@@ -197,7 +209,8 @@ def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> No
         f"{name} {model['load_s']:.1f} s" for name, model in out["prepare"].items()
         if name in ("transformer", "static")) + ")")
     for name, embedder, size, chunk in routes:
-        embedder.batch_size = size  # one loaded model, its encoder batch set per route
+        embedder.batch_size = size  # one loaded model per precision, its batch set per route
+        chunk = chunk or max(args.chunk, embedder.call_rows)  # prepare's calls at this batch
         device = embedder.device
         embedder(table.slice(0, chunk).column("text").to_pylist())  # warm-up, untimed
         memory = Memory(device)
@@ -212,7 +225,8 @@ def prepare_rows(args, out: dict, table, path: Path, started: float, save) -> No
             whole = round(passes[name], 1)
             say(started, f"{name}: whole prepare {whole:,.1f} documents/s over {len(head):,}")
         out["prepare"]["rows"].append({
-            "route": name, "device": device, "batch_size": size, "chunk": chunk,
+            "route": name, "device": device, "precision": embedder.precision,
+            "batch_size": size, "chunk": chunk,
             "dim": int(vectors[name].shape[1]),
             "embedding_docs_per_s": round(alone[name], 1),
             "whole_prepare_docs_per_s": whole,
@@ -275,8 +289,8 @@ def notes(out: dict) -> list[str]:
         "chunk. Whole prepare: the same plus the heuristic quality scorer (one CPU core, a "
         "fresh one each pass), as bench-static's timed_passes times it, over the first "
         "documents only.",
-        "prepare hands the embedder 256 rows a call, so a batch above that is capped there; "
-        "such a row is timed with calls of its batch's size (its chunk).",
+        "Rows per call: prepare's at that batch, at least 256 and eight encoder batches (the "
+        "window sentence-transformers' order sorts by length before padding each batch).",
         "Peak GPU memory: torch.cuda.max_memory_allocated during the embedding-alone pass or "
         "select, the model's weights included.",
     ]
@@ -302,6 +316,10 @@ def markdown(out: dict) -> str:
                   f"{c['build_s']:,.1f} s.", ""]
     if "prepare" in out:
         p = out["prepare"]
+        if "transformer" in p:
+            fits = ", ".join(f"{k} {v:,}" for k, v in p["transformer"]["fitted_batch"].items())
+            lines += [f"The batch prepare fits to {card} when --batch_size is not given: {fits}.",
+                      ""]
         lines += [f"| route | device | batch | rows per call | embedding alone, documents/s "
                   f"({p['documents']:,}) | whole prepare, documents/s ({p['prepare_documents']:,}"
                   f") | peak GPU MiB |", "|---|---|---:|---:|---:|---:|---:|"]

@@ -8,6 +8,9 @@ max_seq_length) per worker count; the embedding model's and the quality scorer's
 prepare's time; the model's achieved FLOP/s, 2 x (encoder parameters) x tokens, against an fp32
 GEMM of the model's feed-forward shape on the same threads; the heuristic quality scorer against
 datatrove's filters run one by one on the same documents (--only scorer: that table alone);
+the rates per core that bound a GPU node (--only per_core: this process pinned to one core, the
+transformer's tokenizer on whole texts and on texts cut as prepare cuts them, and the heuristic
+scorer, documents/s);
 tokenize's MB/s of selected text; with --tokenize_scale N1 N2, tokenize on N1 and N2 documents
 made from the pool's texts, its start-up and per-document rate read from the two (--only
 tokenize_scale: that table alone);
@@ -20,6 +23,7 @@ projection of prepare + tokenize for --documents on --nodes nodes like this one.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -121,6 +125,9 @@ class BackendEmbedder(Embedder):
         return OnnxModel(Embedder(self.model_name, max_seq_length=self.max_seq_length).model,
                          self.onnx_file)
 
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode([self.prefix + t for t in texts], self.encoder_batch)
+
 
 def model_tokens(embedder: Embedder, texts: list[str]) -> int:
     """Tokens the model reads: each text's, truncated to its max_seq_length."""
@@ -178,6 +185,35 @@ def scorer_speed(texts: list[str], repeats: int, chunk: int) -> str:
             f"{new:.1f} | {len(texts) / new:.1f} |\n"
             f"| speed-up | {old / new:.1f}x | |\n"
             f"| scores equal to datatrove's, float for float | {equal:,} of {len(texts):,} | |")
+
+
+def per_core(texts: list[str], repeats: int, max_seq_length: int | None) -> str:
+    """This process pinned to its first core, then on `texts` in the encoder's batches of 32,
+    alternating in each round: the transformer's tokenizer on the whole texts (what
+    sentence-transformers' encode does) and on texts cut as prepare cuts them (`features`, its
+    exact cut), and the heuristic scorer (a fresh one each round); documents/s, medians. What a
+    GPU node's cores can feed its GPU: each rate times the cores given to it."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    torch.set_num_threads(1)
+    embedder = Embedder(max_seq_length=max_seq_length).load()
+    size = embedder.encoder_batch
+    batches = [texts[i:i + size] for i in range(0, len(texts), size)]
+    runs = {"tokenizer, whole texts": lambda: [embedder.model.preprocess(b) for b in batches],
+            f"tokenizer, cut to {embedder.cut_budget:,} characters (exact)":
+                lambda: [embedder.features(b) for b in batches],
+            "heuristic quality scorer": lambda: HeuristicScorer()(texts)}
+    HeuristicScorer()(texts[:2])  # spaCy's and datatrove's imports, untimed
+    embedder.features(batches[0])  # the tokenizer's first call, untimed
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            times[name].append(seconds(fn))
+    mean_chars = sum(map(len, texts)) / len(texts)
+    lines = [f"| one core, {len(texts):,} documents of {mean_chars:,.0f} characters on average, "
+             f"median of {repeats} | documents/s |", "|---|---:|"]
+    lines += [f"| {name} | {len(texts) / statistics.median(t):,.1f} |"
+              for name, t in times.items()]
+    return "\n".join(lines)
 
 
 def tokenize_scale(texts: list[str], sizes: list[int], tokenizer: Path, work: Path,
@@ -252,9 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenize_scale", type=int, nargs=2, metavar=("N1", "N2"),
                         help="also time tokenize on N1 and N2 documents made from the pool's "
                              "texts: its start-up and per-document rate")
-    parser.add_argument("--only", choices=["scorer", "tokenize_scale"],
+    parser.add_argument("--only", choices=["scorer", "tokenize_scale", "per_core"],
                         help="print that table alone: the quality scorer against datatrove's "
-                             "filters, or tokenize's start-up and rate (needs --tokenize_scale)")
+                             "filters, tokenize's start-up and rate (needs --tokenize_scale), "
+                             "or the tokenizer's and scorer's documents/s on one core")
     return parser
 
 
@@ -286,6 +323,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
     scored = [texts[i] for i in picks]
     if args.only == "scorer":
         print(scorer_speed(scored, args.repeats, args.chunk))
+        return
+    if args.only == "per_core":
+        print(per_core(scored, args.repeats, args.max_seq_length))
         return
     if args.only == "tokenize_scale":
         train_tokenizer([str(shards)], work / "tokenizer.json")

@@ -262,6 +262,12 @@ def neighbour_recall(reference: np.ndarray, other: np.ndarray, k: int) -> float:
     return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ref, found)]))
 
 
+def origin_free_recall(reference: np.ndarray, other: np.ndarray) -> float:
+    """The chosen yardstick (plans 3 and 4): neighbour recall at the selection's k (1 /
+    SELECT_RATIO) of `other` against `reference`, each centred by its own corpus mean."""
+    return neighbour_recall(centred(reference), centred(other), round(1 / SELECT_RATIO))
+
+
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
     """Linear CKA (Kornblith et al. 2019) of two representations of the same rows: columns
     centred, ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F), from d x d products (never n x n);
@@ -388,7 +394,7 @@ def judge(name: str, ids: np.ndarray, quality: np.ndarray, vectors: dict, rates:
         same = route.same_vectors
         recall = 1.0 if same else neighbour_recall(reference, own, k)
         free_recall = (1.0 if route.vectors == REFERENCE.vectors else
-                       neighbour_recall(reference_centred, centred(vectors[route.vectors]), k))
+                       origin_free_recall(reference, vectors[route.vectors]))
         scores = free[(route.vectors, route.lamb, route.seed)]
         out.append({"family": name, "route": route.name, "kind": route.kind,
                     "documents": len(ids), "docs_per_s": rates.get(route.vectors),

@@ -68,16 +68,24 @@ def chunk_id(doc_id: str) -> int:
 
 def check_embedding_model(output: Path, files: list[Path], embedder: Embedder,
                           earlier: dict) -> None:
-    """Refuse an output folder whose shards another embedding model made: a rerun or resume with
-    another model would mix two vector spaces in one prepared folder (or replace every vector)."""
-    ours = embedder.identity["model"]
+    """Refuse an output folder whose shards another embedding model or precision made: a rerun or
+    resume with another would mix two vector spaces in one prepared folder (or replace every
+    vector). A record without a precision is fp32's (every shard before --precision)."""
+    ours = _vector_space(embedder.identity)
     records = {**earlier, **{f.name: _made_with(output / f.name, earlier) for f in files}}
     for name, record in sorted(records.items()):
-        theirs = ((record or {}).get("config") or {}).get("embedder", {}).get("model")
-        if theirs and theirs != ours:
-            raise UserError(f"--embedding_model {embedder.model_name or ours}: --output {output} "
-                            f"holds {name}, prepared with another embedding model ({theirs}, "
-                            f"this one is {ours}); prepare into a new folder")
+        identity = ((record or {}).get("config") or {}).get("embedder", {})
+        theirs = _vector_space(identity)
+        if identity.get("model") and theirs != ours:
+            raise UserError(f"--embedding_model {embedder.model_name or ours[0]} --precision "
+                            f"{ours[1]}: --output {output} holds {name}, prepared with another "
+                            f"embedding model or precision ({' at '.join(theirs)}, this one is "
+                            f"{' at '.join(ours)}); prepare into a new folder")
+
+
+def _vector_space(identity: dict) -> tuple[str, str]:
+    """(model, precision) of an embedder's identity: what its vectors' space depends on."""
+    return identity.get("model"), identity.get("precision", "fp32")
 
 
 class Scorer:
@@ -482,8 +490,9 @@ def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedd
     quality = np.empty(n, np.float32)
     features = None
     rows = np.flatnonzero(todo)
-    for start in range(0, len(rows), chunk):
-        part = rows[start:start + chunk]
+    call = max(chunk, embedder.call_rows)  # CPU_BATCH's 8 batches are 256 rows: the chunk
+    for start in range(0, len(rows), call):
+        part = rows[start:start + call]
         batch = shard.table.take(pa.array(part))
         vectors = embedder(batch.column("text").to_pylist())
         if features is None:
