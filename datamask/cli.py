@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -322,6 +323,19 @@ def _fail(message: str):
 
 def main(argv: list[str] | None = None) -> int:
     return run_command(build_parser(), argv, "datamask")
+
+
+def pipeline_main(argv: list[str] | None = None) -> int:
+    """`datamask-pipeline`: the `main` of the module that registers `datamask pipeline`
+    (reproduce.cli), imported here so that a missing [pipeline] extra is one line and exit 2,
+    as every refusal, rather than a traceback of the import."""
+    (point,) = entry_points(group=COMMAND_GROUP, name="pipeline")  # this project's pyproject
+    try:
+        script = importlib.import_module(point.module).main
+    except UserError as err:
+        print(f"datamask-pipeline: error: {err}", file=sys.stderr)
+        return 2
+    return script(argv)
 
 
 if __name__ == "__main__":
