@@ -44,7 +44,8 @@ def select(ids, quality, embeddings, select_ratio: float = DEFAULTS.select_ratio
     --report metrics. Every setting and every row is checked before any work."""
     return _select(lambda: table_dataset(_arrays_table(ids, quality, embeddings), ARRAYS,
                                          *ARRAY_COLUMNS),
-                   select_ratio, method, report, progress, settings)
+                   select_ratio, method=method, report=report, progress=progress,
+                   settings=settings)
 
 
 def select_table(table, select_ratio: float = DEFAULTS.select_ratio, *,
@@ -57,10 +58,11 @@ def select_table(table, select_ratio: float = DEFAULTS.select_ratio, *,
     (polars, DuckDB). The embedding column holds one list of numbers per row."""
     return _select(lambda: table_dataset(_as_arrow(table), TABLE, id_column, quality_column,
                                          feature_column),
-                   select_ratio, method, report, progress, settings)
+                   select_ratio, method=method, report=report, progress=progress,
+                   settings=settings)
 
 
-def _select(read, select_ratio: float, method: str, report: bool, progress: bool,
+def _select(read, select_ratio: float, *, method: str, report: bool, progress: bool,
             settings: dict) -> Selection:
     """`method`'s selection of the dataset `read()` returns, the settings checked first, as the
     CLI checks its flags before it reads."""
