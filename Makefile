@@ -8,7 +8,8 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 
 .PHONY: install demo downstream outside demo-quick test test-slurm install-slurm bench bench-baselines bench-soak bench-chunks \
-	bench-defaults bench-prepare bench-static bench-precision bench-corpus bench-dedup bench-dedup-routing bench-blocks distil clean
+	bench-defaults bench-prepare bench-static bench-precision bench-corpus bench-dedup bench-dedup-routing bench-blocks distil clean \
+	check-install
 
 install: $(STAMP)
 
@@ -67,6 +68,13 @@ TEST_WORKERS ?= 2
 test: install
 	@echo "test: the suite on $(TEST_WORKERS) processes (about 5-9 minutes on 2 cores, by CPU kind: README.md)"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The core installed alone, as a user installs it: a fresh virtualenv, `pip install .` with
+# requirements.txt's pins as constraints, then datamask.select, the CLI and --version from
+# outside the checkout, and the pip hint of the pipeline without its extra (.ci/check-install;
+# about 30 s with pip's cache warm). Needs no `make install`.
+check-install:
+	PYTHON=$(PYTHON) bash .ci/check-install
 
 # The data stages (select; then prepare -> select -> tokenize) on a real one-node Slurm cluster
 # (root: installs Debian's slurm-wlm and munge once, starts munged/slurmctld/slurmd in a

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from . import __version__
 from . import data as contract
+from .api import (BASELINE_SEED, COMMON_BASELINE_OPTIONS, baseline_options, fit_partial,
+                  learner_config, run_selection)
 from .data import read_dataset
 from .errors import UserError, run_command
-from .learner import LearnerConfig, fitting_partial
-from .options import add_flags, build, check_field, fields_of, flag_arguments, given, shown_default
+from .learner import LearnerConfig
+from .options import add_flags, check_field, fields_of, flag_arguments, given, shown_default
 from .paths import check_paths, leave_as_found, remove_temporaries
 from .shared import check_device
 
@@ -83,10 +87,6 @@ def add_learner_arguments(parser: argparse.ArgumentParser, defaults: dict | None
     x.add_argument("--no_progress", action="store_true", help="hide the progress bar")
 
 
-# Flags of `datamask baseline` that every baseline accepts, taken or not: --report uses them too.
-COMMON_BASELINE_FLAGS = ("seed", "lamb")
-
-
 def baseline_classes() -> tuple[dict[str, type], list[str]]:
     """Every registered selector but the learner (whose flags are `select`'s), and the names of
     those that failed to import (named again, with the error, when one is asked for)."""
@@ -109,7 +109,7 @@ def add_baseline_arguments(parser: argparse.ArgumentParser, classes: dict[str, t
     declared: dict[str, list] = {}
     for name, cls in classes.items():
         for field, kind in fields_of(cls.Options):
-            if field.name not in COMMON_BASELINE_FLAGS and field.metadata.get("flag", True):
+            if field.name not in COMMON_BASELINE_OPTIONS and field.metadata.get("flag", True):
                 declared.setdefault(field.name, []).append((name, field, kind))
     group = parser.add_argument_group(
         "baseline options (each passed to the baselines that take it; [their default])")
@@ -132,38 +132,20 @@ def _report(data, args, lamb: float, seed: int):
 def _run_and_write(selector, data, args, lamb: float, seed: int, strata=None,
                    per_stratum=None) -> dict:
     """Select (within each stratum of `strata` under --stratify), score (under --report), then
-    write: a failure leaves no output behind. Returns a JSON-able summary, with the metrics under
-    --report."""
-    if args.stratify:
-        from .stratify import select_stratified
-
-        selection = select_stratified(selector, data, strata, args.select_ratio, args.stratify,
-                                      per_stratum=per_stratum)
-    else:
-        selection = selector.select(data, args.select_ratio)
-    if args.report:
-        report = _report(data, args, lamb, seed)
-        selection.metrics = {**report(selection.selected),
-                             **report.certificates(selection.selected)}
+    write: a failure leaves no output behind. Returns the run's record (`Selection.summary`),
+    with the metrics under --report."""
+    selection = run_selection(selector, data, args.select_ratio, stratify=args.stratify,
+                              strata=strata, per_stratum=per_stratum,
+                              report=_report(data, args, lamb, seed) if args.report else None)
     selection.write(args.output, args.id_column)
-    summary = {"method": selection.method, "rows": len(data),
-               "selected": int(selection.selected.sum()), "output": str(args.output),
-               "wall_time_s": round(selection.wall_time_s, 3), **selection.run}
-    if args.stratify:
-        summary["strata"] = selection.params["strata"]
-    if args.report:
-        summary["metrics"] = selection.metrics
-    return summary
+    return selection.summary(output=str(args.output))
 
 
 def cmd_select(args: argparse.Namespace) -> None:
     from .selectors import DataMask
 
     params = given(args, LearnerConfig, skip=("select_ratio",))
-    if "min_lr" in params and params.get("lr_schedule", DEFAULTS.lr_schedule) == "constant":
-        raise UserError("--min_lr has no effect with --lr_schedule constant (the default): add "
-                        "--lr_schedule linear for the original train_mask.py's decay, or drop it")
-    config = build(LearnerConfig, dict(params, select_ratio=args.select_ratio), "datamask select")
+    config = learner_config(params, args.select_ratio)
     if args.checkpoint_every < 0:
         raise UserError(f"--checkpoint_every must be 0 or more, got {args.checkpoint_every}")
     if args.eval_every < 0:
@@ -204,41 +186,22 @@ def cmd_select(args: argparse.Namespace) -> None:
                        evaluate=_report(data, args, config.lamb, config.seed))
 
         def learner_of_stratum(index: int, rows, ratio: float):
-            fitted = _fit_partial(params, dataclasses.replace(config, select_ratio=ratio), rows)
+            fitted = fit_partial(params, dataclasses.replace(config, select_ratio=ratio), rows)
             return DataMask(**fitted, **{**run, "checkpoint_path": checkpoints[index],
                                          "log_path": logs[index]})
 
-        fitted = params if args.stratify else _fit_partial(params, config, data)
+        fitted = params if args.stratify else fit_partial(params, config, data)
         summary = _run_and_write(DataMask(**fitted, **run), data, args, config.lamb, config.seed,
                                  strata, learner_of_stratum)
     print(json.dumps(summary, indent=2))
 
 
-def _fit_partial(params: dict, config: LearnerConfig, data) -> dict:
-    """The learner's params with --partial, when not given, fitted to `data` (the default fits
-    large inputs; where a step's masks would hold 1 row it is raised, and said)."""
-    if "partial" in params:
-        return params
-    partial = fitting_partial(config, data.quality)
-    if partial == config.partial:
-        return params
-    print(f"datamask: --partial {partial:.3g}, not the default {config.partial:g}: at "
-          f"{len(data)} rows a step's masks would hold 1 row (give --partial to choose)",
-          file=sys.stderr)
-    return {**params, "partial": partial}
-
-
 def _baseline_options(cls: type, args: argparse.Namespace) -> dict:
-    """The options baseline `cls` takes: every baseline flag given (an error if it takes none of
-    that name), plus --seed and --lamb where it takes them (they always have a value)."""
-    accepted = {f.name for f in dataclasses.fields(cls.Options)}
-    flags = args.baseline_flags
-    chosen = {key: getattr(args, key) for key in flags if hasattr(args, key)}
-    unknown = sorted(set(chosen) - accepted)
-    if unknown:
-        raise UserError(f"baseline {cls.name} takes no {', '.join('--' + key for key in unknown)}")
-    chosen.update({key: getattr(args, key) for key in COMMON_BASELINE_FLAGS if key in accepted})
-    return chosen
+    """The options baseline `cls` is given: every baseline flag given, and --seed and --lamb
+    where it takes them (they always have a value)."""
+    chosen = {key: getattr(args, key) for key in args.baseline_flags if hasattr(args, key)}
+    return baseline_options(cls, chosen, {key: getattr(args, key)
+                                          for key in COMMON_BASELINE_OPTIONS})
 
 
 def cmd_baseline(args: argparse.Namespace) -> None:
@@ -295,6 +258,7 @@ def build_parser(select_defaults: dict | None = None) -> argparse.ArgumentParser
         prog="datamask",
         description="DATAMASK: joint quality and diversity selection of pre-training data by "
                     "policy-gradient mask learning (Fan et al., ICLR 2026), with its baselines.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("select", help="learn a selection mask with DATAMASK",
@@ -307,7 +271,7 @@ def build_parser(select_defaults: dict | None = None) -> argparse.ArgumentParser
     p.add_argument("name", nargs="?", help="baseline name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered selectors and exit")
     _add_io_arguments(p, required=False)  # not needed with --list; checked in cmd_baseline
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=int, default=BASELINE_SEED,
                    help="seed of randomised baselines, and of --report's random masks "
                         "(default: %(default)s)")
     p.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
@@ -317,7 +281,7 @@ def build_parser(select_defaults: dict | None = None) -> argparse.ArgumentParser
     add_baseline_arguments(p, classes)
     p.set_defaults(func=cmd_baseline, baseline_flags=sorted(
         {f.name for cls in classes.values() for f in dataclasses.fields(cls.Options)}
-        - set(COMMON_BASELINE_FLAGS)))
+        - set(COMMON_BASELINE_OPTIONS)))
 
     p = sub.add_parser("synth", help="write a synthetic clustered shard in the data contract")
     p.add_argument("--output", required=True, metavar="OUT.parquet")
@@ -359,6 +323,19 @@ def _fail(message: str):
 
 def main(argv: list[str] | None = None) -> int:
     return run_command(build_parser(), argv, "datamask")
+
+
+def pipeline_main(argv: list[str] | None = None) -> int:
+    """`datamask-pipeline`: the `main` of the module that registers `datamask pipeline`
+    (reproduce.cli), imported here so that a missing [pipeline] extra is one line and exit 2,
+    as every refusal, rather than a traceback of the import."""
+    (point,) = entry_points(group=COMMAND_GROUP, name="pipeline")  # this project's pyproject
+    try:
+        script = importlib.import_module(point.module).main
+    except UserError as err:
+        print(f"datamask-pipeline: error: {err}", file=sys.stderr)
+        return 2
+    return script(argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -262,9 +262,28 @@ def _ids(column: pa.Array, path: str, name: str, first_row: int, dtype: np.dtype
     return values.astype(dtype)
 
 
-def _check_file(path: str, columns: dict[str, str]) -> tuple[int, pa.DataType]:
+def _check_columns(name: str, kind: str, names: list[str], columns: dict[str, str]) -> None:
+    """Every column the flags name is in the file or table `name` (`kind` says which)."""
+    for flag, column in columns.items():
+        if column not in names:
+            raise UserError(f"{name}: missing column '{column}' (set {flag}); the {kind} has "
+                            f"{names}")
+
+
+@dataclass
+class _Part:
+    """One input of a dataset: a Parquet file, or a table given in memory. `name` is how errors
+    name it (the file's path); `batches(columns)` yields its record batches of those columns."""
+
+    name: str
+    rows: int
+    id_type: pa.DataType
+    batches: Callable[[list[str]], Iterable[pa.RecordBatch]]
+
+
+def _file_part(path: str, columns: dict[str, str]) -> _Part:
     """Fail early, before any large read, on a missing, unreadable or empty file or a missing
-    column; return the file's row count and its id column's type."""
+    column; the file as a part, with its row count and its id column's type."""
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file")
     try:
@@ -272,13 +291,11 @@ def _check_file(path: str, columns: dict[str, str]) -> tuple[int, pa.DataType]:
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError) as err:
         raise UserError(f"{path}: not a readable Parquet file ({quoted(err)})") from None
-    for flag, name in columns.items():
-        if name not in schema.names:
-            raise UserError(f"{path}: missing column '{name}' (set {flag}); the file has "
-                            f"{schema.names}")
+    _check_columns(path, "file", schema.names, columns)
     if metadata.num_rows == 0:
         raise UserError(f"{path}: the file has no rows")
-    return metadata.num_rows, schema.field(columns["--id_column"]).type
+    return _Part(path, metadata.num_rows, schema.field(columns["--id_column"]).type,
+                 lambda names: _batches(path, names))
 
 
 def _batches(path: str, columns: list[str]):
@@ -317,51 +334,74 @@ def _fit_float32(features: np.ndarray, exponents: np.ndarray, shifted: np.ndarra
 def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                  quality_column: str = QUALITY_COLUMN,
                  feature_column: str = FEATURE_COLUMN) -> Dataset:
-    """Read one or more Parquet files as one dataset, in file order then row order.
-
-    The ids of every file are read and checked first (the cheapest column; a duplicate across
-    files is found before any vector is decoded). The other arrays are allocated once and filled
-    batch by batch, so reading peaks at the feature matrix plus one record batch, not at several
-    copies of the whole input."""
+    """Read one or more Parquet files as one dataset, in file order then row order, each file
+    checked (`_file_part`) before any is read."""
     if not paths:
         raise UserError("no input file given (--input)")
-    paths = [str(p) for p in paths]
+    columns = _input_columns(id_column, quality_column, feature_column)
+    return _dataset_of([_file_part(str(p), columns) for p in paths], id_column, quality_column,
+                       feature_column)
+
+
+def table_dataset(table: pa.Table, name: str, id_column: str = ID_COLUMN,
+                  quality_column: str = QUALITY_COLUMN,
+                  feature_column: str = FEATURE_COLUMN) -> Dataset:
+    """A table held in memory as a dataset, checked as `read_dataset` checks a file (errors
+    name it `name` where they would name the file)."""
+    columns = _input_columns(id_column, quality_column, feature_column)
+    _check_columns(name, "table", table.schema.names, columns)
+    if table.num_rows == 0:
+        raise UserError(f"{name}: the table has no rows")
+    part = _Part(name, table.num_rows, table.schema.field(id_column).type,
+                 lambda names: table.select(names).to_batches(max_chunksize=BATCH_ROWS))
+    return _dataset_of([part], id_column, quality_column, feature_column)
+
+
+def _input_columns(id_column: str, quality_column: str, feature_column: str) -> dict[str, str]:
     check_column_names(id_column, quality_column, feature_column)
-    columns = {"--id_column": id_column, "--quality_column": quality_column,
-               "--feature_column": feature_column}
-    checked = [_check_file(p, columns) for p in paths]
-    sizes = [n for n, _ in checked]
+    return {"--id_column": id_column, "--quality_column": quality_column,
+            "--feature_column": feature_column}
+
+
+def _dataset_of(parts: list[_Part], id_column: str, quality_column: str,
+                feature_column: str) -> Dataset:
+    """The parts as one dataset, every row checked: the ids of every part are read and checked
+    first (the cheapest column; a duplicate across files is found before any vector is decoded).
+    The other arrays are allocated once and filled batch by batch, so reading peaks at the
+    feature matrix plus one record batch, not at several copies of the whole input."""
+    names = [part.name for part in parts]
+    sizes = [part.rows for part in parts]
     total = sum(sizes)
-    id_type = np.uint64 if any(pa.types.is_uint64(t) for _, t in checked) else np.int64
+    id_type = np.uint64 if any(pa.types.is_uint64(part.id_type) for part in parts) else np.int64
     ids = np.empty(total, dtype=id_type)
     offset = 0
-    for path in paths:
-        row = 0  # within the file, for error messages
-        for batch in _batches(path, [id_column]):
-            ids[offset:offset + batch.num_rows] = _ids(batch.column(id_column), path, id_column,
-                                                       row, id_type)
+    for part in parts:
+        row = 0  # within the part, for error messages
+        for batch in part.batches([id_column]):
+            ids[offset:offset + batch.num_rows] = _ids(batch.column(id_column), part.name,
+                                                       id_column, row, id_type)
             offset += batch.num_rows
             row += batch.num_rows
-    check_unique_ids(ids, sizes, paths, id_column)
+    check_unique_ids(ids, sizes, names, id_column)
 
     quality = np.empty(total, dtype=np.float32)
     exponents = np.empty(total, dtype=np.int32)  # binary exponent of each row's largest |value|
     shifted = np.zeros(total, dtype=bool)  # rows stored divided by 2^exponent (out of range)
     features = None
     offset = 0
-    for path in paths:
-        row = 0
-        for batch in _batches(path, [quality_column, feature_column]):
+    for part in parts:
+        path, row = part.name, 0
+        for batch in part.batches([quality_column, feature_column]):
             n = batch.num_rows
-            part = slice(offset, offset + n)
-            quality[part] = _quality(batch.column(quality_column), path, quality_column, row)
+            rows = slice(offset, offset + n)
+            quality[rows] = _quality(batch.column(quality_column), path, quality_column, row)
             vectors = _vectors(batch.column(feature_column), path, feature_column, row)
             if features is None:
                 features = np.empty((total, vectors.shape[1]), dtype=np.float32)
             if vectors.shape[1] != features.shape[1]:
                 raise UserError(
                     f"{path}: column '{feature_column}' has {vectors.shape[1]}-d vectors at row "
-                    f"{row}, but {paths[0]} starts with {features.shape[1]}-d ones"
+                    f"{row}, but {names[0]} starts with {features.shape[1]}-d ones"
                 )
             largest = np.abs(vectors).max(axis=1)
             if not largest.all():
@@ -369,17 +409,17 @@ def read_dataset(paths: Sequence[str | os.PathLike], id_column: str = ID_COLUMN,
                     f"{path}: column '{feature_column}' is all zeros at row "
                     f"{row + int(np.argmin(largest != 0))}; a zero vector has no direction, so "
                     f"its cosine to any row is undefined (drop the row)")
-            exponents[part] = np.frexp(largest.astype(np.float64))[1]
-            out = np.flatnonzero(np.abs(exponents[part]) > SAFE_EXPONENT)
+            exponents[rows] = np.frexp(largest.astype(np.float64))[1]
+            out = np.flatnonzero(np.abs(exponents[rows]) > SAFE_EXPONENT)
             if len(out):  # divide these rows by their own power of two before float32 holds them
                 vectors = vectors.astype(np.float64)
-                vectors[out] *= np.ldexp(1.0, -exponents[part][out])[:, None]
+                vectors[out] *= np.ldexp(1.0, -exponents[rows][out])[:, None]
                 shifted[offset + out] = True
-            features[part] = vectors
+            features[rows] = vectors
             offset += n
             row += n
     if shifted.any():
-        _fit_float32(features, exponents, shifted, paths, sizes, feature_column)
+        _fit_float32(features, exponents, shifted, names, sizes, feature_column)
     return Dataset(ids=ids, quality=quality, features=features)
 
 
@@ -433,15 +473,16 @@ def read_column(paths: Sequence[str | os.PathLike], column: str,
 
 def check_unique_ids(ids: np.ndarray, sizes: Sequence[int], paths: Sequence[str],
                      id_column: str) -> None:
-    """Refuse a repeated id, naming the files of its first two copies (`ids` holds the files'
-    ids one after another, `sizes[i]` of them from `paths[i]`)."""
+    """Refuse a repeated id, naming the file (or the two files) of its first two copies (`ids`
+    holds the files' ids one after another, `sizes[i]` of them from `paths[i]`)."""
     unique, counts = np.unique(ids, return_counts=True)
     if len(unique) != len(ids):
         dup = int(unique[np.argmax(counts > 1)])
         ends = np.cumsum(sizes)
-        where = [str(paths[int(np.searchsorted(ends, r, side="right"))])
-                 for r in np.flatnonzero(ids == dup)[:2]]
-        raise UserError(f"duplicate id {dup} in column '{id_column}' (in {' and '.join(where)})")
+        parts = dict.fromkeys(int(np.searchsorted(ends, r, side="right"))
+                              for r in np.flatnonzero(ids == dup)[:2])  # one, where in one file
+        raise UserError(f"duplicate id {dup} in column '{id_column}' (in "
+                        f"{' and '.join(str(paths[i]) for i in parts)})")
 
 
 def temporary_beside(path: Path) -> Path:

@@ -40,6 +40,25 @@ class Selection:
     # the step written, its objective and certificate: LearnResult.summary); for a greedy
     # baseline its objective and certificate (`optimised_fields`); empty for the others
 
+    @property
+    def selected_ids(self) -> np.ndarray:
+        """The ids of the selected rows, in input order."""
+        return self.ids[self.selected]
+
+    def summary(self, output: str | None = None) -> dict:
+        """The run's record, as `datamask select` and `datamask baseline` print it (with the
+        `output` path they wrote to): rows, selected, time, what the run did (`run`), the strata
+        of a stratified run, the report's metrics."""
+        record = {"method": self.method, "rows": len(self.ids),
+                  "selected": int(self.selected.sum()),
+                  **({"output": output} if output is not None else {}),
+                  "wall_time_s": round(self.wall_time_s, 3), **self.run}
+        if "strata" in self.params:
+            record["strata"] = self.params["strata"]
+        if self.metrics:
+            record["metrics"] = self.metrics
+        return record
+
     def write(self, path, id_column: str) -> None:
         write_table_atomic(selection_table(self.ids, self.selected, self.score, id_column), path)
 

