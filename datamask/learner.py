@@ -526,14 +526,11 @@ def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape
     if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
         rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
         step_ground, step_logits = ground.subset(rows), logits[rows]
-    if shape.n_cover < len(step_ground):  # `cover_sample`: coverage on n_cover random rows
-        cover = torch.randperm(len(step_ground), generator=gen, device=logits.device)
-        objective = objective.with_diversity(objective.diversity.covering(cover[:shape.n_cover]))
     dim = step_ground.features.shape[1]
-    # `probes`: DiSF estimated with directions drawn afresh each step, where that is cheaper
-    if probing_saves_work(probes, shape.k_step, dim):
-        directions = random_probes(dim, probes, gen, logits.device)
-        objective = objective.with_diversity(objective.diversity.probing(directions))
+    objective = step_objective(
+        objective, shape, dim, probes,
+        cover=lambda: torch.randperm(shape.n_step, generator=gen, device=logits.device),
+        directions=lambda: random_probes(dim, probes, gen, logits.device))
     idx = gumbel_topk(step_logits, shape.k_step, n_rollout, gen,  # (G, k_step): G masks
                       ordered=logprob == "exact")
     if credit == "row":
@@ -551,6 +548,58 @@ def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape
     else:
         logits.index_add_(0, rows, grad, alpha=lr)
     return scores
+
+
+def step_objective(objective: Joint, shape: Shape, dim: int, probes: int,
+                   cover: Callable[[], torch.Tensor],
+                   directions: Callable[[], torch.Tensor]) -> Joint:
+    """The objective a step scores its masks on: with `cover_sample`, Facility's coverage on the
+    first n_cover rows of `cover()` (a permutation of the step's rows); with `probes`, where they
+    save work, DiSF's score estimated along `directions()` (dim, probes), drawn afresh each
+    step. The draws are made in that order, and only where used."""
+    if shape.n_cover < shape.n_step:
+        objective = objective.with_diversity(
+            objective.diversity.covering(cover()[:shape.n_cover]))
+    if probing_saves_work(probes, shape.k_step, dim):
+        objective = objective.with_diversity(objective.diversity.probing(directions()))
+    return objective
+
+
+def cost_line(cfg: LearnerConfig, shape: Shape, objective: Joint, ground: GroundSet,
+              timed: tuple[float, int]) -> str:
+    """The line a run prints after its first step: its shape, its objective's arithmetic a step
+    (`SetFunction.batch_flops` of the objective the step scores, as `step_objective` makes it)
+    and, from `timed` (that step's seconds, the steps done), what the steps left would take."""
+    first_s, done = timed
+    dim = ground.features.shape[1]
+    scored = step_objective(objective, shape, dim, cfg.step_probes(),
+                            cover=lambda: torch.arange(shape.n_step),
+                            directions=lambda: torch.empty(dim, cfg.step_probes()))
+    flops = scored.batch_flops(shape.n_step, dim, cfg.n_rollout, shape.k_step)
+    left = cfg.n_epochs - done
+    rule = " (the stopping rule may end it sooner)" if cfg.stop_every or cfg.patience else ""
+    return (f"datamask {cfg.algorithm}: {shape.n_total:,} rows, {len(shape.pool):,} candidates, "
+            f"{dim}-d; a step scores {cfg.n_rollout} masks of {shape.k_step:,} of "
+            f"{shape.n_step:,} rows: {flop_count(flops)} of objective; step {done - 1} took "
+            f"{first_s:.3g} s, so the {left:,} steps left would take about "
+            f"{duration(left * first_s)} on {ground.device}{rule}")
+
+
+def flop_count(flops: float) -> str:
+    """FLOPs with the SI prefix that leaves 1 to 999 of them (to three figures)."""
+    scaled, prefix = float(flops), ""
+    for prefix in ("", "k", "M", "G", "T", "P"):
+        if abs(scaled) < 999.5 or prefix == "P":
+            break
+        scaled /= 1000
+    return f"{scaled:.3g} {prefix}FLOP"
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: s under 2 minutes, min under 2 hours, else h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.2g} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def standardised(values: torch.Tensor) -> torch.Tensor:
@@ -713,13 +762,12 @@ class MaskLearner:
         is scored on the run's joint objective over all candidates (`selection_value`, timed with
         the steps), the best kept with its logits; the run stops once `stalled` (tested on that
         best, or with --stall_on checks on the checks' own best), and the best is the selection
-        and its logits the scores. With --best_from start (or auto on a greedy
-        start) the starting read-off is scored first, the best for the checks to beat, and with
-        --give_up (checks) or --give_up_after (time) a run whose checks do not beat it stops
-        early, and with --stop_share a start whose certificate reaches it is written with no
-        step. With --start_scale input (or sampled) the start and the checks score on the joint
-        objective scaled as the report scales it (or from its first masks), the steps on their
-        own. A run
+        and its logits the scores. With --best_from start (or auto on a greedy start) the
+        starting read-off is scored first, the best for the checks to beat, and with --give_up
+        (checks) or --give_up_after (time) a run whose checks do not beat it stops early, and
+        with --stop_share a start whose certificate reaches it is written with no step. With
+        --start_scale input (or sampled) the start and the checks score on the joint objective
+        scaled as the report scales it (or from its first masks), the steps on their own. A run
         reports what it did (`LearnResult.summary`): where no check scored the start or the
         written read-off, each is scored once on the same objective, outside the timed part.
 
@@ -734,11 +782,9 @@ class MaskLearner:
         gen = torch.Generator(device=device)
         gen.manual_seed(cfg.seed)
         shape = Shape.of(cfg, data.quality)
-        if len(shape.pool) == shape.n_total:  # no pruning: share the input's memory, no copy
-            ground = GroundSet.from_arrays(data.features, data.quality, device)
-        else:
-            ground = GroundSet.from_arrays(data.features[shape.pool], data.quality[shape.pool],
-                                           device)
+        pruned = len(shape.pool) < shape.n_total  # else share the input's memory, no copy
+        ground = GroundSet.from_arrays(data.features[shape.pool] if pruned else data.features,
+                                       data.quality[shape.pool] if pruned else data.quality, device)
         metric = diversity(cfg.algorithm)
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         run = self._start(state, ground, shape, metric, gen)
@@ -840,6 +886,9 @@ class MaskLearner:
                     record, elapsed)
                 run.elapsed_s += time.perf_counter() - start
                 record["elapsed_s"] = run.elapsed_s
+                if progress and step == bar.initial:  # what the steps asked for will cost
+                    tqdm.write(cost_line(cfg, shape, objective, ground, (
+                        time.perf_counter() - start, run.step)), file=sys.stderr)
                 stop = stop or bool(cfg.patience) and plateaued(
                     [r["objective_mean"] for r in run.history[-2 * cfg.patience:]],
                     cfg.patience, cfg.min_gain, first=run.history[0]["objective_mean"])

@@ -2,6 +2,7 @@
 quality top-k and random on the joint objective it optimises."""
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -16,9 +17,9 @@ from datamask.cli import main
 
 from datamask.data import ID_COLUMN, Dataset, budget
 from datamask.errors import UserError
-from datamask.learner import (LearnerConfig, MaskLearner, candidate_rows, learning_rate,
+from datamask.learner import (LearnerConfig, MaskLearner, Shape, candidate_rows, learning_rate,
                               policy_gradient)
-from datamask.objectives import GroundSet, TermScale, diversity
+from datamask.objectives import DiSF, GroundSet, Joint, TermScale, diversity
 from datamask.report import Report
 from datamask.sampling import gumbel_topk, simple_log_prob
 from datamask.selectors import make_selector
@@ -344,3 +345,37 @@ def test_the_summary_scores_an_unscored_start_as_the_rule_would():
     assert check.written_step >= 5 and start.objective_written >= check.objective_written
     assert [r["objective_mean"] for r in start.history] == [
         r["objective_mean"] for r in check.history]
+
+
+COST_LINE = re.compile(
+    r"datamask DiSF: ([\d,]+) rows, ([\d,]+) candidates, (\d+)-d; a step scores (\d+) masks "
+    r"of ([\d,]+) of ([\d,]+) rows: (\S+) kFLOP of objective; step 0 took (\S+) s, so the "
+    r"([\d,]+) steps left would take about (\S+) s on cpu( \(the stopping rule may end it "
+    r"sooner\))?$")
+
+
+@pytest.mark.parametrize("probes, stop_every", [(0, 0), (4, 50)])
+def test_a_run_says_what_its_steps_will_cost_after_the_first(capsys, probes, stop_every):
+    """One line on stderr after step 0 (none with progress off): the rows, the candidates left
+    by pruning, the dimension, G masks of k of a step's rows, the objective's arithmetic a step
+    as the step scores it (exact DiSF, or on probes where they save work), the steps left at
+    the first step's time, and that the stopping rule, where on, may end the run sooner."""
+    data = synthetic_dataset(300, dim=16, n_clusters=4, seed=1)
+    config = LearnerConfig(algorithm="DiSF", n_rollout=8, n_epochs=6, partial=0.5,
+                           prune_ratio=0.2, select_ratio=0.1, stop_every=stop_every,
+                           init="same", probes=probes, device="cpu")
+    MaskLearner(config).fit(data, progress=False)
+    assert "candidates" not in capsys.readouterr().err
+    MaskLearner(config).fit(data, progress=True)
+    lines = re.split(r"[\r\n]", capsys.readouterr().err)
+    found = [match.groups() for match in map(COST_LINE.search, lines) if match]
+    assert len(found) == 1
+    rows, pool, dim, masks, k, n, kflop, first, left, estimate, rule = found[0]
+    assert (rows, pool, dim, masks, left) == ("300", "240", "16", "8", "5")
+    assert (int(k), int(n)) == (Shape.of(config, data.quality).k_step, 120) == (15, 120)
+    # a step's 8 masks: each one's mean of 15 qualities, and its DiSF score: 4 k d p with 4
+    # probes (2p < k), else exact on the covariance path (3k >= 2d): 2 k d^2 + 2 d^2
+    disf = 4 * 15 * 16 * 4 if probes else 2 * 15 * 16 ** 2 + 2 * 16 ** 2
+    assert float(kflop) == pytest.approx(8 * (15 + disf) / 1e3, rel=5e-3)  # 3 figures
+    assert float(first) > 0 and float(estimate) == pytest.approx(5 * float(first), rel=0.06)
+    assert bool(rule) == bool(stop_every)

@@ -205,3 +205,53 @@ def test_facility_kernel_and_per_mask_paths_agree(case):
     for got, want in zip(gathered.batch_with_credit(ground, idx),
                          per_mask.batch_with_credit(ground, idx)):
         torch.testing.assert_close(got, want)
+
+
+# Hand counts on tiny cases (2 FLOPs a multiply-add; the reduction where no product is):
+HAND_COUNTS = [
+    # quality: the mean of 2 qualities in each of 3 masks, 2 adds (counted as elements) each
+    (Quality(), (5, 3, 3, 2), 6),
+    # Pair_simi: (2 masks x 5 rows) weights times (5 x 3) rows, 2 * 5 * 3 multiply-adds a mask
+    (PairSimilarity(), (5, 3, 2, 2), 60),
+    # DiSF, 3 rows of 2-d (3k >= 2d): a (2 x 3)(3 x 2) covariance, 12 multiply-adds, and its
+    # (2 x 2)(2 x 1) product with the weights, 4: 32 FLOPs a mask, 2 masks
+    (DiSF(), (5, 2, 2, 3), 64),
+    # DiSF, 2 rows of 4-d (3k < 2d): the (2 x 4)(4 x 2) Gram matrix, 16 multiply-adds, 3 masks
+    (DiSF(), (5, 4, 3, 2), 96),
+    # DiSF on one probe, 3 rows of 4-d: (3 x 4)(4 x 1) and (4 x 3)(3 x 1), 12 + 12 multiply-adds
+    (DiSF().probing(torch.ones(4, 1)), (5, 4, 1, 3), 48),
+    # Facility, 1 mask of 2 rows over 6 (G k <= n: a GEMM): (2 x 2)(2 x 6), 24 multiply-adds,
+    # then the max over the mask's 2 rows of 6 similarities, 12 elements
+    (FacilityLocation(), (6, 2, 1, 2), 60),
+    # Facility, 3 masks of 2 rows over 4 (G k > n: one kernel): (4 x 2)(2 x 4), 32 multiply-adds,
+    # then 3 masks' max over 2 x 4 similarities, 24 elements
+    (FacilityLocation(), (4, 2, 3, 2), 88),
+    # Facility covering 3 of 6 rows, 1 mask of 2: (2 x 2)(2 x 3), 12 multiply-adds; max, 6
+    (FacilityLocation(cover=torch.arange(3)), (6, 2, 1, 2), 30),
+    # the joint at lamb 0.5 sums its terms: quality's 4 and DiSF's 64 on 2 masks of 3 rows of 2-d
+    (Joint(DiSF(), 0.5, TermScale(0, 1, 0, 1)), (5, 2, 2, 3), 70),
+    # ... and skips a term weighted 0
+    (Joint(DiSF(), 0.0, TermScale(0, 1, 0, 1)), (5, 2, 2, 3), 64),
+]
+
+
+@pytest.mark.parametrize("metric, shape, flops", HAND_COUNTS)
+def test_each_objective_declares_the_arithmetic_of_its_batch(metric, shape, flops):
+    """`batch_flops` against a count by hand, and its products against torch's own count of the
+    matrix products `batch` runs on that shape (FlopCounterMode), so a changed code path (DiSF's
+    covariance, Gram or probes; Facility's GEMM or kernel) that the declared cost does not
+    follow fails here."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    rows, dim, n_masks, k = shape
+    assert metric.batch_flops(rows, dim, n_masks, k) == flops
+    rng = np.random.default_rng(0)
+    ground = GroundSet.from_arrays(rng.standard_normal((rows, dim)).astype(np.float32) + 0.5,
+                                   rng.random(rows).astype(np.float32))
+    idx = torch.stack([torch.randperm(rows)[:k] for _ in range(n_masks)])
+    with FlopCounterMode(display=False) as counter:
+        metric.batch(ground, idx)
+    reduced = {Quality: n_masks * k, FacilityLocation: n_masks * k * (
+        rows if getattr(metric, "cover", None) is None else len(metric.cover))}
+    joint_quality = n_masks * k if isinstance(metric, Joint) and metric.lamb > 0 else 0
+    assert counter.get_total_flops() == flops - reduced.get(type(metric), joint_quality)

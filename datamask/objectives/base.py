@@ -104,6 +104,14 @@ class SetFunction:
         learner's per-row credit (`--credit row`)."""
         raise NotImplementedError(f"{self.name} has no per-row credit")
 
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        """The arithmetic of `batch` on a ground set of `rows` x `dim` for `n_masks` masks of `k`
+        rows, by the code path it takes there: 2 FLOPs a multiply-add of its matrix products
+        (as torch.utils.flop_counter counts them), plus one an element of the reduction that is
+        its bulk where no product is (quality's mean, Facility's max over a mask's rows). What
+        a run's cost line and the report's size rule read."""
+        raise NotImplementedError(f"{self.name} declares no cost")
+
     def __call__(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         """Value(s) of one mask (k,) or of G masks (G, k), indices on any device: a report or
         a scorer holds them on the CPU while the ground set may live on a GPU."""

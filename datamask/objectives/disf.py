@@ -58,6 +58,18 @@ class DiSF(SetFunction):
             return centred_collapse_score(centred, self.eps)
         return probed_collapse_score(centred, self.probes, self.eps)
 
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        """Per mask, the path `score` takes: with probes (d, p) the two thin products, 4 k d p;
+        exact, for 3k >= 2d the (d, d) covariance (2 k d^2) and its mat-vec with the weights
+        (2 d^2), else the (k, k) Gram matrix, 2 k^2 d."""
+        if self.probes is not None:
+            per_mask = 4 * k * dim * self.probes.shape[1]
+        elif 3 * k >= 2 * dim:
+            per_mask = 2 * k * dim * dim + 2 * dim * dim
+        else:
+            per_mask = 2 * k * k * dim
+        return float(n_masks * per_mask)
+
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         n_masks, k = idx.shape
         if k < 2:

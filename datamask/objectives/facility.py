@@ -69,6 +69,21 @@ class FacilityLocation(SetFunction):
         rest = values[:, keep] if count > keep else torch.zeros_like(values[:, 0])
         return CoverageLists(values[:, :keep], torch.cat(candidates), rest, total / len(covered))
 
+    def uses_kernel(self, rows: int, covered: int, n_masks: int, k: int) -> bool:
+        """Whether `similarities` gathers from one rows x covered kernel rather than one GEMM
+        per chunk of masks: where the masks hold more rows than the ground set and the kernel
+        fits twice in the memory budget."""
+        return n_masks * k > rows and 2 * 4 * rows * covered <= self.memory_bytes
+
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        """The similarities of each mask's rows to the covered rows (a GEMM per chunk of masks,
+        2 G k V d, or one kernel of every row, 2 n V d), then each mask's max over its rows,
+        G k V."""
+        covered = rows if self.cover is None else len(self.cover)
+        products = (2 * rows * covered * dim if self.uses_kernel(rows, covered, n_masks, k)
+                    else 2 * n_masks * k * covered * dim)
+        return float(products + n_masks * k * covered)
+
     def similarities(self, ground: GroundSet, idx: torch.Tensor, copies: int):
         """(chunk, sims) per chunk of the masks `idx` (G, k): the cosines (c, k, n_cover) of each
         mask's rows to the covered rows, not yet clipped (clip commutes with max, so callers clip
@@ -79,7 +94,7 @@ class FacilityLocation(SetFunction):
         n_masks, k = idx.shape
         covered = self.covered_unit(ground)
         kernel_bytes = 4 * len(ground) * len(covered)
-        use_kernel = n_masks * k > len(ground) and 2 * kernel_bytes <= self.memory_bytes
+        use_kernel = self.uses_kernel(len(ground), len(covered), n_masks, k)
         kernel = ground.unit @ covered.T if use_kernel else None
         spare = chunk_bytes(self.memory_bytes - (kernel_bytes if use_kernel else 0),
                             ground.device)

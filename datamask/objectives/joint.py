@@ -98,6 +98,11 @@ class Joint(SetFunction):
         div = self.diversity.batch(ground, idx) if self.lamb < 1 else zeros
         return qual, div
 
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        """The terms' arithmetic, each where `terms` computes it (a term weighted 0 is skipped)."""
+        return ((self.quality.batch_flops(rows, dim, n_masks, k) if self.lamb > 0 else 0.0)
+                + (self.diversity.batch_flops(rows, dim, n_masks, k) if self.lamb < 1 else 0.0))
+
     def weights(self) -> tuple[float, float]:
         """The factors of the raw quality and diversity terms in `combine` (its means only
         shift it): what a selection's certificate weighs the terms' gains by."""

@@ -37,6 +37,10 @@ class PairSimilarity(SetFunction):
             out[chunk] = pair_cosine_sum(sums, counts)
         return out / -(k * (k - 1) / 2)
 
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        """The dense (G, n) weights times the (n, d) rows: every row, selected or not."""
+        return 0.0 if k < 2 else 2.0 * n_masks * rows * dim
+
     def random_value(self, ground: GroundSet, k: int) -> float:
         """The exact mean of f over all k-subsets (k >= 2): minus the mean cosine over all
         pairs of distinct rows, from the sum of all unit rows; 0 below two rows, as `batch`."""

@@ -13,6 +13,9 @@ class Quality(SetFunction):
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         return ground.quality[idx].mean(dim=1)
 
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        return n_masks * k  # the mean of each mask's k qualities
+
     def batch_with_credit(self, ground: GroundSet, idx: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """Values (G,) and each selected row's removal gain (G, k): the mean quality minus the

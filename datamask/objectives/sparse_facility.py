@@ -159,6 +159,12 @@ class SparseFacilityLocation(SetFunction):
         return CoverageLists(similarity, candidate, torch.zeros_like(similarity[:, 0]),
                              random_value)
 
+    def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
+        """No product: each mask's max over its rows' kernel entries (about k x neighbours, each
+        row listed by as many covered rows as it is among the neighbours of), then its sum over
+        the n covered rows."""
+        return float(n_masks * (k * self.kernel.neighbours + rows))
+
     def batch(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:
         self.check(ground)
         kernel = self.kernel
