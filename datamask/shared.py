@@ -37,6 +37,7 @@ PIP_HINTS = {
     "psutil": ("psutil==7.2.2", "pipeline"),
     "model2vec": ("model2vec==0.10.0", "pipeline"),
     "skeletoken": ("skeletoken==0.6.1", "pipeline"),
+    "huggingface_hub": ("huggingface-hub==2.4.0", "pipeline"),
     "ray": ("ray==2.60.0", "engines"),
     "faiss": ("faiss-cpu==1.15.1", "engines"),
     "tokenlearn": ("tokenlearn==0.2.1", None),
