@@ -618,21 +618,20 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
     text, embedding = settings["minhash"], settings["embedding"]
     rounds = []
+    text_paths, prepared = ([str(f.absolute()) for f in files]
+                            for files in (text_files, prepared_files))
     if text:
         config = minhash_config(text["n_grams"], text["num_buckets"], text["hashes_per_bucket"],
                                 text["hash_precision"])
-        rounds += minhash_rounds([str(f.absolute()) for f in text_files],
-                                 [str(f.absolute()) for f in prepared_files], out / MINHASH,
-                                 config, text["tasks"])
+        rounds += minhash_rounds(text_paths, prepared, out / MINHASH, config, text["tasks"])
     if embedding:
-        prepared = [str(f.absolute()) for f in prepared_files]
         margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
                   if embedding["region_pairs"] == "all" else -1.0)
         rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
                                  embedding["sample"], embedding["seed"], margin)],
                     1, "region_plan"),
                    ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
-    merge = WriteKeepList([str(f.absolute()) for f in text_files or prepared_files],
+    merge = WriteKeepList(text_paths or prepared,
                           "--input" if text else "--prepared", str(out), bool(text),
                           embedding["tasks"] if embedding else 0, manifest)
     jobs = run_then_merge(executor, rounds, [merge], out / "logs", workers, cluster, "dedup")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,14 +37,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamask.data import (FEATURE_COLUMN, QUALITY_COLUMN, atomic_output, read_dataset,
-                           temporary_beside, write_json_atomic, write_text_atomic)
+                           write_json_atomic, write_text_atomic)
 from datamask.errors import UserError
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
-from .common import (check_distinct_files, check_prepared, check_text_shard, file_stats,
-                     parquet_files, read_schema, selection_file)
+from .common import (atomic_folder, check_distinct_files, check_prepared, check_text_shard,
+                     file_stats, parquet_files, read_schema, selection_file)
 from .dedup import KEEP_FILE, read_ids, read_removed, removed_ids
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume, task_files
 
@@ -178,15 +177,9 @@ class ExportShards(datatrove_base.PipelineStep):
             if chosen is None:
                 chosen = kept_selection(self.export.selection, self.export.keep)
             remove_temporaries(done)  # what a killed attempt at this shard left
-            tmp = temporary_beside(done)
-            tmp.mkdir(parents=True)
-            try:
-                with self.track_time("shard"):
-                    written = write_shard(source, Path(self.prepared) / source.name, chosen, tmp,
-                                          self.export)
-                tmp.rename(done)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            with self.track_time("shard"), atomic_folder(done) as tmp:
+                written = write_shard(source, Path(self.prepared) / source.name, chosen, tmp,
+                                      self.export)
             self.stat_update("documents", value=written)
         yield from data or ()
 
