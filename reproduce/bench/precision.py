@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from datamask.data import write_text_atomic
 from datamask.errors import UserError
+from reproduce.bench import work_folder
 from reproduce.bench.blocks import unit_rows
 from reproduce.bench.static import (BAD_CEILING, BAND, FAMILIES, OneThread, embed_all, families,
                                     linear_cka, origin_free_recall, shard_table)
@@ -143,11 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.chunk < 1:
         raise UserError(f"--chunk must be at least 1, got {args.chunk}")
-    with tempfile.TemporaryDirectory() as scratch:
-        work = args.work or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        if any(work.iterdir()):
-            raise UserError(f"--work {work}: not empty; give an empty or new folder")
+    with work_folder(args.work) as work:
         routes, rows, cuts = embedders(), [], []
         for name, shards in families(work, args.families, None, args.bbc_limit,
                                      tuple(args.family_seeds)).items():

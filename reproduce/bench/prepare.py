@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from functools import cached_property
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch
 from datamask.errors import UserError
 from datamask.shared import require
 
+from reproduce.bench import work_folder
 from reproduce.bench.objectives import _median_seconds
 from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import Embedder, default_embedding_model
@@ -297,14 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        run(args, args.work or Path(scratch))
+    with work_folder(args.work) as work:
+        run(args, work)
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
-    work.mkdir(parents=True, exist_ok=True)
-    if any(work.iterdir()):  # prepare and tokenize would reuse what an earlier run left there
-        raise UserError(f"--work {work}: not empty; give an empty or new folder")
     if args.tokenize_scale and not 0 < min(args.tokenize_scale) < max(args.tokenize_scale):
         raise UserError(f"--tokenize_scale {' '.join(map(str, args.tokenize_scale))}: two "
                         f"different positive numbers of documents")

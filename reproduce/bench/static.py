@@ -29,7 +29,6 @@ import copy
 import json
 import logging
 import statistics
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from datamask.report import Report
 from datamask.selectors import make_selector
 from datamask.shared import require
 
+from reproduce.bench import work_folder
 from reproduce.bench.blocks import unit_rows
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.common import parquet_files
@@ -587,11 +587,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {args.repeats}")
-    with tempfile.TemporaryDirectory() as scratch:
-        work = args.work or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        if any(work.iterdir()):
-            raise UserError(f"--work {work}: not empty; give an empty or new folder")
+    with work_folder(args.work) as work:
         timed, untimed = embedders(args.seed)
         rows = []
         for name, shards in families(work, args.families, args.pool, args.bbc_limit,
