@@ -223,3 +223,18 @@ def test_the_family_seeds_draw_other_families(tmp_path):
 
     first, again, other = bbc_ids(0), bbc_ids(0), bbc_ids(1)
     assert first == again and first != other and len(other) == len(first)
+
+
+def test_a_bench_refuses_a_work_folder_that_is_not_empty_and_removes_its_own(tmp_path):
+    from datamask.errors import UserError
+    from reproduce.bench import work_folder
+
+    (tmp_path / "left.parquet").write_text("an earlier run's file")
+    with pytest.raises(UserError, match=r"--work .*: not empty; give an empty or new folder"):
+        with work_folder(tmp_path):
+            pass
+    with work_folder(tmp_path / "new") as made:
+        assert made.is_dir()
+    with work_folder(None) as scratch:
+        (scratch / "file").write_text("x")
+    assert not scratch.exists()
