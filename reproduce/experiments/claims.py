@@ -355,24 +355,22 @@ def reported_knob(result: SweepResult, rows: list, metric: str) -> dict:
 # ------------------------------------------------------------------ the paper's claims
 
 def selection_time(root: str, folder: str, equal_folder: str) -> dict:
-    """The learner at select's defaults against the reference greedy, and what wrote its
-    selection: its greedy start (step 0) or a later step; beside it the policy gradient's own
-    figure, the learner from equal logits in `equal_folder`, against the fast greedy of its run
-    (both measured)."""
-    result, equal = timing(root, folder), timing(root, equal_folder)
+    """The learner at select's defaults against the reference greedy, whether its start (step 0)
+    wrote its selection, and the policy gradient's own figure: the learner from equal logits in
+    `equal_folder` against that run's fast greedy (both measured)."""
+    result = timing(root, folder)
     learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
                           for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
     needed(learner and ref)
-    fit = result.fits["DiSF"]["disf-greedy"]
-    steps = run_of(equal, "DiSF", 100_000, "datamask")
-    steps_fast = run_of(equal, "DiSF", 100_000, "disf-greedy-fast")
+    fit, equal = (result.fits["DiSF"]["disf-greedy"],
+                  compared(root, equal_folder, "DiSF", 100_000, "disf-greedy-fast"))
     return {"learner": learner, "ref": ref, "share": learner.wall_s / ref.wall_s, "fit": fit,
             "steps": learner_steps(learner), "measured": ref.status == "measured",
             "start_written": learner.best_step == 0,
             "sizes": " and ".join(f"{n:,}" for n in fit.sizes),
             **({"fast": fast, "against": comparison(learner, fast)} if fast else {}),
-            **({"equal": steps, "equal_against": comparison(steps, steps_fast),
-                "equal_steps": learner_steps(steps)} if steps and steps_fast else {})}
+            **({"equal": equal[0], "equal_against": comparison(*equal),
+                "equal_steps": learner_steps(equal[0])} if equal else {})}
 
 
 def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -> dict:
@@ -384,9 +382,8 @@ def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -
                  if kind == "scored_start" else gain_target(root, **target))
         items += [{**found, "name": name, "metric": target["metric"],
                    "measured": fill(measured[kind], found)}] if found else []
-    # Facility's scored start has no run: it is a start by definition
-    start = sum(1 for item in items if "run" not in item or item["run"].best_step == 0)
-    return {"items": needed(items), "start_written": start}
+    return {"items": needed(items),  # Facility's scored start has no run: a start by definition
+            "start_written": sum("run" not in i or i["run"].best_step == 0 for i in items)}
 
 
 @per_metric
