@@ -109,7 +109,7 @@ class SetFunction:
         rows, by the code path it takes there: 2 FLOPs a multiply-add of its matrix products
         (as torch.utils.flop_counter counts them), plus one an element of the reduction that is
         its bulk where no product is (quality's mean, Facility's max over a mask's rows). What
-        a run's cost line and the report's size rule read."""
+        a run's cost line reads."""
         raise NotImplementedError(f"{self.name} declares no cost")
 
     def __call__(self, ground: GroundSet, idx: torch.Tensor) -> torch.Tensor:

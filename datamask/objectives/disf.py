@@ -60,11 +60,11 @@ class DiSF(SetFunction):
 
     def batch_flops(self, rows: int, dim: int, n_masks: int, k: int) -> float:
         """Per mask, the path `score` takes: with probes (d, p) the two thin products, 4 k d p;
-        exact, for 3k >= 2d the (d, d) covariance (2 k d^2) and its mat-vec with the weights
-        (2 d^2), else the (k, k) Gram matrix, 2 k^2 d."""
+        exact, where `covariance_is_cheaper` the (d, d) covariance (2 k d^2) and its mat-vec
+        with the weights (2 d^2), else the (k, k) Gram matrix, 2 k^2 d."""
         if self.probes is not None:
             per_mask = 4 * k * dim * self.probes.shape[1]
-        elif 3 * k >= 2 * dim:
+        elif covariance_is_cheaper(k, dim):
             per_mask = 2 * k * dim * dim + 2 * dim * dim
         else:
             per_mask = 2 * k * k * dim
@@ -116,11 +116,17 @@ def mask_bytes(ground: GroundSet, k: int) -> int:
     return ground.features.element_size() * (2 * k * d + 2 * side * side)
 
 
+def covariance_is_cheaper(k: int, d: int) -> bool:
+    """Whether k centred rows of d are scored through the (d, d) covariance rather than the
+    (k, k) Gram matrix: for k >= 2d/3 (measured on CPU, d = 384)."""
+    return 3 * k >= 2 * d
+
+
 def centred_collapse_score(centred: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """collapse_score of centred rows (..., k, d) by the cheaper path: the (d, d) covariances
-    for k >= 2d/3, else the (k, k) Gram matrices (measured on CPU, d = 384)."""
+    """collapse_score of centred rows (..., k, d) by the cheaper path (`covariance_is_cheaper`):
+    the (d, d) covariances, else the (k, k) Gram matrices."""
     k, d = centred.shape[-2:]
-    if 3 * k >= 2 * d:
+    if covariance_is_cheaper(k, d):
         return collapse_score(centred.transpose(-1, -2) @ centred / (k - 1), eps)
     return gram_collapse_score(centred, eps)
 
