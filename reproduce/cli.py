@@ -220,6 +220,7 @@ def cmd_planted(args) -> None:
 
 def add_stage_parsers(sub) -> None:
     from .pipeline.common import NON_NEGATIVE, POSITIVE, SEED, positive_number
+    from .pipeline.embedders import PRECISIONS
     from .pipeline.engines import add_executor_flags
 
     p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
@@ -245,7 +246,7 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--batch_size", type=POSITIVE,
                    help="encoder batch (default: 32 on the CPU; on CUDA the largest up to 1,024 "
                         "that the card's free memory holds)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
                    help="the transformer's weights and arithmetic: fp16 on a GPU only, bf16 on a "
                         "GPU with bf16 or a CPU (fast where it has AVX512-BF16 or AMX); named in "
                         "the shards' model identity (default: %(default)s; docs/pipeline.md)")
@@ -381,7 +382,8 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--prepared", required=True,
                    help="the folder prepare wrote from these shards (quality, embeddings)")
     p.add_argument("--output", required=True,
-                   help="folder for data/, README.md (the dataset card) and figures/")
+                   help="folder for train/ (the shards), README.md (the dataset card) and "
+                        "figures/")
     p.add_argument("--keep", help="a keep-list of these shards (`dedup`'s output folder): the "
                                   "documents it removes are left out")
     p.add_argument("--shard_mb", type=positive_number, default=512,
