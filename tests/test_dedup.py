@@ -516,14 +516,16 @@ def test_dedup_with_rensa_not_installed_is_refused_with_its_pip_line(files, caps
             'pip install "datamask[pipeline]" (or pip install "rensa==0.5.0")')
 
 
-def test_rensa_shingles_the_words_of_datatrove_s_simplified_text():
-    """The simplification is datatrove's (its diacritics step done otherwise, the same
-    result), the words are split at its spaces, and each 5-gram gets one hash: the same words
-    the same hash wherever they stand, another order another hash, none under 5 words."""
+def test_rensa_shingles_the_words_of_datatrove_s_simplified_text(pool):
+    """The simplification is datatrove's (its whitespace and diacritics steps done otherwise,
+    the same result, on the pool's texts too), the words are split at its spaces, and each
+    5-gram gets one hash: the same words the same hash wherever they stand, another order
+    another hash, none under 5 words."""
     from datatrove.utils.text import simplify_text
 
-    text = "Crème brûlée, 12.5 km\tde Málaga!  Ça  va \u0301 ok? naïve"
-    assert simplified(text) == " ".join(simplify_text(text).split())
+    text = "Crème brûlée, 12.5 km\tde Málaga!\u00a0 Ça \n va \u0301 ok? naïve ٣٫٥"
+    for each in [text] + [row["text"] for row in pool[2]]:
+        assert simplified(each) == " ".join(simplify_text(each).split())
     assert split_words(text) == simplified(text).split(" ")
     hashes = shingle_hashes("a b c d e f a b c d e", 5)
     assert len(hashes) == 7 and hashes[0] == hashes[6] and len(set(hashes.tolist())) == 6

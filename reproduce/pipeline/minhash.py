@@ -27,8 +27,6 @@ datatrove_text = require("datatrove.utils.text", "dedup")
 
 BACKENDS = ("datatrove", "rensa")
 BITS = {"datatrove": 64, "rensa": 32}  # each backend's hash width, its default --hash_precision
-# datatrove's normalisation but its last step, which goes character by character in Python
-PLAIN = datatrove_text.TextNormConfig(norm_unicode_diacritics=False)
 WORD_BASE = np.uint64(0x100000001B3)  # odd: invertible modulo 2^64
 GRAM_BASE = np.uint64(0x9E3779B97F4A7C15)
 
@@ -64,9 +62,14 @@ def marks() -> dict[int, None]:
 
 
 def simplified(text: str) -> str:
-    """datatrove's simplify_text, its diacritics step by one str.translate (ASCII text has
-    none); the spaces a lone mark leaves are merged (spaCy makes no word of them)."""
-    text = datatrove_text.simplify_text(text, PLAIN)
+    """datatrove's simplify_text at MinhashConfig's defaults (lower case, numbers to 0,
+    punctuation to spaces, whitespace merged, diacritics dropped), its patterns and tables, two
+    steps faster: the whitespace by str.split (the same characters as its regular expression's
+    \\s), the diacritics by one str.translate where the text is not ASCII (character by
+    character in Python there); the spaces a lone mark leaves are merged too (spaCy makes no
+    word of them)."""
+    text = datatrove_text.NUMBERS_PATTERN.sub("0", text.lower())
+    text = " ".join(text.translate(datatrove_text.PUNCTUATION_TRANS).split())
     if text.isascii():
         return text
     return " ".join(unicodedata.normalize("NFD", text).translate(marks()).split())
