@@ -20,7 +20,8 @@ from reproduce.cli import main
 from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPairs,
                                       PlanRegions, guest_margin, keep_first, run_dedup,
                                       similar_pairs)
-from reproduce.pipeline.minhash import BACKENDS, shingle_hashes, simplified, split_words
+from reproduce.pipeline.minhash import (BACKENDS, DEFAULT_BACKEND, shingle_hashes, simplified,
+                                       split_words)
 from reproduce.pipeline.select import run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
@@ -158,7 +159,7 @@ def test_either_step_alone_finds_its_own_copies(corpus, tmp_path, minhash):
 @pytest.fixture(scope="module", params=BACKENDS)
 def deduped_by(request, corpus, deduped):
     """The keep-list of each MinHash library: (its folder, the library)."""
-    if request.param == "datatrove":  # the default's, made once for the module
+    if request.param == DEFAULT_BACKEND:  # made once for the module
         return deduped, request.param
     dedup(corpus, corpus / f"out-{request.param}", minhash=request.param)
     return corpus / f"out-{request.param}", request.param

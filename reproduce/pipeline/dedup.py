@@ -57,7 +57,7 @@ from datamask.shared import require
 from .common import (check_distinct_files, check_prepared, check_text_shard, file_stats,
                      parquet_files)
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
-from .minhash import check_backend, signature_step
+from .minhash import DEFAULT_BACKEND, check_backend, signature_step
 
 datatrove_base = require("datatrove.pipeline.base", "dedup")
 
@@ -528,7 +528,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
               n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
               precision: int | None = None, region_rows: int = 10_000, region_pairs: str = "all",
               margin: float = 1.0, sample: int | None = None, seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
-              cluster: dict | None = None, minhash: str = "datatrove") -> dict:
+              cluster: dict | None = None, minhash: str = DEFAULT_BACKEND) -> dict:
     """MinHash on the FineWeb shards in `fineweb`, then near-duplicate embeddings among the
     prepared rows in `prepared` that it kept (either step alone where the other's input is None),
     written as one keep-list in `output`, in `tasks` executor tasks (None: `workers`), the
