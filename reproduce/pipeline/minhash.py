@@ -4,7 +4,7 @@ files, so that datatrove's bucket, cluster and filter steps run on either unchan
 - datatrove: its own MinhashDedupSignature: the text simplified (lower case, digits to 0,
   punctuation to spaces, diacritics dropped), split into words by spaCy's English tokenizer, each
   word n-gram hashed by xxhash, 14 x 8 minimums of seeded permutations modulo 2^61 - 1.
-- rensa: the same simplified text (datatrove's own simplify_text), split at its spaces (the
+- rensa: the same simplified text (by datatrove's patterns and tables), split at its spaces (the
   simplification leaves single spaces between words; spaCy splits a few words further, such as
   "cannot", and a number glued to a unit), each word n-gram hashed in numpy from its words' byte
   hashes, the signature from rensa's RMinHash (a Rust MinHash, 32-bit values). The split is most
