@@ -15,8 +15,9 @@ import pytest
 
 from datamask.errors import UserError
 from reproduce.experiments import downstream
-from reproduce.experiments.downstream import (STRATIFIED, epoch_steps, in_parallel, main,
-                                              parse_draws, parse_methods, plan_runs, python)
+from reproduce.experiments.downstream import (epoch_steps, in_parallel, main, parse_draws,
+                                              parse_methods, plan_runs, python)
+from reproduce.experiments.downstream_report import STRATIFIED
 from reproduce.pipeline.common import METHODS, Progress
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
