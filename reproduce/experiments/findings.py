@@ -106,7 +106,8 @@ def write_findings(results: str, readme: str | None = None) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    """The command: a results file or page it cannot use is one line on stderr and exit 2."""
     parser = argparse.ArgumentParser(prog="python -m reproduce.experiments.findings",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="runs/experiments",
@@ -114,12 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--readme", default=None,
                         help="also rewrite this page's generated block (the front page)")
     parser.set_defaults(func=lambda args: write_findings(args.results, args.readme))
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command: a results file or page it cannot use is one line on stderr and exit 2."""
-    return run_command(build_parser(), argv, "reproduce.experiments.findings")
+    return run_command(parser, argv, "reproduce.experiments.findings")
 
 
 if __name__ == "__main__":
