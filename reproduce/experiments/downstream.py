@@ -6,7 +6,9 @@ budget with several seeds, and the tables say which differences the run resolves
 Every flag is checked before the first stage; a bad one is refused with nothing written
 (docs/downstream.md, "Flags checked before any work").
 
-Chain (each step skips what a previous run finished, so an interrupted run resumes):
+Chain (each step skips what a previous run finished, so an interrupted run resumes; each stage is
+a class below whose fields are what it reads, with its output and its done-test; arms.md, the
+verdict and the table of runs are written by downstream_report.py):
   prepare   the pool's shards -> id, quality, embedding (incremental, reproduce/pipeline/prepare.py)
   select    each method over the prepared rows (reproduce/pipeline/select.py), in each arm: free,
             and stratified (`<method>@strat`: the budget split over the pool's domains in
