@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -204,11 +204,11 @@ class Settings:
     jobs: int
     heldout_docs: int | None
     select_seed: int
-    sets: list[str] = field(default_factory=list)
-    epochs: float | None = None
-    primary: list[str] = field(default_factory=lambda: [PRIMARY])
-    outside: Path | None = None
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    sets: list[str]
+    epochs: float | None
+    primary: list[str]
+    outside: Path | None
+    tasks: list[str]
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
