@@ -257,7 +257,7 @@ MEASURES = {}  # each measure by the name a claim's `decide` gives, as `measure`
 
 
 def measure(name: str, each_metric: bool = False):
-    """Register the function as the measure `name` (`each_metric`: of a metric's, `per_metric`)."""
+    """Register the function as the measure `name`; `each_metric`: one of a metric's rows."""
     def register(function):
         MEASURES[name] = per_metric(function) if each_metric else function
         return MEASURES[name]
