@@ -233,9 +233,8 @@ def claim_errors(claim: dict) -> list[str]:
     known = {f.name: f for f in fields(Claim)}
     errors = [f"unknown key {key!r}" for key in claim if key not in known] + [
         f"missing key {name!r}" for name, f in known.items()
-        if name not in claim and f.default is f.default_factory is MISSING]
-    if claim.get("decide") not in MEASURES:
-        errors.append(f"no measure {claim.get('decide')!r}")
+        if name not in claim and f.default is f.default_factory is MISSING] + [
+        f"no measure {claim.get('decide')!r}"] * (claim.get("decide") not in MEASURES)
     for name in ("holds", "partly", "checks", "cases", "goals", "texts", "lines"):
         part = claim.get(name) or {}
         errors += [f"unknown key {key!r} in {name}" for key in unknown_keys(
@@ -415,8 +414,7 @@ def logprob_cost(result: SweepResult, rows: list, metric: str) -> dict:
 
 @measure("one_shot", each_metric=True)
 def one_shot(result, rows: list, metric: str) -> dict:
-    by = {s.method: s for s in rows}
-    learner = by["datamask"]
+    learner = (by := {s.method: s for s in rows})["datamask"]
     best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
     return {"learner": learner, "best": best, "joint": by.get("joint-greedy"),
             "floor": learner.objective_mean - learner.objective_std,
@@ -429,8 +427,7 @@ def length_bias(root: str, folder: str, least: float) -> dict:
     result = needed(read_result(os.path.join(root, folder), "length-bias"))
     items = []
     for corpus in result.corpora:
-        by = result.of(corpus.name)
-        quality = by.get(QUALITY)
+        quality = (by := result.of(corpus.name)).get(QUALITY)
         items.append({
             "name": corpus.name, "corpus": corpus, "band": band(corpus), "judged": QUALITY,
             "least": least, "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
@@ -649,8 +646,7 @@ def learning_rate(root: str, rates: str, steps: str) -> dict:
     result = needed(results(root, rates))
     metrics = []
     for metric in result.metrics:
-        rows = of_metric(result.summary, metric)
-        best = best_of(rows)
+        best = best_of(rows := of_metric(result.summary, metric))
         high, low = (pick(rows, key=lambda s: float(s.value.split(":")[1])) for pick in (max, min))
         metrics.append({"name": metric, "best": best, "high": high, "low": low,
                         "floor": best.objective_mean - best.objective_std,

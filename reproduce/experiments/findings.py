@@ -106,8 +106,7 @@ def write_findings(results: str, readme: str | None = None) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The command: a results file or page it cannot use is one line on stderr and exit 2."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m reproduce.experiments.findings",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="runs/experiments",
@@ -115,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", default=None,
                         help="also rewrite this page's generated block (the front page)")
     parser.set_defaults(func=lambda args: write_findings(args.results, args.readme))
-    return run_command(parser, argv, "reproduce.experiments.findings")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: a results file or page it cannot use is one line on stderr and exit 2."""
+    return run_command(build_parser(), argv, "reproduce.experiments.findings")
 
 
 if __name__ == "__main__":
