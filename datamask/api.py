@@ -20,7 +20,7 @@ from .data import FEATURE_COLUMN, ID_COLUMN, QUALITY_COLUMN, Dataset, check_rati
 from .errors import UserError, quoted
 from .learner import LearnerConfig, fitting_partial
 from .options import build, check_field
-from .report import Report
+from .report import REPORT_FLOPS, Report
 from .selectors import DataMask, Selection, Selector, selector_class
 
 DEFAULTS = LearnerConfig()
@@ -80,8 +80,9 @@ def _select(read, select_ratio: float, *, method: str, report: bool, progress: b
                                                 if key not in common}, common))
         lamb, seed = check_field(LearnerConfig, "lamb", common["lamb"]), common["seed"]
         data = read()
-    return run_selection(selector, data, select_ratio,
-                         report=Report(data, select_ratio, lamb, seed=seed) if report else None)
+    return run_selection(selector, data, select_ratio, report=Report(
+        data, select_ratio, lamb, seed=seed, budget_flops=REPORT_FLOPS, progress=progress)
+        if report else None)
 
 
 def learner_config(params: dict, select_ratio: float) -> LearnerConfig:
@@ -129,8 +130,7 @@ def run_selection(selector: Selector, data: Dataset, select_ratio: float, *,
     else:
         selection = selector.select(data, select_ratio)
     if report:
-        selection.metrics = {**report(selection.selected),
-                             **report.certificates(selection.selected)}
+        selection.metrics = report.scored(selection.selected)
     return selection
 
 

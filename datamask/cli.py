@@ -55,9 +55,9 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
                          "in proportion to the input, to the row, and select each part within its "
                          "stratum (docs/select.md#stratified-selection)")
     io.add_argument("--report", action="store_true",
-                    help="after selecting, print mean quality, every diversity metric, the "
-                         "joint objective and its bound on the optimum, of the selection on the "
-                         "whole input, as JSON (costs O(N * N * d) for Facility)")
+                    help="after selecting, print the selection's quality, diversity metrics, "
+                         "joint objectives and their bounds on the whole input, as JSON (a metric "
+                         "past ~10 s of 2 cores is estimated: see report_estimates)")
 
 
 def add_learner_arguments(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
@@ -124,9 +124,10 @@ def add_baseline_arguments(parser: argparse.ArgumentParser, classes: dict[str, t
 
 
 def _report(data, args, lamb: float, seed: int):
-    from .report import Report
+    from .report import REPORT_FLOPS, Report
 
-    return Report(data, args.select_ratio, lamb, seed=seed)
+    return Report(data, args.select_ratio, lamb, seed=seed, budget_flops=REPORT_FLOPS,
+                  progress=not getattr(args, "no_progress", False))
 
 
 def _run_and_write(selector, data, args, lamb: float, seed: int, strata=None,

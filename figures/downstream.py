@@ -24,7 +24,8 @@ import matplotlib.transforms
 
 from datamask.errors import UserError
 from eval.calibration import NULL, mix_or_choice, parse_dose
-from reproduce.experiments.downstream import CONTROL, STRATIFIED, difference
+from reproduce.experiments.downstream import CONTROL
+from reproduce.experiments.downstream_report import STRATIFIED, difference
 
 from . import save
 

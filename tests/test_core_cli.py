@@ -56,6 +56,56 @@ def test_select_end_to_end(tmp_path, shard, capsys):
         assert metrics[f"joint_{name}_share_above_random"] == pytest.approx(share, abs=1e-5)
 
 
+
+def test_the_report_below_its_budget_is_exact_and_past_it_estimates_and_says_so(
+        tmp_path, shard, capsys, monkeypatch):
+    """Below the budget --report is the exact report, value for value; past it (the budget made
+    tiny here) Facility is the coverage of a seeded sample of the rows and the other metrics'
+    term scales come from their first draw of masks, the output and the progress lines say so."""
+    import torch
+
+    import datamask.report as report
+    from datamask.objectives import Joint, TermScale, diversity
+
+    path, data = shard
+    selected = np.zeros(len(data), bool)
+    selected[::10] = True  # 40 of 400, the budget at ratio 0.1
+    exact = report.Report(data, 0.1, 0.5)
+    exact_values = {**exact(selected), **exact.certificates(selected)}
+    assert report.Report(data, 0.1, 0.5, budget_flops=report.REPORT_FLOPS).scored(
+        selected) == exact_values
+    monkeypatch.setattr(report, "REPORT_FLOPS", 1e5)
+    monkeypatch.setattr(report, "SMALLEST_SAMPLE", 50)
+    out = tmp_path / "out.parquet"
+    capsys.readouterr()
+    assert main(["baseline", "random", "--input", str(path), "--output", str(out),
+                 "--select_ratio", "0.1", "--report"]) == 0
+    printed = capsys.readouterr()
+    chosen = pq.read_table(out).column("selected").to_numpy()
+    metrics = json.loads(printed.out)["metrics"]
+    assert metrics["report_estimates"] == {
+        "Pair_simi": "term scale on a sample of 32 of the 256 random masks",
+        "Facility": "on a sample of 50 rows: the coverage of 50 of the 400 rows, drawn with seed 0",
+        "DiSF": "term scale on a sample of 32 of the 256 random masks"}
+    lines = printed.err.splitlines()
+    assert [line.split(" (")[0] for line in lines[:9]] == [
+        f"datamask: report {i}/9: {name} {part}" for i, (name, part) in enumerate(
+            ((n, p) for n in ("Pair_simi", "Facility", "DiSF")
+             for p in ("term scale", "value", "bound")), 1)]
+    assert "datamask: report: Facility on a sample of 50 rows" in printed.err
+    alone = {**exact(chosen), **exact.certificates(chosen)}
+    assert metrics["quality"] == alone["quality"] and metrics["DiSF"] == alone["DiSF"]
+    scale = TermScale.scored(exact.ground, 40, diversity("DiSF"), 0, n_grounds=1)
+    assert metrics["joint_DiSF"] == pytest.approx(Joint(diversity("DiSF"), 0.5, scale).combine(
+        alone["quality"], alone["DiSF"]), rel=1e-5)
+    assert scale != exact.joint("DiSF").scale
+    unit = data.features / np.linalg.norm(data.features, axis=1, keepdims=True)
+    cover = torch.randperm(400, generator=torch.Generator().manual_seed(0))[:50].numpy()
+    coverage = (unit[cover] @ unit[chosen].T).clip(0).max(axis=1).mean()
+    assert metrics["Facility"] == pytest.approx(coverage, rel=1e-5)
+    assert metrics["Facility"] != alone["Facility"]
+    assert metrics["joint_Facility_bound"] >= metrics["joint_Facility"] - 1e-5
+
 def test_train_mask_module_takes_the_original_flags(tmp_path, shard):
     path, data = shard
     out = tmp_path / "out.parquet"

@@ -15,8 +15,9 @@ import pytest
 
 from datamask.errors import UserError
 from reproduce.experiments import downstream
-from reproduce.experiments.downstream import (STRATIFIED, epoch_steps, in_parallel, main,
-                                              parse_draws, parse_methods, plan_runs, python)
+from reproduce.experiments.downstream import (epoch_steps, in_parallel, main, parse_draws,
+                                              parse_methods, plan_runs, python)
+from reproduce.experiments.downstream_report import STRATIFIED
 from reproduce.pipeline.common import METHODS, Progress
 
 TINY = ["hidden_size=32", "intermediate_size=64", "num_hidden_layers=1",
@@ -180,6 +181,25 @@ def test_a_failing_stage_stops_the_runs_not_yet_started():
         in_parallel([partial(task, i) for i in range(50)], 1)
     assert started[0] == 0 and len(started) < 50
 
+
+def test_a_stage_is_done_only_where_an_earlier_run_wrote_its_output_for_these_settings(tmp_path):
+    """A selection of another spec, or of the other arm, is made again; a score file without the
+    target outside the pool is scored again."""
+    out = tmp_path / "select" / "random"
+    select = partial(downstream.Select, tmp_path, ratio=0.3, block_size=0, seed=0, output=out)
+    assert not select("random", False).finished()
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text(json.dumps({"method": "random"}))
+    assert select("random", False).finished()
+    assert not select("random:seed=1", False).finished() and not select("random", True).finished()
+    scores = tmp_path / "eval" / "random.seed0.json"
+    scores.parent.mkdir()
+    scores.write_text(json.dumps({"bpb": 1.0}))
+    evaluate = partial(downstream.Evaluate, tmp_path / "train" / "random" / "seed0", tmp_path, [],
+                       heldout_docs=None, output=scores)
+    assert evaluate(outside=None).finished()
+    assert not evaluate(outside=tmp_path / "outside").finished()
+    assert evaluate(outside=None).argv()[-1] == str(scores.parent)
 
 def test_epoch_steps_round_up_to_whole_windows():
     assert epoch_steps(1000, 1.0, 4, 24) == 10  # 1000 / (4 x 25) = 10

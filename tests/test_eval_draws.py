@@ -212,7 +212,7 @@ def test_the_run_summary_and_the_forest_read_the_drawn_verdict_on_every_primary(
     import json
 
     from figures.downstream import forest_rows
-    from reproduce.experiments.downstream import arms_markdown, verdict_summary
+    from reproduce.experiments.downstream_report import arms_markdown, verdict_summary
 
     free = drawn_table()
     free["verdict"] = verdict(free, "random", primary=["P", "Q"])

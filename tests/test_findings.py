@@ -214,7 +214,7 @@ def test_table2_with_random_drawn_five_times_reads_the_paper_row_on_each_eligibl
     bound; resolved worse on one eligible primary contradicts the claim there; a primary that is
     not eligible decides nothing."""
     from eval.verdict import verdict
-    from reproduce.experiments.downstream import arms_markdown
+    from reproduce.experiments.downstream_report import arms_markdown
     from test_eval_draws import drawn_table
 
     run = tmp_path / "downstream" / "third"

@@ -78,7 +78,7 @@ def test_claims_table_opens_findings_with_the_papers_claims():
 
 def test_every_declared_claim_names_a_rule_and_folders_that_exist():
     for claim in claims.load_claims():
-        assert callable(getattr(claims, claim.decide))
+        assert callable(claims.MEASURES[claim.decide])
         assert all((RESULTS / folder).is_dir() for folder in claim.evidence), claim.question
 
 

@@ -124,6 +124,22 @@ def certificate(objective: SetFunction, ground: GroundSet, rows: torch.Tensor) -
     return Certificate(value, max(bound, value), random)
 
 
+def certificate_flops(metric: SetFunction, rows: int, dim: int, k: int) -> float:
+    """About the arithmetic of `certificate` on `metric` (bare or weighed) for k of `rows` x
+    `dim`, by the path it takes: for Facility the selection's similarities and two passes of
+    the covered rows against every row, then the Lagrangian steps over the lists kept; for
+    Pair_simi RELAXATION_STEPS products of the rows with a vector; else the selection's value."""
+    if isinstance(metric, FacilityLocation):
+        covered = rows if metric.cover is None else len(metric.cover)
+        if covered * rows > DENSE_PAIRS_LIMIT:  # not computed
+            return metric.batch_flops(rows, dim, 1, k)
+        return (2.0 * dim * covered * (k + 2 * rows)
+                + 2.0 * LAGRANGIAN_STEPS * covered * COVERAGE_LIST)
+    if isinstance(metric, PairSimilarity):
+        return 2.0 * RELAXATION_STEPS * (rows + k) * dim
+    return metric.batch_flops(rows, dim, 1, k)
+
+
 def exchange_bound(value: float, per_row: torch.Tensor, rows: torch.Tensor,
                    gains: torch.Tensor | None = None) -> float:
     """`value` plus the best exchange of p <= k selected rows for as many others: an outside row

@@ -1,6 +1,6 @@
 """The rules of `make findings`, as data: claims.yaml declares each claim (its folders, its rule,
 its sentence and table templates; the schema is in docs/experiments.md) and names its measure, a
-function here reading the folders into values (none: not measured) for `Claim.finding` to judge."""
+function here `@measure`d by that name that reads the folders into values (none: not measured)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ from reproduce.bench import blocks
 from reproduce.bench.defaults import shown_cells
 
 from .common import lr_setting
+from .downstream_report import arm_tables
 from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
 from .records import SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result
-from .sweep import objective_at, ratio_and_steps, time_to, window_s
+from .sweep import objective_at, ratio_and_steps, seed_spread, time_to, times_over, window_s
 from .timing import comparison, learner_steps
 
 KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper value must keep
@@ -122,7 +123,7 @@ class Claim:
     evidence: list[str]  # folders under the results root; the first is linked
     target: str  # the Make target that writes the first folder
     rule: str  # the rule in words
-    decide: str  # the measure: the function here reading the folders and `parameters`
+    decide: str  # the measure: the name a function here is registered by (`measure`)
     caveat: str = ""
     figures: list[str] = field(default_factory=list)  # PNGs under the root, shown if there
     parameters: dict = field(default_factory=dict)  # the measure's own inputs, by name
@@ -146,7 +147,7 @@ class Claim:
 
     def finding(self, root: str) -> Finding | None:
         try:
-            values = globals()[self.decide](root, *self.evidence, **self.parameters)
+            values = MEASURES[self.decide](root, *self.evidence, **self.parameters)
         except NotMeasured:
             return None
         try:
@@ -232,9 +233,8 @@ def claim_errors(claim: dict) -> list[str]:
     known = {f.name: f for f in fields(Claim)}
     errors = [f"unknown key {key!r}" for key in claim if key not in known] + [
         f"missing key {name!r}" for name, f in known.items()
-        if name not in claim and f.default is f.default_factory is MISSING]
-    if not callable(globals().get(claim.get("decide"))):
-        errors.append(f"no measure {claim.get('decide')!r}")
+        if name not in claim and f.default is f.default_factory is MISSING] + [
+        f"no measure {claim.get('decide')!r}"] * (claim.get("decide") not in MEASURES)
     for name in ("holds", "partly", "checks", "cases", "goals", "texts", "lines"):
         part = claim.get(name) or {}
         errors += [f"unknown key {key!r} in {name}" for key in unknown_keys(
@@ -252,19 +252,20 @@ def load_claims(path: str = DECLARATIONS) -> tuple[Claim, ...]:
     return tuple(Claim(**claim) for claim in declared)
 
 
-# ------------------------------------------------------------------ readers shared by measures
+MEASURES = {}  # each measure by the name a claim's `decide` gives, as `measure` registered it
 
-def sweep(root: str, folder: str, name: str | None = None) -> SweepResult | None:
+
+def measure(name: str, each_metric: bool = False):
+    """Register the function as the measure `name`; `each_metric`: one of a metric's rows."""
+    def register(function):
+        MEASURES[name] = per_metric(function) if each_metric else function
+        return MEASURES[name]
+    return register
+
+
+def results(root: str, folder: str, name: str | None = None) -> SweepResult | TimingResult | None:
+    """A results folder's record: `name`'s ("timing"), else a sweep's, named as its folder."""
     return read_result(os.path.join(root, folder), name or os.path.basename(folder))
-
-
-def timing(root: str, folder: str) -> TimingResult | None:
-    return read_result(os.path.join(root, folder), "timing")
-
-
-def run_of(result: TimingResult | None, metric: str, n: int, label: str) -> TimingRun | None:
-    return next((r for r in result.runs if (r.metric, r.n, r.label) == (metric, n, label)),
-                None) if result else None
 
 
 def table_json(root: str, *parts: str) -> dict | None:
@@ -293,10 +294,11 @@ def cheapest_keeping(result: SweepResult, cost: str):
 def compared(root: str, folder: str, metric: str, n: int, greedy: str,
              greedy_folder: str | None = None) -> tuple[TimingRun, TimingRun] | None:
     """The learner's run and `greedy`'s (from `greedy_folder` where not measured beside it)."""
-    learner, other = (run_of(timing(root, folder), metric, n, label)
-                      for label in ("datamask", greedy))
+    found = results(root, folder, "timing")
+    learner, other = (found and found.run_of(metric, n, label) for label in ("datamask", greedy))
     if greedy_folder and not (other and other.status == "measured"):
-        other = run_of(timing(root, greedy_folder), metric, n, greedy)
+        alone = results(root, greedy_folder, "timing")
+        other = alone and alone.run_of(metric, n, greedy)
     return (learner, other) if learner and other else None
 
 
@@ -335,12 +337,11 @@ def scored_start(folder: str, least: float) -> dict | None:
             "op": ">=", "time": 0.0, "time_limit": np.inf}
 
 
-def per_metric(measure):
+def per_metric(of_rows):
     """A measure of a sweep, an item a metric (none where missing and `optional`)."""
     def measured(root: str, folder: str, optional: bool = False) -> dict:
-        result = sweep(root, folder)
-        needed(result or optional)
-        return {"items": [{"name": m, **measure(result, of_metric(result.summary, m), m)}
+        needed((result := results(root, folder)) or optional)
+        return {"items": [{"name": m, **of_rows(result, of_metric(result.summary, m), m)}
                           for m in result.metrics] if result else []}
     return measured
 
@@ -352,14 +353,13 @@ def reported_knob(result: SweepResult, rows: list, metric: str) -> dict:
             "low": min(s.objective_mean for s in rows), "high": max(s.objective_mean for s in rows)}
 
 
-# ------------------------------------------------------------------ the paper's claims
-
+@measure("selection_time")
 def selection_time(root: str, folder: str, equal_folder: str) -> dict:
     """The learner at select's defaults against the reference greedy, whether its start (step 0)
     wrote its selection, and the policy gradient's own figure: the learner from equal logits in
     `equal_folder` against that run's fast greedy (both measured)."""
-    result = timing(root, folder)
-    learner, fast, ref = (run_of(result, "DiSF", 100_000, label)
+    result = needed(results(root, folder, "timing"))
+    learner, fast, ref = (result.run_of("DiSF", 100_000, label)
                           for label in ("datamask", "disf-greedy-fast", "disf-greedy"))
     needed(learner and ref)
     fit, equal = (result.fits["DiSF"]["disf-greedy"],
@@ -373,6 +373,7 @@ def selection_time(root: str, folder: str, equal_folder: str) -> dict:
                 "equal_steps": learner_steps(equal[0])} if equal else {})}
 
 
+@measure("objective_targets")
 def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -> dict:
     """The declared targets: gain targets, or Facility's start (`scored_start`)."""
     items = []
@@ -386,7 +387,7 @@ def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -
             "start_written": sum("run" not in i or i["run"].best_step == 0 for i in items)}
 
 
-@per_metric
+@measure("g_stability", each_metric=True)
 def g_stability(result: SweepResult, rows: list, metric: str) -> dict:
     unstable, smallest = [s.value for s in rows if not s.stable], result.smallest_stable[metric]
     return {"smallest": "none" if smallest is None else smallest, "unstable": unstable,
@@ -394,7 +395,7 @@ def g_stability(result: SweepResult, rows: list, metric: str) -> dict:
             "unstable_high": max(unstable, default=-np.inf), "rows": [vars(s) for s in rows]}
 
 
-@per_metric
+@measure("lamb_tradeoff", each_metric=True)
 def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> dict:
     """Objectives at different lamb are different functions: the claim is the trade itself."""
     low, high = sorted(rows, key=lambda s: s.value)[::len(rows) - 1]
@@ -403,7 +404,7 @@ def lamb_tradeoff(result: SweepResult, rows: list, metric: str) -> dict:
             "metric_high": high.means[metric]}
 
 
-@per_metric
+@measure("logprob_cost", each_metric=True)
 def logprob_cost(result: SweepResult, rows: list, metric: str) -> dict:
     simple, exact = ({s.value: s for s in rows}[v] for v in ("simple", "exact"))
     return {"simple": simple, "exact": exact, "gap": exact.objective_mean - simple.objective_mean,
@@ -411,23 +412,22 @@ def logprob_cost(result: SweepResult, rows: list, metric: str) -> dict:
             "time": exact.wall_s_mean / simple.wall_s_mean}
 
 
-@per_metric
+@measure("one_shot", each_metric=True)
 def one_shot(result, rows: list, metric: str) -> dict:
-    by = {s.method: s for s in rows}
-    learner = by["datamask"]
+    learner = (by := {s.method: s for s in rows})["datamask"]
     best = best_of(s for m, s in by.items() if m not in ("datamask", "joint-greedy"))
     return {"learner": learner, "best": best, "joint": by.get("joint-greedy"),
             "floor": learner.objective_mean - learner.objective_std,
             "best_objective": best.objective_mean}
 
 
+@measure("length_bias")
 def length_bias(root: str, folder: str, least: float) -> dict:
     """Per corpus: the quality selection's length ratio, each greedy's, each selection."""
     result = needed(read_result(os.path.join(root, folder), "length-bias"))
     items = []
     for corpus in result.corpora:
-        by = result.of(corpus.name)
-        quality = by.get(QUALITY)
+        quality = (by := result.of(corpus.name)).get(QUALITY)
         items.append({
             "name": corpus.name, "corpus": corpus, "band": band(corpus), "judged": QUALITY,
             "least": least, "paper": [f"{name} {percent(ratio)}" for name, ratio in PAPER.items()],
@@ -441,26 +441,13 @@ def length_bias(root: str, folder: str, least: float) -> dict:
     return {"items": items}
 
 
-def seed_spread(values: np.ndarray, form: str = ".3g") -> str:
-    """Values over seeds as median [min, max]; one not finite (a level not reached) as "-"."""
-    shown = (format(v, form) if np.isfinite(v) else "-"
-             for v in (np.median(values), values.min(), values.max()))
-    return "{} [{}, {}]".format(*shown)
-
-
-def times_over(later, t_later: float, earlier, t_earlier: float) -> str:
-    """Value `later`'s median time over `earlier`'s, where either may not have reached (inf)."""
-    if np.isfinite(t_earlier):
-        return f"{t_later / t_earlier:.2f}x" if np.isfinite(t_later) else f"{later} not reached"
-    return f"only {later} reached" if np.isfinite(t_later) else "neither reached"
-
-
+@measure("time_to_objective")
 def time_to_objective(root: str, folder: str, fixed: str, chain: list[list],
                       levels: list[float]) -> dict:
     """An --equal_time sweep (named as the sweep `fixed`) by metric: the window (the shortest run's
     span), the reference (the best median objective at its end in `chain`), times to level x
     reference (inf: not reached), per level and link of `chain` each group's faster value."""
-    result = needed(sweep(root, folder, os.path.basename(fixed)))
+    result = needed(results(root, folder, os.path.basename(fixed)))
     items, rows = [], []
     for metric in result.metrics:
         by_value = {v: [r for r in of_metric(result.runs, metric) if r.value == v]
@@ -498,14 +485,14 @@ def arms(root: str, run: str, show: dict | None = None) -> dict:
                   for m, v in table["verdict"]["vs_random"].items() if m.startswith("datamask-")],
               "shown": [{"line": line} for line in table["verdict"]["lines"]
                         if show is None or any(phrase in line for phrase in show[arm])]}
-             for arm, folder in (("free", "tables"), ("stratified", "tables-stratified"))
-             if (table := table_json(root, run, folder, "table2.json"))]
+             for arm, table in arm_tables(Path(root, run)).items()]
     needed(found and found[0]["arm"] == "free")
     arms_md = Path(root, run, "arms.md")
     return {"arms": found, "arms_md": arms_md.read_text().split("\n", 2)[2].strip().splitlines()
             + [""] if arms_md.exists() else []}
 
 
+@measure("table2_gain")
 def table2_gain(root: str, run: str, first: str) -> dict:
     """Both arms of the calibrated proxy's run, then the first proxy's verdict lines."""
     values = arms(root, run)
@@ -516,6 +503,7 @@ def table2_gain(root: str, run: str, first: str) -> dict:
                                              for o in arm["verdict"]["ordering"].values()]}
 
 
+@measure("table2_bound")
 def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: str,
                  show: dict, claim_words: dict) -> dict:
     """The drawn design: per primary in the free arm, `paper_row`'s and `today_row`'s outcomes,
@@ -536,10 +524,9 @@ def table2_bound(root: str, run: str, earlier: str, paper_row: str, today_row: s
         if m.startswith("datamask-")]} if before else {})}
 
 
-# ------------------------------------------------------------------ questions this project adds
-
+@measure("by_rows")
 def by_rows(root: str, folder: str, least: float) -> dict:
-    result = needed(timing(root, folder))
+    result = needed(results(root, folder, "timing"))
     done = {m: [c for c in of_metric(result.comparisons, m) if c.gain_ratio is not None]
             for m in result.metrics}
     items = [{"name": m, "least": least, "done": len(done[m]), "cross": result.crossover.get(m),
@@ -552,7 +539,7 @@ def by_rows(root: str, folder: str, least: float) -> dict:
 
 def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
     """`make ablation-stop`'s sweeps, (rows, result) from its n<N>/ folders, by rows."""
-    return [(n, sweep(root, f"{folder}/n{n}", "ablation-stop")) for n in sorted(
+    return [(n, results(root, f"{folder}/n{n}", "ablation-stop")) for n in sorted(
         int(path.name[1:]) for path in Path(root, folder).glob("n*") if path.name[1:].isdigit())]
 
 
@@ -563,6 +550,7 @@ def bench_cells(root: str, folder: str, *parts: str) -> pd.DataFrame:
     return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
+@measure("gradient_adds")
 def gradient_adds(root: str, stop: str, *folders: str) -> dict:
     """Learner runs from a scored greedy start (ablation-stop, timing, Facility's start, bench-
     defaults): the stopping rule's or fixed steps, a later step written, objective over the
@@ -575,11 +563,10 @@ def gradient_adds(root: str, stop: str, *folders: str) -> dict:
         runs += [(r.metric, result.config["lamb"], n, r.value != result.config["values"][0],
                   (r.best_step or 0) > 0, r.objective / r.curve[0].objective) for r in result.runs]
     runs += [(r.metric, 0.0, r.n, True, r.best_step > 0, np.nan)
-             for result in filter(None, (timing(root, folder) for folder in timed))
+             for result in filter(None, (results(root, folder, "timing") for folder in timed))
              for r in result.runs if r.label == "datamask" and r.best_step is not None]
-    sub, value = SCORED_START
-    runs += [("Facility", 0.0, 3_000, True, r.best_step > 0, np.nan)
-             for _, r in learner_ratios(os.path.join(root, facility, sub), value) or []]
+    runs += [("Facility", 0.0, 3_000, True, r.best_step > 0, np.nan) for _, r in learner_ratios(
+        os.path.join(root, facility, SCORED_START[0]), SCORED_START[1]) or []]
     runs = pd.DataFrame(needed(runs), columns=["metric", "lamb", "rows", "rule", "later", "ratio"])
     return {"later": int(runs[runs.rule].later.sum()), "runs": int(runs.rule.sum()), "items": [
         {"name": f"{metric} at lamb {lamb:g}", "metric": metric, "lamb": lamb,
@@ -589,12 +576,13 @@ def gradient_adds(root: str, stop: str, *folders: str) -> dict:
         for (metric, lamb), group in runs.groupby(["metric", "lamb"], sort=False)]}
 
 
+@measure("start_against_equal")
 def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
     """Timing runs from equal logits and the greedy start in pairs, then 1,000,000 rows' greedy."""
     *pairs, greedy_1m = folders
     rows = []
     for equal, start in zip(pairs[::2], pairs[1::2]):
-        result = timing(root, start)
+        result = results(root, start, "timing")
         for r in [r for r in result.runs if r.label == "datamask"] if result else []:
             runs = [compared(root, f, r.metric, r.n, greedies[r.metric],
                              greedy_1m if r.n >= 1_000_000 else None) for f in (equal, start)]
@@ -608,13 +596,13 @@ def start_against_equal(root: str, *folders: str, greedies: dict) -> dict:
     return {"rows": needed(rows), "items": list({row["name"]: row for row in rows}.values())}
 
 
+@measure("defaults_against_greedies")
 def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greedy: float,
                               adopted: dict[str, list[str]], beside: list[dict]) -> dict:
     """`today`'s bench-defaults cells, each replaced by the same cell of a round that adopted its
     metric (`adopted`: folder -> "<metric>" or "<metric> lamb <lamb>", in order); then `beside`'s
     tables (a `title`, the cells of `folder` or its `parts`). `rounds` are only cited."""
-    cells = bench_cells(root, today)
-    needed(not cells.empty)
+    needed(not (cells := bench_cells(root, today)).empty)
     key = ["family", "rows", "metric", "lamb"]
     for folder, metrics in adopted.items():
         later = bench_cells(root, folder)
@@ -639,6 +627,7 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
             "kept": int(((cells.gain_ratio >= keep_of_greedy) | cells.passes).sum())}
 
 
+@measure("stopping_rule")
 def stopping_rule(root: str, folder: str) -> dict:
     """The rule's mean objective and time over the fixed steps', per sweep and metric."""
     kept = []
@@ -651,30 +640,31 @@ def stopping_rule(root: str, folder: str) -> dict:
     return {"rows": frame.to_dict("records"), "worst": frame.objective_mean.min()}
 
 
+@measure("learning_rate")
 def learning_rate(root: str, rates: str, steps: str) -> dict:
     """The rates' sweep by metric, its longer check in 1000-steps/, the steps' sweep."""
-    result = needed(sweep(root, rates))
+    result = needed(results(root, rates))
     metrics = []
     for metric in result.metrics:
-        rows = of_metric(result.summary, metric)
-        best = best_of(rows)
+        best = best_of(rows := of_metric(result.summary, metric))
         high, low = (pick(rows, key=lambda s: float(s.value.split(":")[1])) for pick in (max, min))
         metrics.append({"name": metric, "best": best, "high": high, "low": low,
                         "floor": best.objective_mean - best.objective_std,
                         "high_objective": high.objective_mean,
                         "gain": best.objective_mean - best.start_mean,
                         "low_gain": low.objective_mean - low.start_mean})
-    longer, by_steps = sweep(root, f"{rates}/1000-steps", "ablation-lr"), sweep(root, steps)
+    longer, by_steps = results(root, f"{rates}/1000-steps", "ablation-lr"), results(root, steps)
     return {"metrics": metrics, "overall": mean_rank_best(result), "default": lr_setting(),
             "rates": rates, "steps": steps, "by_steps": sweep_rows(by_steps) if by_steps else [],
             **({"longer": longer, "longer_best": mean_rank_best(longer)} if longer else {})}
 
 
+@measure("variants")
 def variants(root: str, *folders: str) -> dict:
     """Each variant's sweep and its winner by its rule, then scale_on's, reported only."""
     *knobs, scale_on = folders
     items = []
-    for result in filter(None, (sweep(root, folder) for folder in knobs)):
+    for result in filter(None, (results(root, folder) for folder in knobs)):
         paper = result.config["values"][0]
         cost, words = COST_CUTTERS.get(result.knob, (None, None))
         items.append({"knob": result.knob, "paper": result.paper, "first": paper,
@@ -686,6 +676,7 @@ def variants(root: str, *folders: str) -> dict:
             "changed": [item["name"] for item in items if not item["kept"]]}
 
 
+@measure("learners_against_greedy")
 def learners_against_greedy(root: str, *folders: str, labels: list[str], against: dict) -> dict:
     """Learner runs (`labels`, the adopted first) against one gain target."""
     *learners, greedy = folders
@@ -695,10 +686,10 @@ def learners_against_greedy(root: str, *folders: str, labels: list[str], against
     return {"items": items}
 
 
+@measure("facility_start")
 def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
     """Select's scored start, then the screen's rows: folder, value (and at 20k)."""
-    folder = os.path.join(root, folder)
-    rows = []
+    folder, rows = os.path.join(root, folder), []
     for label, (sub, value, *at_20k) in screen.items():
         ratios = [ratio for ratio, _ in learner_ratios(os.path.join(folder, sub), value) or []]
         confirm = at_20k and learner_ratios(os.path.join(folder, "confirm-20k", *at_20k), value)
@@ -707,16 +698,19 @@ def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
     return {**needed(scored_start(folder, least)), "rows": rows}
 
 
+@measure("recorded")
 def recorded(root: str, folder: str, file: str) -> dict:
     """A bench's own record (its verdict where it judges its runs by its plan), as it wrote it."""
     return needed(table_json(root, folder, file))
 
 
+@measure("bench_blocks")
 def bench_blocks(root: str, folder: str, verdict: str, **rule) -> dict | list:
     """`make bench-blocks`' runs judged by its plan's rule, `verdict` in reproduce.bench.blocks."""
     return needed(getattr(blocks, verdict)(recorded(root, folder, "results.json")["runs"], **rule))
 
 
+@measure("instrument")
 def instrument(root: str, run: str, first: str) -> dict:
     """The calibrated proxy's run against the first proxy's tables."""
     free = needed(table_json(root, run, "tables", "table2.json"))

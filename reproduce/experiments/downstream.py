@@ -6,7 +6,9 @@ budget with several seeds, and the tables say which differences the run resolves
 Every flag is checked before the first stage; a bad one is refused with nothing written
 (docs/downstream.md, "Flags checked before any work").
 
-Chain (each step skips what a previous run finished, so an interrupted run resumes):
+Chain (each step skips what a previous run finished, so an interrupted run resumes; each stage is
+a class below whose fields are what it reads, with its output and its done-test; arms.md, the
+verdict and the table of runs are written by downstream_report.py):
   prepare   the pool's shards -> id, quality, embedding (incremental, reproduce/pipeline/prepare.py)
   select    each method over the prepared rows (reproduce/pipeline/select.py), in each arm: free,
             and stratified (`<method>@strat`: the budget split over the pool's domains in
@@ -40,36 +42,34 @@ docs/downstream.md "Determinism").
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from datamask.data import check_ratio, write_json_atomic, write_text_atomic
+from datamask.data import check_ratio, write_json_atomic
 from datamask.errors import UserError
 from datamask.options import SEED_MAX
 from datamask.paths import check_paths
-from eval.calibration import NULL, dose_label, mix_or_choice, parse_dose
+from eval.calibration import NULL, dose_label
 from eval.draws import draw_label
-from eval.verdict import BOUNDED, GREEDY_START, PRIMARY, bound_cell
+from eval.verdict import PRIMARY
 
 from ..cli import chain_stages
 from ..pipeline.common import METHODS, Progress, parse_sets
+from .downstream_report import STRATIFIED, TABLES, arms_markdown, runs_table, verdict_summary
 from .stage_worker import StageWorkers, child_environment
 
 CONTROL = "control"
 TASKS = ["bbc_cloze", "bbc_headline"]
-STRATIFIED = "@strat"  # the label suffix of the stratified arm
 STRATIFY_COLUMN = "domain"
 ARMS = ("free", "stratified")
-TABLES = {"free": "tables", "stratified": "tables-stratified"}  # each arm's tables folder
 DOSES = (0.05, 0.1, 0.25, 0.5)  # proxy-plan.md, section 3
 
 
@@ -154,10 +154,9 @@ POOL_MAX_SEQ_LENGTH = 128  # the tokens of a pool document that its embedding re
 
 
 def prepare_pool(pool: Path, logs: Path) -> None:
-    """The pool's shards -> pool/prepared (id, quality, embedding); a finished one is kept."""
-    python("reproduce", "prepare", "--input", str(pool / "fineweb"), "--output",
-           str(pool / "prepared"), "--max_seq_length", str(POOL_MAX_SEQ_LENGTH), "--no_progress",
-           threads=2, log=logs / "prepare.log")
+    """`Prepare` in a process of its own (the proxy's probes share it before they run)."""
+    stage = Prepare(pool)
+    python("reproduce", *stage.argv(), threads=stage.threads, log=logs / "prepare.log")
 
 
 def epoch_steps(tokens: int, epochs: float, batch_size: int, seq_len: int) -> int:
@@ -191,166 +190,340 @@ def in_parallel(tasks: list, jobs: int) -> None:
             raise
 
 
-def run(pool: Path, output: Path, runs: dict[str, dict], seeds: list[int], config: str,
-        ratio: float, block_size: int, vocab_size: int, jobs: int, heldout_docs: int | None,
-        select_seed: int, sets: list[str], epochs: float | None = None,
-        primary: str | list[str] = PRIMARY, outside: Path | None = None,
-        tasks: list[str] | None = None) -> dict:
-    """`runs` as plan_runs gives them, the flags as check_flags passed them. With `epochs`, every
-    run trains for the steps that read that many passes over random's selection (the same token
-    budget for all). `tasks`: the multiple-choice tasks scored beside bits per byte (default
-    TASKS; [] for none)."""
-    tasks = TASKS if tasks is None else tasks
-    started = time.time()
-    logs = output / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    prepared = pool / "prepared"
-    stamp = {}
+@dataclass(frozen=True)
+class Settings:
+    """The run's settings as check_flags passed them, which its stages are given. With `epochs`,
+    every run trains for the steps that read that many passes over random's selection (the same
+    token budget for all); `tasks`: the multiple-choice tasks scored beside bits per byte."""
 
-    workers = StageWorkers()
+    seeds: list[int]
+    config: str
+    ratio: float
+    block_size: int
+    vocab_size: int
+    jobs: int
+    heldout_docs: int | None
+    select_seed: int
+    sets: list[str]
+    epochs: float | None
+    primary: list[str]
+    outside: Path | None
+    tasks: list[str]
 
-    def stage(*argv: str, log: Path, threads: int = 1) -> None:
-        """A pipeline stage in this thread's worker (torch and the rest imported once)."""
-        workers.run(list(argv), log, threads)
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Settings:
+        return cls(seeds=args.seeds, config=args.config, ratio=args.select_ratio,
+                   block_size=args.block_size, vocab_size=args.vocab_size, jobs=args.jobs,
+                   heldout_docs=args.heldout_docs, select_seed=args.select_seed, sets=args.set,
+                   epochs=args.epochs, primary=args.primary,
+                   outside=Path(args.outside) if args.outside else None, tasks=args.tasks)
 
-    def timed(name, fn):
-        t0 = time.time()
+
+class Stage:
+    """One stage of the chain on one item. Its fields are what it reads and `output` what it
+    writes; `argv` is its `python -m reproduce` command line, `threads` the torch threads of the
+    worker it runs in, and `finished` says whether an earlier run wrote `output` for these
+    settings: the stage is then skipped, so a stopped run resumes where it stopped."""
+
+    threads = 1
+    output: Path
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def finished(self) -> bool:
+        return (self.output / "summary.json").is_file()
+
+
+@dataclass(frozen=True)
+class Prepare(Stage):
+    """The pool's shards -> pool/prepared (id, quality, embedding), on two threads. Never
+    finished here: prepare itself keeps what an earlier run prepared (it is incremental)."""
+
+    pool: Path
+    threads = 2
+
+    @property
+    def output(self) -> Path:
+        return self.pool / "prepared"
+
+    def argv(self) -> list[str]:
+        return ["prepare", "--input", str(self.pool / "fineweb"), "--output", str(self.output),
+                "--max_seq_length", str(POOL_MAX_SEQ_LENGTH), "--no_progress"]
+
+    def finished(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class Control(Stage):
+    """The old positive control (reproduce/pool/control.py) from the pool's prepared rows."""
+
+    pool: Path
+    ratio: float
+    seed: int
+    output: Path
+
+    def argv(self) -> list[str]:
+        return ["control", "--pool", str(self.pool), "--prepared", str(self.pool / "prepared"),
+                "--select_ratio", str(self.ratio), "--output", str(self.output), "--seed",
+                str(self.seed)]
+
+
+@dataclass(frozen=True)
+class Calibrate(Stage):
+    """A dose of a calibration series (reproduce/pool/calibration.py), built from `base`, the
+    selection of random."""
+
+    pool: Path
+    ratio: float
+    series: str
+    dose: float
+    seed: int
+    base: Path
+    output: Path
+
+    def argv(self) -> list[str]:
+        return ["calibrate", "--pool", str(self.pool), "--prepared", str(self.pool / "prepared"),
+                "--select_ratio", str(self.ratio), "--series", self.series, "--dose",
+                str(self.dose), "--seed", str(self.seed), "--base", str(self.base), "--output",
+                str(self.output)]
+
+
+@dataclass(frozen=True)
+class Select(Stage):
+    """A method's selection of the prepared rows (stratified: within the pool's domains), on two
+    threads; finished where an earlier run selected with the same spec in the same arm."""
+
+    pool: Path
+    spec: str
+    stratify: bool
+    ratio: float
+    block_size: int
+    seed: int
+    output: Path
+    threads = 2
+
+    def argv(self) -> list[str]:
+        strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(self.pool / "fineweb")]
+                  if self.stratify else [])
+        return ["select", "--input", str(self.pool / "prepared"), "--method", self.spec,
+                "--output", str(self.output), "--select_ratio", str(self.ratio), "--block_size",
+                str(self.block_size), "--seed", str(self.seed), *strata]
+
+    def finished(self) -> bool:
+        done = self.output / "summary.json"
+        summary = json.loads(done.read_text()) if done.is_file() else {}
+        return summary.get("method") == self.spec and ("strata" in summary) == self.stratify
+
+
+@dataclass(frozen=True)
+class Tokenizer(Stage):
+    """One BPE tokenizer trained on the whole pool (`output`: its tokenizer.json)."""
+
+    pool: Path
+    vocab_size: int
+    output: Path
+
+    def argv(self) -> list[str]:
+        return ["tokenizer", "--input", str(self.pool / "fineweb"), "--output", str(self.output),
+                "--vocab_size", str(self.vocab_size)]
+
+    def finished(self) -> bool:
+        return self.output.is_file()
+
+
+@dataclass(frozen=True)
+class Tokenize(Stage):
+    """A selection's documents as tokens (datatrove)."""
+
+    pool: Path
+    selection: Path
+    tokenizer: Path
+    output: Path
+
+    def argv(self) -> list[str]:
+        return ["tokenize", "--input", str(self.pool / "fineweb"), "--selection",
+                str(self.selection), "--tokenizer", str(self.tokenizer), "--output",
+                str(self.output)]
+
+
+@dataclass(frozen=True)
+class Train(Stage):
+    """One model on a token set, one torch thread, the config with `sets` on top."""
+
+    tokens: Path
+    tokenizer: Path
+    config: str
+    seed: int
+    sets: list[str]
+    output: Path
+
+    def argv(self) -> list[str]:
+        overrides = [a for s in [f"seed={self.seed}", "threads=1", *self.sets]
+                     for a in ("--set", s)]
+        return ["train", "--tokens", str(self.tokens), "--tokenizer", str(self.tokenizer),
+                "--config", self.config, "--no_progress", "--output", str(self.output),
+                *overrides]
+
+
+@dataclass(frozen=True)
+class Evaluate(Stage):
+    """A checkpoint's scores (`output`, one JSON file): held-out bits per byte, the tasks, and
+    the target `outside` the pool where one is given (a file scored without it is scored
+    again)."""
+
+    checkpoint: Path
+    pool: Path
+    tasks: list[str]
+    outside: Path | None
+    heldout_docs: int | None
+    output: Path
+
+    def argv(self) -> list[str]:
+        docs = ["--heldout_docs", str(self.heldout_docs)] if self.heldout_docs else []
+        target = ["--outside", str(self.outside)] if self.outside is not None else []
+        return ["evaluate", "--checkpoints", str(self.checkpoint), "--tasks", *self.tasks,
+                "--data_dir", str(self.pool / "tasks"), "--heldout", str(self.pool / "heldout"),
+                *target, *docs, "--output", str(self.output.parent)]
+
+    def finished(self) -> bool:
+        return self.output.is_file() and (self.outside is None
+                                          or "outside" in json.loads(self.output.read_text()))
+
+
+class Chain:
+    """The stages of one run over its folders, phase by phase (module docstring): each phase
+    builds its stages, runs in a stage worker those an earlier run did not finish, and is timed."""
+
+    def __init__(self, pool: Path, output: Path, runs: dict[str, dict], settings: Settings):
+        self.pool, self.output, self.runs, self.settings = pool, output, runs, settings
+        self.logs = output / "logs"
+        self.tokenizer = output / "tokenizer" / "tokenizer.json"
+        self.workers, self.stamp = StageWorkers(), {}
+
+    def do(self, stages: list[Stage], log: Path) -> bool:
+        """Run the `stages` not finished, in turn, as one request to this thread's worker (with
+        the first one's threads); whether there was any."""
+        todo = [stage for stage in stages if not stage.finished()]
+        if todo:
+            self.workers.run(chain_stages([stage.argv() for stage in todo]), log,
+                             todo[0].threads)
+        return bool(todo)
+
+    def timed(self, name: str, phase) -> None:
+        started = time.time()
         try:
-            fn()
+            phase()
         finally:
-            workers.close()
-        stamp[name] = round(time.time() - t0, 1)
-        print(f"downstream: {name} done in {stamp[name]} s", flush=True)
+            self.workers.close()
+        self.stamp[name] = round(time.time() - started, 1)
+        print(f"downstream: {name} done in {self.stamp[name]} s", flush=True)
 
-    print(f"downstream: {len(runs)} selections, {len(runs) * len(seeds)} training runs "
-          f"({len(seeds)} seeds each), {jobs} at a time", flush=True)
-    timed("prepare", lambda: prepare_pool(pool, logs))
-    selecting = Progress("select", len(runs))
-
-    def select_one(label: str, plan: dict) -> None:
-        out = output / "select" / label
-        done = out / "summary.json"
-        log = logs / f"select.{label}.log"
-        worked = not done.is_file()
+    def selection(self, label: str) -> Stage:
+        """The stage that writes `label`'s selection: the control, a calibration dose (from
+        random's selection) or a method's."""
+        plan, out, s = self.runs[label], self.output / "select" / label, self.settings
         if "control" in plan:
-            if worked:
-                stage("control", "--pool", str(pool), "--prepared",
-                       str(prepared), "--select_ratio", str(ratio), "--output", str(out),
-                       "--seed", str(select_seed), log=log)
-        elif "series" in plan:
-            if worked:
-                stage("calibrate", "--pool", str(pool), "--prepared",
-                       str(prepared), "--select_ratio", str(ratio), "--series",
-                       plan["series"], "--dose", str(plan["dose"]), "--seed",
-                       str(select_seed), "--base",
-                       str(output / "select" / "random" / "selection.parquet"),
-                       "--output", str(out), log=log)
-        else:
-            strata = (["--stratify", STRATIFY_COLUMN, "--strata_from", str(pool / "fineweb")]
-                      if plan["stratify"] else [])
-            finished = json.loads(done.read_text()) if done.is_file() else {}
-            # finished before: the same spec on the same prepared rows
-            worked = finished.get("method") != plan["spec"] or \
-                ("strata" in finished) != plan["stratify"]
-            if worked:
-                stage("select", "--input", str(prepared), "--method",
-                       plan["spec"], "--output", str(out), "--select_ratio", str(ratio),
-                       "--block_size", str(block_size), "--seed", str(select_seed), *strata,
-                       threads=2, log=log)
-        selecting.tick(label, worked)
+            return Control(self.pool, s.ratio, s.select_seed, out)
+        if "series" in plan:
+            return Calibrate(self.pool, s.ratio, plan["series"], plan["dose"], s.select_seed,
+                             self.output / "select" / "random" / "selection.parquet", out)
+        return Select(self.pool, plan["spec"], plan["stratify"], s.ratio, s.block_size,
+                      s.select_seed, out)
 
-    def select():
-        # the methods one at a time, each on two torch threads (a selection depends on the
-        # thread count, so the count stays whatever --jobs is); then the calibration
-        # selections, built from random's, --jobs at a time
-        for label, plan in runs.items():
+    def select(self) -> None:
+        """The methods one at a time, each on two torch threads (a selection depends on the
+        thread count, so the count stays whatever --jobs is); then the calibration selections,
+        built from random's, --jobs at a time."""
+        progress = Progress("select", len(self.runs))
+
+        def one(label: str) -> None:
+            progress.tick(label, self.do([self.selection(label)],
+                                         self.logs / f"select.{label}.log"))
+        for label, plan in self.runs.items():
             if "series" not in plan:
-                select_one(label, plan)
-        in_parallel([partial(select_one, label, plan) for label, plan in runs.items()
-                     if "series" in plan], jobs)
-    timed("select", select)
+                one(label)
+        in_parallel([partial(one, label) for label, plan in self.runs.items()
+                     if "series" in plan], self.settings.jobs)
 
-    tokenizer = output / "tokenizer" / "tokenizer.json"
+    def tokenize(self) -> None:
+        """The tokenizer, then every selection's token set, --jobs at a time."""
+        self.do([Tokenizer(self.pool, self.settings.vocab_size, self.tokenizer)],
+                self.logs / "tokenizer.log")
+        progress = Progress("tokenize", len(self.runs))
 
-    tokenizing = Progress("tokenize", len(runs))
+        def one(label: str) -> None:
+            stage = Tokenize(self.pool, self.output / "select" / label / "selection.parquet",
+                             self.tokenizer, self.output / "tokens" / label)
+            progress.tick(label, self.do([stage], self.logs / f"tokenize.{label}.log"))
+        in_parallel([partial(one, label) for label in self.runs], self.settings.jobs)
 
-    def tokenize_one(label: str) -> None:
-        worked = not (output / "tokens" / label / "summary.json").is_file()
-        if worked:
-            stage("tokenize", "--input", str(pool / "fineweb"), "--selection",
-                   str(output / "select" / label / "selection.parquet"), "--tokenizer",
-                   str(tokenizer), "--output", str(output / "tokens" / label),
-                   log=logs / f"tokenize.{label}.log")
-        tokenizing.tick(label, worked)
+    def train(self) -> None:
+        """Each (selection, seed): train, then score, in one process; --jobs at a time, seeds
+        outermost, so a run stopped early still holds every method at the first seeds. With
+        --epochs, first the steps of that many passes over random's selection, for all."""
+        s = self.settings
+        if s.epochs is not None:
+            s = self.settings = replace(s, sets=[*s.sets, *epoch_settings(
+                self.output, s.config, s.sets, s.epochs)])
+        progress = Progress("train+evaluate", len(self.runs) * len(s.seeds))
 
-    def tokenize():
-        if not tokenizer.is_file():
-            stage("tokenizer", "--input", str(pool / "fineweb"), "--output",
-                   str(tokenizer), "--vocab_size", str(vocab_size), log=logs / "tokenizer.log")
-        in_parallel([partial(tokenize_one, label) for label in runs], jobs)
-    timed("tokenize", tokenize)
-    if epochs is not None:
-        sets = [*sets, *epoch_settings(output, config, sets, epochs)]
+        def one(label: str, seed: int) -> None:
+            checkpoint = self.output / "train" / label / f"seed{seed}"
+            stages = [Train(self.output / "tokens" / label, self.tokenizer, s.config, seed,
+                            s.sets, checkpoint),
+                      Evaluate(checkpoint, self.pool, s.tasks, s.outside, s.heldout_docs,
+                               self.output / "eval" / f"{label}.seed{seed}.json")]
+            progress.tick(f"{label} seed {seed}", self.do(stages,
+                                                          self.logs / f"{label}.seed{seed}.log"))
+        in_parallel([partial(one, label, seed) for seed in s.seeds for label in self.runs],
+                    s.jobs)
 
-    training = Progress("train+evaluate", len(runs) * len(seeds))
-
-    def train_and_evaluate(label: str, seed: int) -> None:
-        ckpt = output / "train" / label / f"seed{seed}"
-        log = logs / f"{label}.seed{seed}.log"
-        stages = []
-        if not (ckpt / "summary.json").is_file():
-            overrides = [a for s in [f"seed={seed}", "threads=1", *sets] for a in ("--set", s)]
-            stages.append(["train", "--tokens", str(output / "tokens" / label), "--tokenizer",
-                           str(tokenizer), "--config", config, "--no_progress", "--output",
-                           str(ckpt), *overrides])
-        scored = output / "eval" / f"{label}.seed{seed}.json"
-        if not scored.is_file() or \
-                (outside is not None and "outside" not in json.loads(scored.read_text())):
-            docs = ["--heldout_docs", str(heldout_docs)] if heldout_docs else []
-            target = ["--outside", str(outside)] if outside is not None else []
-            stages.append(["evaluate", "--checkpoints", str(ckpt), "--tasks", *tasks,
-                           "--data_dir", str(pool / "tasks"), "--heldout", str(pool / "heldout"),
-                           *target, *docs, "--output", str(output / "eval")])
-        if stages:
-            workers.run(chain_stages(stages), log)
-        training.tick(f"{label} seed {seed}", bool(stages))
-
-    def train_all():
-        # seeds outermost: a run stopped early still holds every method at the first seeds
-        in_parallel([partial(train_and_evaluate, label, seed)
-                     for seed in seeds for label in runs], jobs)
-    timed("train+evaluate", train_all)
-
-    def tables_and_figures():
+    def tables(self) -> None:
+        """Per arm, Table 2 from the scores (the stratified arm calibrated by the free arm's
+        rows, trained in this run with the same proxy and seeds), then the figures."""
         from eval.tables import write_tables
 
         from ..pool.control import kept_fractions
 
         written = {}
         for arm, folder in TABLES.items():
-            labels = [label for label in runs if label.endswith(STRATIFIED) == (arm != "free")]
+            labels = [label for label in self.runs
+                      if label.endswith(STRATIFIED) == (arm != "free")]
             if not labels:
                 continue
-            files = [output / "eval" / f"{label}.seed{seed}.json"
-                     for label in labels for seed in seeds]
-            # the stratified arm has no calibration rows: the free arm's, trained in this run
-            # with the same proxy and seeds, calibrate it
+            files = [self.output / "eval" / f"{label}.seed{seed}.json"
+                     for label in labels for seed in self.settings.seeds]
             shared = ("the free arm", json.loads(written["free"].read_text())) \
                 if "free" in written else None
-            write_tables(files, output / folder, partial(kept_fractions, pool),
-                         "random" + STRATIFIED * (arm != "free"), primary=primary,
+            write_tables(files, self.output / folder, partial(kept_fractions, self.pool),
+                         "random" + STRATIFIED * (arm != "free"), primary=self.settings.primary,
                          calibrated_by=shared)
-            written[arm] = output / folder / "table2.json"
+            written[arm] = self.output / folder / "table2.json"
         python("figures.downstream", "--table", *map(str, written.values()), "--output",
-               str(output / "figures"), log=logs / "tables.log")
-    timed("tables", tables_and_figures)
-    arms_markdown(output)
+               str(self.output / "figures"), log=self.logs / "tables.log")
 
-    record = {"pool": str(pool), "runs": runs, "seeds": seeds, "config": config,
-              "set": sets, "epochs": epochs, "primary": primary, "select_ratio": ratio,
-              "block_size": block_size, "vocab_size": vocab_size, "jobs": jobs,
-              "heldout_docs": heldout_docs, "outside": str(outside) if outside else None,
-              "select_seed": select_seed, "stage_wall_s": stamp,
+
+def run(pool: Path, output: Path, runs: dict[str, dict], settings: Settings) -> dict:
+    """Every stage of the chain for `runs` (as plan_runs gives them), then arms.md, the run's
+    record (downstream.json) and the verdict, printed last."""
+    started = time.time()
+    chain = Chain(pool, output, runs, settings)
+    chain.logs.mkdir(parents=True, exist_ok=True)
+    print(f"downstream: {len(runs)} selections, {len(runs) * len(settings.seeds)} training runs "
+          f"({len(settings.seeds)} seeds each), {settings.jobs} at a time", flush=True)
+    chain.timed("prepare", lambda: prepare_pool(pool, chain.logs))
+    for name, phase in (("select", chain.select), ("tokenize", chain.tokenize),
+                        ("train+evaluate", chain.train), ("tables", chain.tables)):
+        chain.timed(name, phase)
+    arms_markdown(output)
+    s = chain.settings
+    record = {"pool": str(pool), "runs": runs, "seeds": s.seeds, "config": s.config,
+              "set": s.sets, "epochs": s.epochs, "primary": s.primary, "select_ratio": s.ratio,
+              "block_size": s.block_size, "vocab_size": s.vocab_size, "jobs": s.jobs,
+              "heldout_docs": s.heldout_docs, "outside": str(s.outside) if s.outside else None,
+              "select_seed": s.select_seed, "stage_wall_s": chain.stamp,
               "wall_s": round(time.time() - started, 1), "trained": runs_table(output)}
     write_json_atomic(record, output / "downstream.json")
     print(verdict_summary(output), end="")
@@ -372,228 +545,6 @@ def epoch_settings(output: Path, config: str, sets: list[str], epochs: float) ->
     return [f"max_steps={steps}"] + ([f"average_every={max(1, steps // 20)}"]
                                      if train_cfg.average_last else [])
 
-
-def arm_tables(output: Path) -> dict[str, dict]:
-    """{arm: its table2.json} for each arm the run folder has tables of."""
-    return {arm: json.loads((output / folder / "table2.json").read_text())
-            for arm, folder in TABLES.items() if (output / folder / "table2.json").is_file()}
-
-
-def primaries_of(table: dict) -> list[str]:
-    """The columns a table's verdict judged: several where the reference was drawn several
-    times (eval/verdict.py's RULE_DRAWS), else its one primary."""
-    return table["verdict"].get("primaries", [table["verdict"]["primary"]])
-
-
-def outcomes(table: dict, primary: str) -> dict[str, str]:
-    """{method: its outcome against random} on `primary`, as the table's verdict words it."""
-    by_primary = table["verdict"].get("by_primary")
-    return by_primary[primary]["vs_random"] if by_primary else table["verdict"]["vs_random"]
-
-
-def difference(table: dict, label: str, primary: str) -> dict | None:
-    """The difference the verdict judged `label` by on `primary` (over the draws where the
-    reference was drawn several times, else paired over seeds); None where it has none."""
-    by_primary = table["verdict"].get("by_primary")
-    if by_primary:
-        return by_primary.get(primary, {}).get("differences", {}).get(label)
-    return table["vs_reference"].get(label, {}).get(primary)
-
-
-def arms_markdown(output: Path) -> None:
-    """Each method's outcome against random in the free and the stratified arm (the verdicts of
-    both tables), and whether a free-arm difference is the domain mix or the choice within
-    domains, per primary metric; written to arms.md."""
-    tables = arm_tables(output)
-    if "free" not in tables:
-        return
-    text = ("# Free and stratified arms\n\nEach method against random in the free arm (its own "
-            "domain mix) and in the stratified arm (the pool's mix, against `random@strat`); a "
-            "free-arm difference is the **choice within domains** when the stratified arm "
-            "resolves the same, and the **mix** when it does not.\n")
-    for primary in primaries_of(tables["free"]):
-        free = outcomes(tables["free"], primary)
-        stratified = outcomes(tables["stratified"], primary) if "stratified" in tables else {}
-        rows = [f"| {method} | {outcome} | {stratified.get(method + STRATIFIED) or ''} | "
-                f"{mix_or_choice(outcome, stratified.get(method + STRATIFIED))} |"
-                for method, outcome in free.items() if method != NULL and not parse_dose(method)]
-        text += (f"\nOn `{primary}`:\n\n| method | free arm | stratified arm | the difference "
-                 f"is |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
-    write_text_atomic(text, output / "arms.md")
-
-
-def verdict_summary(output: Path) -> str:
-    """The run's verdict on one screen, the last thing it prints (and verdict.md): the
-    calibration, each method against random in each arm and on each primary with arms.md's
-    reading (mix or choice within domains), the paper's ordering or its claim as a bound, what
-    the policy gradient adds, and where the full tables and figures are. Where random was drawn
-    several times the calibration and the claim are tables, one row per primary, so that two
-    primaries still fit one screen; the sentences are in the tables' own verdicts."""
-    tables = arm_tables(output)
-    if not tables:
-        return ""
-    first = next(iter(tables.values()))
-    primaries = primaries_of(first)
-    seeds = "/".join(str(n) for n in sorted({t["power"][primaries[0]]["n_seeds"]
-                                             for t in tables.values()}))
-    drawn = "by_primary" in first["verdict"]
-    lines = [f"# Verdict on {' and '.join(primaries)}: method - random on the same {seeds} "
-             "training seeds" + (", over every selection draw of each" if drawn else "")
-             + ", mean ± 95% CI", ""]
-    short = {p: f"P{i + 1}" for i, p in enumerate(primaries)} if len(primaries) > 1 else \
-        {primaries[0]: ""}
-    if len(primaries) > 1:
-        lines += ["; ".join(f"{name}: {p}" for p, name in short.items()), ""]
-    if drawn:
-        lines += [*drawn_calibration_table(tables, primaries, short), ""]
-    else:
-        said = {}  # each power or calibration line once, with the first arm that states it
-        for arm, table in tables.items():
-            for line in table["verdict"]["lines"]:
-                if line.startswith(("Power:", "Calibration:")):
-                    said.setdefault(line, arm)
-        lines += [bullet(line if arm == "free" else f"[{arm} arm] {line}")
-                  for line, arm in said.items()] + [""]
-    lines += methods_table(tables, primaries, short)
-    if drawn:
-        lines += ["", *claim_table(tables, primaries, short)]
-    ordering = [bullet(f"The paper's ordering (a datamask variant better than every other "
-                       f"selection), {arm} arm: " + ", ".join(
-                           f"{v.removesuffix(STRATIFIED)} {o['outcome']}"
-                           for v, o in table["verdict"]["ordering"].items()) + ".")
-                for arm, table in tables.items() if table["verdict"]["ordering"]]
-    lines += [""] + ordering if ordering else []
-    where = {output / TABLES[arm] / "table2.md": f"the {arm} arm's full tables"
-             + (" with the calibration rows" if arm == "free" else "") for arm in tables}
-    where |= {output / "figures" / "forest.png": "each selection against random, per arm",
-              output / "figures" / "dose-response.png": "the junk and dup doses",
-              output / "arms.md": "each method in both arms",
-              output / "downstream.json": "every run's settings, tokens and seconds"}
-    lines += ["", "Every metric (bits per byte per domain, any multiple-choice task), SNR, planted "
-              "rows kept, costs and the rule:"]
-    lines += [f"- {path}: {what}" for path, what in where.items() if path.is_file()]
-    text = "\n".join(lines) + "\n"
-    write_text_atomic(text, output / "verdict.md")
-    return text
-
-
-def drawn_calibration_table(tables: dict[str, dict], primaries: list[str],
-                            short: dict[str, str]) -> list[str]:
-    """One row per primary: the null's false positives over random's pairs of draws in each
-    arm, eligibility and the smallest resolved doses (the free arm's, which calibrate both),
-    the SNR and the minimum detectable difference."""
-    arms = " / ".join(tables)
-    lines = [f"| primary | the null: pairs of random's draws resolved ({arms}) | eligible | "
-             "smallest resolved dose | SNR | minimum detectable difference (80% power) |",
-             "|---|---|---|---|---|---|"]
-    for primary in primaries:
-        mine = {arm: t["verdict"]["by_primary"].get(primary, {}).get("calibration")
-                for arm, t in tables.items()}
-        c = mine.get("free") or next(iter(mine.values()))
-        if c is None:
-            lines.append(f"| {short[primary] or primary} | not judged: no such column | - | - | - "
-                         "| - |")
-            continue
-        pairs = " / ".join(f"{fp['resolved']} of {fp['pairs']}" for fp in (
-            m.get("own_false_positives", m["false_positives"]) for m in mine.values() if m))
-        doses = ", ".join(f"{series} {dose:g}" if dose is not None else f"{series} none"
-                          for series, dose in c["smallest_resolved"].items())
-        snr = f"{c['snr']:.2f}" if c["snr"] is not None else "-"
-        mde = f"{c['minimum_detectable']:.4f}" if c["minimum_detectable"] is not None else "-"
-        lines.append(f"| {short[primary] or primary} | {pairs} | "
-                     f"{'yes' if c['eligible'] else '**no**: decides nothing'} | {doses or '-'} "
-                     f"| {snr} | {mde} |")
-    return lines
-
-
-def methods_table(tables: dict[str, dict], primaries: list[str],
-                  short: dict[str, str]) -> list[str]:
-    """Each method against random in each arm and on each primary, with arms.md's reading."""
-    from eval.tables import difference_cell
-
-    free, stratified = tables.get("free"), tables.get("stratified")
-    heads = [f"{arm} arm" + (f" {short[p]}" if short[p] else "") for p in primaries
-             for arm in tables]
-    lines = ["| method | " + " | ".join(heads) + " | the difference is |",
-             "|---" * (len(heads) + 2) + "|"]
-    for method in outcomes(free or stratified, primaries[0]):
-        method = method.removesuffix(STRATIFIED)
-        cells = []
-        for primary in primaries:
-            for arm, t in tables.items():
-                d = difference(t, method + STRATIFIED * (arm != "free"), primary)
-                cells.append(difference_cell(d, primary, False) if d else "")
-        readings = []
-        for primary in primaries if free and stratified else []:
-            mine = outcomes(free, primary).get(method)
-            reading = mix_or_choice(mine, outcomes(stratified, primary).get(method + STRATIFIED)) \
-                if mine else ""
-            if reading:
-                readings.append(f"{short[primary]} {reading}".strip())
-        lines.append(f"| {method} | {' | '.join(cells)} | {'; '.join(readings)} |")
-    return lines
-
-
-def claim_table(tables: dict[str, dict], primaries: list[str], short: dict[str, str]) -> list[str]:
-    """The paper's claim as a bound (the free arm's gain over random, positive is better) and
-    what the policy gradient adds (method - greedy-start in each arm), per primary."""
-    from eval.tables import difference_cell
-
-    lines = ["| primary | what | " + " | ".join(BOUNDED) + " |", "|---" * (len(BOUNDED) + 2) + "|"]
-    for primary in primaries:
-        name = short[primary] or primary
-        free = tables["free"]["verdict"]["by_primary"].get(primary) if "free" in tables else None
-        if free:
-            eligible = free["calibration"]["eligible"]
-            cells = [bound_cell(free["bounds"][m]) if m in free["bounds"] else
-                     "not eligible" if not eligible else "not run" for m in BOUNDED]
-            lines.append(f"| {name} | the paper's claim: gain over random, free arm | "
-                         + " | ".join(cells) + " |")
-        for arm, t in tables.items():
-            judged = t["verdict"]["by_primary"].get(primary)
-            gradient = judged["policy_gradient"] if judged else {}
-            if gradient:
-                cells = [difference_cell(gradient[m]["difference"], primary, False)
-                         if m in gradient else "not run" for m in BOUNDED]
-                lines.append(f"| {name} | what the policy gradient adds: method - "
-                             f"{GREEDY_START}, {arm} arm | " + " | ".join(cells) + " |")
-    return lines
-
-
-def bullet(line: str) -> str:
-    """`line` as a Markdown list item wrapped at 100 columns."""
-    return textwrap.fill(line, 100, initial_indent="- ", subsequent_indent="  ",
-                         break_long_words=False, break_on_hyphens=False)
-
-
-def selection_hash(selection: Path) -> str:
-    """SHA-256 of the sorted ids a selection.parquet selects: two labels with the same hash
-    trained on the same documents."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(selection, columns=["id", "selected"])
-    ids = sorted(table.column("id").filter(table.column("selected")).to_pylist())
-    return "sha256:" + hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
-def runs_table(output: Path) -> list[dict]:
-    """Per (method, seed): the selection's hash, tokens seen, unique tokens, epochs, wall times
-    (train and eval)."""
-    rows, hashes = [], {}
-    for summary in sorted((output / "train").glob("*/seed*/summary.json")):
-        s = json.loads(summary.read_text())
-        label, seed = summary.parent.parent.name, s["seed"]
-        ev = output / "eval" / f"{label}.seed{seed}.json"
-        selection = output / "select" / label / "selection.parquet"
-        if label not in hashes and selection.is_file():
-            hashes[label] = selection_hash(selection)
-        rows.append({"method": label, "seed": seed, "selection": hashes.get(label),
-                     "tokens_in_selection": s["tokens_in_data"],
-                     "tokens_seen": s["tokens_seen"], "unique_tokens_seen": s["unique_tokens_seen"],
-                     "epochs": s["epochs"], "train_wall_s": s["train_wall_s"],
-                     "eval_wall_s": json.loads(ev.read_text()).get("eval_wall_s")
-                     if ev.is_file() else None})
-    return rows
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -716,10 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         methods = parse_methods(args.methods)
         runs = plan_runs(methods, args.arms, not args.no_null, args.junk, args.dup,
                          args.select_seed, parse_draws(args.draws, methods))
-        run(Path(args.pool), Path(args.output), runs, args.seeds, args.config, args.select_ratio,
-            args.block_size, args.vocab_size, args.jobs, args.heldout_docs, args.select_seed,
-            args.set, args.epochs, args.primary, Path(args.outside) if args.outside else None,
-            args.tasks)
+        run(Path(args.pool), Path(args.output), runs, Settings.of(args))
 
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.experiments.downstream")

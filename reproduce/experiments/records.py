@@ -214,6 +214,11 @@ class TimingResult(ExperimentResult):
     comparisons: list[Comparison]
     crossover: dict[str, int | None]
 
+    def run_of(self, metric: str, n: int, label: str) -> TimingRun | None:
+        """`label`'s run on `metric` at `n` rows (None: not in this result)."""
+        return next((r for r in self.runs if (r.metric, r.n, r.label) == (metric, n, label)),
+                    None)
+
 
 # ---------------------------------------------------------------- sweep and direct
 

@@ -236,6 +236,20 @@ def time_to(run: SweepRun, target: float, window: float) -> float:
     return float(times[hit.argmax()]) if hit.any() else math.inf
 
 
+def seed_spread(values: np.ndarray, form: str = ".3g") -> str:
+    """Values over seeds as median [min, max]; one not finite (a level not reached) as "-"."""
+    shown = (format(v, form) if np.isfinite(v) else "-"
+             for v in (np.median(values), values.min(), values.max()))
+    return "{} [{}, {}]".format(*shown)
+
+
+def times_over(later, t_later: float, earlier, t_earlier: float) -> str:
+    """Value `later`'s median time over `earlier`'s, where either may not have reached (inf)."""
+    if np.isfinite(t_earlier):
+        return f"{t_later / t_earlier:.2f}x" if np.isfinite(t_later) else f"{later} not reached"
+    return f"only {later} reached" if np.isfinite(t_later) else "neither reached"
+
+
 def summarise(runs: list[SweepRun], args) -> list[SweepSummary]:
     out = []
     for metric in args.metrics:
