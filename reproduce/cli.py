@@ -78,14 +78,12 @@ def cmd_dedup(args) -> None:
 
 
 def cmd_select(args) -> None:
-    from .pipeline.engines import cluster_flags
-    from .pipeline.select import run_select
+    from datamask.options import given
 
-    _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
-                      args.block_size, args.seed, args.executor, args.workers,
-                      cluster_flags(args), args.stratify, args.strata_from, args.merge_ratio,
-                      args.merge_rows, args.merge_partition, args.partition,
-                      args.partition_sample, Path(args.keep) if args.keep else None))
+    from .pipeline.engines import cluster_flags
+    from .pipeline.select import SelectConfig, run_select
+
+    _print(run_select(SelectConfig(**given(args, SelectConfig), cluster=cluster_flags(args))))
 
 
 def cmd_methods(args) -> None:
@@ -219,9 +217,12 @@ def cmd_planted(args) -> None:
 
 
 def add_stage_parsers(sub) -> None:
+    from datamask.options import add_flags
+
     from .pipeline.common import NON_NEGATIVE, POSITIVE, SEED, positive_number
     from .pipeline.embedders import PRECISIONS
     from .pipeline.engines import add_executor_flags
+    from .pipeline.select import SelectConfig
 
     p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
     p.add_argument("--output", required=True, help="folder for the FineWeb-format shards")
@@ -312,43 +313,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_dedup)
 
     p = sub.add_parser("select", help="run one selector over prepared rows in independent blocks")
-    p.add_argument("--input", nargs="+", required=True, help="prepared Parquet files or folders")
-    p.add_argument("--output", required=True, help="folder for this method's selection")
-    p.add_argument("--method", required=True,
-                   help="NAME or NAME:key=value,... with a registered selector's options, e.g. "
-                        "datamask:n_epochs=500,lamb=0.5 (list: python -m reproduce methods)")
-    p.add_argument("--select_ratio", type=float, default=0.25,
-                   help="fraction of the input to select, split over the blocks by their rows "
-                        "(default: %(default)s)")
-    p.add_argument("--block_size", type=NON_NEGATIVE, default=0,
-                   help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the row-to-block assignment")
-    p.add_argument("--partition", default="random",
-                   help="how the rows are cut into blocks: random (a seeded permutation) or "
-                        "neighbourhood (near rows together, so a block is a region of the space: "
-                        "for coverage objectives such as Facility) (default: %(default)s)")
-    p.add_argument("--partition_sample", type=NON_NEGATIVE, metavar="N",
-                   help="rows whose features the neighbourhood cuts are fitted on, a seeded "
-                        "sample (default: all rows up to 50,000)")
-    p.add_argument("--stratify", metavar="COLUMN",
-                   help="split the whole input's budget over this column's values in proportion "
-                        "to the input, to the row, and select each part within its stratum")
-    p.add_argument("--strata_from", nargs="+", metavar="DIR",
-                   help="FineWeb shards (files or folders) holding the --stratify column, looked "
-                        "up by id; needed when the prepared shards lack it")
-    p.add_argument("--merge_ratio", type=float, default=0.0,
-                   help="a second round across blocks: each block selects this share, then "
-                        "the union of their picks the budget; above --select_ratio, 0 for none "
-                        "(default: %(default)s)")
-    p.add_argument("--merge_rows", type=NON_NEGATIVE, default=0,
-                   help="rows per part of the merge round, 0 for the block size "
-                        "(default: %(default)s)")
-    p.add_argument("--merge_partition", default="neighbourhood",
-                   help="how the union is cut into parts: neighbourhood (near rows together) or "
-                        "random (default: %(default)s)")
-    p.add_argument("--keep", help="a keep-list of these prepared rows (`dedup`'s output folder): "
-                                  "the rows it removes are not selected and count toward no "
-                                  "budget")
+    add_flags(p, SelectConfig)
     add_executor_flags(p, "blocks")
     p.set_defaults(func=cmd_select)
 

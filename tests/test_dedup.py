@@ -19,7 +19,7 @@ from reproduce.cli import main
 from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPairs,
                                       PlanRegions, guest_margin, keep_first, run_dedup,
                                       similar_pairs)
-from reproduce.pipeline.select import run_select
+from reproduce.pipeline.select import SelectConfig, run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 
 DIM = 32
@@ -365,11 +365,11 @@ def rewritten_keep_list(keep_list, folder, keep: bool):
 
 
 SELECT_KEEP = {
-    "one block": {"method_spec": "quality-topk"},
+    "one block": {"method": "quality-topk"},
     # the term scale's sample, neighbourhood routing and the merge round over kept rows only
-    "blocks, merge round": {"method_spec": "joint-greedy", "block_size": 20, "merge_ratio": 0.9,
+    "blocks, merge round": {"method": "joint-greedy", "block_size": 20, "merge_ratio": 0.9,
                             "merge_partition": "random", "partition": "neighbourhood"},
-    "blocks, strata": {"method_spec": "quality-topk", "block_size": 20, "merge_ratio": 0.9,
+    "blocks, strata": {"method": "quality-topk", "block_size": 20, "merge_ratio": 0.9,
                        "stratify": "domain"},
 }
 
@@ -385,8 +385,8 @@ def test_select_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path,
         domains = pa.table({"id": ids, "domain": [i.split("-")[0] for i in ids]})
         pq.write_table(domains, tmp_path / "domains.parquet")
         flags = {**flags, "strata_from": [str(tmp_path / "domains.parquet")]}
-    summary = run_select([str(corpus / "prepared")], tmp_path / "out", select_ratio=0.8,
-                         keep=deduped, **flags)
+    summary = run_select(SelectConfig(input=[str(corpus / "prepared")], output=tmp_path / "out",
+                                      select_ratio=0.8, keep=deduped, **flags))
     table = pq.read_table(tmp_path / "out" / "selection.parquet").to_pydict()
     assert table["id"] == ids
     chosen = [i for i, s in zip(ids, table["selected"]) if s]
@@ -415,12 +415,14 @@ def test_a_keep_list_that_removes_nothing_selects_as_none_and_another_one_starts
     byte for byte; the keep-list's file is part of the configuration, so a rerun into the same
     folder with another redoes the blocks instead of merging ones planned for other rows."""
     everything = rewritten_keep_list(deduped, tmp_path / "everything", keep=True)
-    args = ([str(corpus / "prepared")], tmp_path / "with", "joint-greedy", 0.5)
-    run_select(*args, keep=everything)
-    run_select([str(corpus / "prepared")], tmp_path / "without", "joint-greedy", 0.5)
+    args = dict(input=[str(corpus / "prepared")], output=tmp_path / "with",
+                method="joint-greedy", select_ratio=0.5)
+    run_select(SelectConfig(**args, keep=everything))
+    run_select(SelectConfig(input=[str(corpus / "prepared")], output=tmp_path / "without",
+                            method="joint-greedy", select_ratio=0.5))
     assert (tmp_path / "with" / "selection.parquet").read_bytes() == \
         (tmp_path / "without" / "selection.parquet").read_bytes()
-    summary = run_select(*args, keep=deduped)  # the same output, another keep-list
+    summary = run_select(SelectConfig(**args, keep=deduped))  # the same output, another list
     table = pq.read_table(tmp_path / "with" / "selection.parquet")
     chosen = set(table.filter(table.column("selected")).column("id").to_pylist())
     assert summary["removed_by_keep"] == 3 and not chosen & set(removals(deduped))

@@ -44,7 +44,7 @@ from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import Embedder, default_embedding_model
 from reproduce.pipeline.prepare import HeuristicQuality, prepare
 from reproduce.pipeline.quality import HeuristicScorer, reference_score
-from reproduce.pipeline.select import run_select
+from reproduce.pipeline.select import SelectConfig, run_select
 from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
 from reproduce.pool.build import build_pool
 
@@ -378,7 +378,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for name, folder in prepared.items():
         for seed in args.seeds if name == "torch fp32" else args.seeds[:1]:
             out = work / f"select-{name}-{seed}"
-            run_select([str(folder)], out, args.method, args.select_ratio, seed=seed)
+            run_select(SelectConfig(input=[str(folder)], output=out, method=args.method,
+                                    select_ratio=args.select_ratio, seed=seed))
             chosen[name, seed] = selected_ids(out)
 
     tokenizer = work / "tokenizer.json"
