@@ -166,14 +166,15 @@ def test_null_second_random_seed_through_select_and_a_calibration_base(pool, pre
 
 
 def test_tokenize_reads_the_side_shard_once(pool, series, tmp_path):
-    from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+    from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
     out, _, _ = pool
     made, by_id, _ = series
     dup = made["dup-0.25"]["folder"]
     train_tokenizer([str(out / "fineweb")], tmp_path / "tok.json", vocab_size=300)
-    tokens = run_tokenize(out / "fineweb", dup / "selection.parquet", tmp_path / "tok.json",
-                          tmp_path / "tokens", tasks=2, workers=1)
+    tokens = run_tokenize(TokenizeConfig(input=out / "fineweb", selection=dup / "selection.parquet",
+                                         tokenizer=tmp_path / "tok.json",
+                                         output=tmp_path / "tokens", tasks=2, workers=1))
     assert tokens["documents"] == budget(RATIO, len(by_id)) and tokens["side"]
     report = kept_fractions(out, dup)
     assert report["side"] == {"exact_dup": made["dup-0.25"]["summary"]["replaced"]}
@@ -187,15 +188,15 @@ def test_tokenize_reads_the_side_shard_once(pool, series, tmp_path):
                             pa.array([unselected] + side.column("id").to_pylist()[1:]))
     pq.write_table(twice, bad / "side.parquet")
     with pytest.raises(UserError, match="neither the shards nor a side shard"):
-        run_tokenize(out / "fineweb", bad / "selection.parquet", tmp_path / "tok.json",
-                     tmp_path / "t2")
+        run_tokenize(TokenizeConfig(input=out / "fineweb", selection=bad / "selection.parquet",
+                                    tokenizer=tmp_path / "tok.json", output=tmp_path / "t2"))
     selection = pq.read_table(dup / "selection.parquet")
     keep_all = selection.set_column(selection.schema.get_field_index("selected"), "selected",
                                     pa.array(np.ones(len(selection), bool)))
     pq.write_table(keep_all, bad / "selection.parquet")
     with pytest.raises(UserError, match="is in 2 rows"):
-        run_tokenize(out / "fineweb", bad / "selection.parquet", tmp_path / "tok.json",
-                     tmp_path / "t2")
+        run_tokenize(TokenizeConfig(input=out / "fineweb", selection=bad / "selection.parquet",
+                                    tokenizer=tmp_path / "tok.json", output=tmp_path / "t2"))
     assert not (tmp_path / "t2").exists()
 
 

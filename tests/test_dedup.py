@@ -20,7 +20,7 @@ from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPa
                                       PlanRegions, guest_margin, keep_first, run_dedup,
                                       similar_pairs)
 from reproduce.pipeline.select import SelectConfig, run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
 DIM = 32
 # task 0 reads shards 0 and 2, task 1 shard 1: both text copies' clusters span the two tasks, so
@@ -346,8 +346,10 @@ def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_pat
     ids = input_ids(corpus)
     pq.write_table(pa.table({"id": ids, "selected": [i != "empty" for i in ids]}),
                    tmp_path / "selection.parquet")
-    summary = run_tokenize(corpus / "fineweb", tmp_path / "selection.parquet",
-                           tmp_path / "tokenizer.json", tmp_path / "tokens", keep=deduped)
+    summary = run_tokenize(TokenizeConfig(input=corpus / "fineweb",
+                                          selection=tmp_path / "selection.parquet",
+                                          tokenizer=tmp_path / "tokenizer.json",
+                                          output=tmp_path / "tokens", keep=deduped))
     assert summary["documents"] == len(ids) - 1 - len(removals(deduped))
 
 

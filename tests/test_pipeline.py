@@ -20,7 +20,7 @@ from reproduce.cli import main
 from reproduce.pipeline.embedders import Embedder, model_identity
 from reproduce.pipeline.prepare import HeuristicQuality, chunk_id, prepare
 from reproduce.pipeline.select import SelectConfig, run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from reproduce.pipeline.train import load_config, token_budget, train, window_order
 
 RATIO = 0.25
@@ -68,8 +68,9 @@ def checkpoints(work, selections, tokenizer):
     model_cfg, train_cfg = load_config("demo", {"max_steps": 3, "batch_size": 2, "seq_len": 64})
     out = {}
     for method in ("quality-topk", "random"):
-        run_tokenize(root / "fineweb", root / "select" / method / "selection.parquet", tokenizer,
-                     root / "tokens" / method)
+        run_tokenize(TokenizeConfig(input=root / "fineweb",
+                                    selection=root / "select" / method / "selection.parquet",
+                                    tokenizer=tokenizer, output=root / "tokens" / method))
         out[method] = train(root / "tokens" / method, tokenizer, root / "train" / method,
                             model_cfg, train_cfg, progress=False)
     return out
@@ -424,8 +425,9 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
 
     root, _ = work
     monkeypatch.chdir(root)
-    run_tokenize(Path("fineweb"), Path("select/random/selection.parquet"), tokenizer,
-                 Path("relative/tokens"))
+    run_tokenize(TokenizeConfig(input=Path("fineweb"),
+                                selection=Path("select/random/selection.parquet"),
+                                tokenizer=tokenizer, output=Path("relative/tokens")))
     model_cfg, cfg = load_config("demo", {"max_steps": 1, "batch_size": 2, "seq_len": 32})
     train(Path("relative/tokens"), tokenizer, Path("relative/train/random"), model_cfg, cfg,
           progress=False)
@@ -484,3 +486,18 @@ def test_swapped_select_flags_are_one_line_naming_the_flag(tmp_path, prepared, c
     err = capsys.readouterr().err.strip()
     assert "--select_ratio must lie strictly between 0 and 1, got 20" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["reproduce", "datamask"])
+def test_the_pipeline_has_one_name_in_its_help_and_errors(tmp_path, capsys, command):
+    """`python -m reproduce` and `datamask pipeline` are one command: its errors begin with
+    `datamask pipeline:` and its usage names it so, whichever way it was started."""
+    from datamask.cli import main as datamask_main
+
+    run = main if command == "reproduce" else lambda argv: datamask_main(["pipeline", *argv])
+    assert run(["select", "--input", str(tmp_path / "missing"), "--output",
+                str(tmp_path / "out"), "--method", "random"]) == 2
+    assert capsys.readouterr().err.startswith("datamask pipeline: error: --input ")
+    with pytest.raises(SystemExit):
+        run(["select", "--help"])
+    assert capsys.readouterr().out.startswith("usage: datamask pipeline select ")

@@ -28,7 +28,7 @@ from datamask.data import read_dataset
 from datamask.errors import UserError
 from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE, run_dedup
 from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, SelectConfig, run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
 METHOD, RATIO, BLOCK = "facility-greedy", 0.25, 3000  # ~1 s a block: long enough to be killed in
 TASK_FLAGS = ["--cpus_per_task", "1", "--mem_per_cpu_gb", "0.5"]
@@ -376,7 +376,9 @@ def test_tokenize_on_ray_writes_the_local_executors_token_files(ray_head, pool,
     pq.write_table(pa.table({"id": ids, "selected": [i % 3 != 0 for i in range(len(ids))]}),
                    selection)
     train_tokenizer([str(shards)], work / "tokenizer.json", vocab_size=300)
-    local = run_tokenize(shards, selection, work / "tokenizer.json", work / "local", tasks=2)
+    local = run_tokenize(TokenizeConfig(input=shards, selection=selection,
+                                        tokenizer=work / "tokenizer.json", output=work / "local",
+                                        tasks=2))
     finish(on_ray(ray_head, "tokenize", "--input", str(shards), "--selection", str(selection),
                   "--tokenizer", str(work / "tokenizer.json"), "--output", str(work / "ray"),
                   "--tasks", "2"))

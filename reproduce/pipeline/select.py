@@ -96,7 +96,7 @@ from .common import (
     parse_method,
 )
 from .dedup import KEEP_FILE, read_ids, removed_ids
-from .engines import EXECUTORS, check_executor, engine_session, run_then_merge, start_or_resume
+from .engines import Executed, check_executor, engine_session, run_then_merge, start_or_resume
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
 
@@ -128,7 +128,7 @@ TREE_SAMPLE = 50_000
 
 
 @dataclasses.dataclass(kw_only=True)
-class SelectConfig:
+class SelectConfig(Executed):
     """The select stage's settings: `pipeline select`'s flags, help and range checks are
     generated from these fields (datamask.options), and a config that breaks one is refused,
     naming the flag, when it is made. The executor's come from the shared executor flags."""
@@ -167,11 +167,6 @@ class SelectConfig:
     keep: Path | None = option(None, "a keep-list of these prepared rows (`dedup`'s output "
                                      "folder): the rows it removes are not selected and count "
                                      "toward no budget")
-    executor: str = option("local", "datatrove executor running the blocks", choices=EXECUTORS,
-                           flag=False)
-    workers: int = option(1, "blocks run at once (local: processes)", low=1, flag=False)
-    cluster: dict = dataclasses.field(default_factory=dict)  # the Slurm / Ray flags
-
     def __post_init__(self):
         validate(self)
 
