@@ -45,6 +45,8 @@ DEMO_POOL_SEED ?= 0
 DEMO_POOL_FLAGS ?= --max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles 60
 DEMO_METHODS ?= datamask-Pair_simi random
 DEMO_SEEDS ?= 0 1 2 3
+# the method whose selected documents the demo writes out as a dataset (pipeline export)
+DEMO_EXPORT ?= datamask-Pair_simi
 DEMO_FLAGS ?= --arms free --config downstream-v512 --vocab_size 512 --epochs 4 \
 	--set average_last=0 --primary 'bpb macro (EMA)' --select_ratio 0.25 --heldout_docs 10 \
 	--junk 0.5 --dup --tasks
@@ -56,7 +58,11 @@ demo: install
 	$(BIN)/python -m reproduce.experiments.downstream --pool $(DEMO_POOL) --output $(DEMO_DIR) \
 		--methods $(DEMO_METHODS) --seeds $(DEMO_SEEDS) $(DEMO_FLAGS) && \
 	echo "demo: $$(( $$(date +%s) - start )) s wall (verdict in $(DEMO_DIR)/verdict.md)" | \
-		tee $(DEMO_DIR)/wall_time.txt
+		tee $(DEMO_DIR)/wall_time.txt && \
+	{ $(RP) export --input $(DEMO_POOL)/fineweb --selection $(DEMO_DIR)/select/$(DEMO_EXPORT) \
+		--prepared $(DEMO_POOL)/prepared --output $(DEMO_DIR)/export > $(DEMO_DIR)/logs/export.log \
+		2>&1 || { tail -n 3 $(DEMO_DIR)/logs/export.log; exit 2; }; } && \
+	echo "demo: $(DEMO_EXPORT)'s selection as a dataset in $(DEMO_DIR)/export (its card: README.md)"
 
 # The selectors alone on a synthetic shard, in seconds.
 demo-quick: install
@@ -76,8 +82,8 @@ test: install
 check-install:
 	PYTHON=$(PYTHON) bash .ci/check-install
 
-# The data stages (select; then prepare -> select -> tokenize) on a real one-node Slurm cluster
-# (root: installs Debian's slurm-wlm and munge once, starts munged/slurmctld/slurmd in a
+# The data stages (select; then prepare -> dedup -> select -> tokenize -> export) on a real
+# one-node Slurm cluster (root: installs Debian's slurm-wlm and munge once, starts munged/slurmctld/slurmd in a
 # loopback-only namespace, compares each stage with the local executor, stops the cluster).
 # `make test` runs the same check where Slurm is installed.
 test-slurm: install install-slurm
@@ -249,7 +255,7 @@ RP := $(BIN)/python -m reproduce
 method_name = $(firstword $(subst :, ,$(1)))
 
 .PHONY: pipeline-demo pipeline-data pipeline-prepare pipeline-dedup pipeline-select \
-	pipeline-tokenize pipeline-train pipeline-evaluate pipeline-tables
+	pipeline-tokenize pipeline-train pipeline-evaluate pipeline-tables pipeline-export
 
 pipeline-data: install
 	$(RP) data --output $(PIPE_DIR)/fineweb --tasks_output $(PIPE_DIR)/tasks
@@ -288,9 +294,16 @@ pipeline-evaluate: pipeline-train
 pipeline-tables: pipeline-evaluate
 	$(RP) tables --output $(PIPE_DIR)/tables --results $(PIPE_DIR)/eval
 
-# Every stage, timed end to end; the tables land in $(PIPE_DIR)/tables.
+# Each method's selected documents as a dataset: Parquet shards, a dataset card, its figures.
+pipeline-export: pipeline-select
+	$(foreach m,$(PIPE_METHODS),$(RP) export --input $(PIPE_DIR)/fineweb \
+		--selection $(PIPE_DIR)/select/$(call method_name,$(m)) --prepared $(PIPE_DIR)/prepared \
+		--output $(PIPE_DIR)/export/$(call method_name,$(m)) > /dev/null &&) true
+
+# Every stage, timed end to end; the tables land in $(PIPE_DIR)/tables, each selection's
+# documents in $(PIPE_DIR)/export.
 pipeline-demo: install
-	@start=$$(date +%s); $(MAKE) --no-print-directory pipeline-tables && \
+	@start=$$(date +%s); $(MAKE) --no-print-directory pipeline-tables pipeline-export && \
 		echo "pipeline-demo: $$(( $$(date +%s) - start )) s wall" | tee $(PIPE_DIR)/wall_time.txt
 
 # Paper experiments at this machine's scale (reproduce/experiments). Each target writes one

@@ -16,7 +16,8 @@ import pytest
 from reproduce.bench import corpus as bench
 
 DOCUMENTS = 400
-STAGES = ["corpus", "prepare", "select", "tokenizer", "tokenize", "prepare slice, transformer"]
+STAGES = ["corpus", "prepare", "select", "tokenizer", "tokenize", "export",
+          "prepare slice, transformer"]
 
 
 def flags(pool_dir, work, *more):
@@ -43,6 +44,8 @@ def test_the_run_writes_every_stage_and_the_projection(run):
     assert results["stages"]["prepare slice, transformer"]["documents"] == 20
     assert results["select"]["rows"] == DOCUMENTS
     assert results["tokenize"]["documents"] == results["select"]["selected"]
+    exported = json.loads((work / "export" / "summary.json").read_text())
+    assert exported["counts"]["selected"] == results["select"]["selected"]
     table = (work / "results.md").read_text()
     for name in STAGES:
         assert f"\n| {name} | " in table, name
@@ -52,7 +55,8 @@ def test_the_run_writes_every_stage_and_the_projection(run):
     assert projection["documents"] == 1e8
     assert set(projection["node_hours"]) == {
         "prepare (static model, heuristic scorer)", "select (datamask, select's defaults)",
-        "tokenizer training (once)", "tokenize (the selected documents)"}
+        "tokenizer training (once)", "tokenize (the selected documents)",
+        "export (the selected documents as a dataset)"}
     assert projection["total_node_hours"] > 0
     assert "Projection (computed, not measured): 1e+08 documents" in table
 

@@ -2,7 +2,8 @@
 2 CPUs), each stage run as a user runs it (the CLI, in its own process). select and prepare have
 a Ray worker killed while it computes a task, and their outputs are compared with the local
 executor's (the selection row for row; the prepared shards' ids and quality exactly, embeddings
-to 1e-5); tokenize's token files byte for byte; dedup's keep-list row for row."""
+to 1e-5); tokenize's token files and export's Parquet files byte for byte; dedup's keep-list row
+for row."""
 
 import json
 import os
@@ -23,10 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import gaussian_data, prepare_locally, write_shard
 from test_dedup import corpus  # noqa: F401 (the fixture: a corpus with planted copies)
+from test_export import SMALL_FILES, root  # noqa: F401 (root: that corpus with a selection)
+from test_export import export as export_locally
 
 from datamask.data import read_dataset
 from datamask.errors import UserError
 from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE, run_dedup
+from reproduce.pipeline.export import CARD, DATA, SUMMARY
 from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
@@ -408,3 +412,22 @@ def test_dedup_on_ray_writes_the_local_executors_keep_list(ray_head, corpus, tmp
     [gone] = {"exact-copy", "s1-4"} & set(removed)  # one of the pair, whichever datatrove roots
     assert removed[gone]["reason"] == "minhash"
     assert removed["embedding-copy"]["reason"] == "embedding"
+
+
+def test_export_on_ray_writes_the_local_executors_parquet_files(ray_head, root, tmp_path):  # noqa: F811
+    local = export_locally(root, tmp_path / "local", tasks=3)
+    finish(on_ray(ray_head, "export", "--input", str(root / "fineweb"), "--selection",
+                  str(root / "select"), "--prepared", str(root / "prepared"), "--output",
+                  str(tmp_path / "ray"), "--tasks", "3",
+                  "--shard_mb", str(SMALL_FILES["shard_mb"]),
+                  "--row_group_rows", str(SMALL_FILES["row_group_rows"])))
+
+    def parquet_files(folder: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(folder)): p.read_bytes()
+                for p in sorted((folder / DATA).glob("*/*.parquet"))}
+
+    assert len(parquet_files(tmp_path / "ray")) > 3  # several files in each shard's folder
+    assert parquet_files(tmp_path / "ray") == parquet_files(tmp_path / "local")
+    summary = json.loads((tmp_path / "ray" / SUMMARY).read_text())
+    assert summary["executor"] == "ray" and summary["counts"] == local["counts"]
+    assert (tmp_path / "ray" / CARD).is_file()

@@ -1,4 +1,4 @@
-"""`make bench-corpus`: N documents through prepare -> select -> tokenize on one node, timed.
+"""`make bench-corpus`: N documents through prepare, select, tokenize and export on one node, timed.
 
 A throughput corpus, not a quality one: N FineWeb-format documents whose lengths are drawn from a
 built pool's documents (`make pool`) and whose text is the pool's own sentences, recombined
@@ -7,10 +7,10 @@ It is written shard by shard (atomically; a finished shard is skipped by a rerun
 flat whatever N. Then the stages a user runs, each as its own `python -m reproduce STAGE` child
 process on the local executor: prepare (the static embedding model, the heuristic quality scorer),
 select (datamask at select's defaults, in blocks of --block_size rows), tokenizer (trained on the
-first shard), tokenize. On a slice of the same corpus (--slice documents) prepare runs again with
-the transformer (all-MiniLM-L6-v2, prepare's default) on one worker, and the parts of prepare
-(reading, each embedding, the scorer) are timed side by side in this process on the slice's
-first documents.
+first shard), tokenize, export (the selection's documents as a dataset). On a slice of the same
+corpus (--slice documents) prepare runs again with the transformer (all-MiniLM-L6-v2, prepare's
+default) on one worker, and the parts of prepare (reading, each embedding, the scorer) are timed
+side by side in this process on the slice's first documents.
 
 Per stage: wall time, documents/s, peak resident memory (the largest process of the stage's tree,
 from getrusage of the reaped child, and the tree's sum, sampled), bytes of its output; and the
@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def stages(args: argparse.Namespace, work: Path) -> list[Stage]:
     corpus, prepared, selected = work / "corpus" / "fineweb", work / "prepared", work / "select"
-    tokens, tokenizer = work / "tokens", work / "tokenizer.json"
+    tokens, tokenizer, exported = work / "tokens", work / "tokenizer.json", work / "export"
     n, shards = args.documents, -(-args.documents // args.shard_documents)
     workers = ["--workers", str(args.workers)]
     tokenize_ranks = min(args.workers, shards)
@@ -471,6 +471,10 @@ def stages(args: argparse.Namespace, work: Path) -> list[Stage]:
                            "--tokenizer", str(tokenizer), "--output", str(tokens), *workers],
               tokens / "summary.json", [tokens], n, completions(tokens / "logs" / "ranks"),
               tokenize_ranks, "rank"),
+        Stage("export", ["export", "--input", str(corpus), "--selection", str(selected),
+                         "--prepared", str(prepared), "--output", str(exported), *workers],
+              exported / "summary.json", [exported], n,
+              lambda: [p.name for p in (exported / "train").glob("*")], shards, "shard"),
         Stage("prepare slice, transformer", [
             "prepare", "--input", str(slice_shards), "--output", str(work / "slice-transformer"),
             *prepare_flags, "--workers", "1"],
@@ -570,7 +574,8 @@ def projection(out: dict, args: argparse.Namespace) -> dict:
     """Node-hours for --project documents on 2-core CPU nodes like this one, from this run's
     rates: prepare's documents/s (the static model over the whole corpus; the transformer's over
     the slice), select's rows/s in blocks of --block_size, tokenize's selected documents/s at the
-    share select kept, and the tokenizer's training once."""
+    share select kept, export's documents/s (it reads every shard, writes the selected share),
+    and the tokenizer's training once."""
     stages, n = out["stages"], args.project
     ratio = out["select"]["selected"] / out["select"]["rows"]
     tokenize_rate = out["tokenize"]["documents"] / stages["tokenize"]["wall_s"]
@@ -579,6 +584,7 @@ def projection(out: dict, args: argparse.Namespace) -> dict:
         "select (datamask, select's defaults)": n / stages["select"]["documents_per_s"],
         "tokenizer training (once)": stages["tokenizer"]["wall_s"],
         "tokenize (the selected documents)": n * ratio / tokenize_rate,
+        "export (the selected documents as a dataset)": n / stages["export"]["documents_per_s"],
     }
     hours = {k: round(v / 3600, 2) for k, v in rows.items()}
     transformer = n / stages["prepare slice, transformer"]["documents_per_s"] / 3600
@@ -586,6 +592,7 @@ def projection(out: dict, args: argparse.Namespace) -> dict:
             "rates": {"prepare documents/s": stages["prepare"]["documents_per_s"],
                       "select rows/s": stages["select"]["documents_per_s"],
                       "tokenize selected documents/s": round(tokenize_rate, 2),
+                      "export documents/s": stages["export"]["documents_per_s"],
                       "prepare documents/s, transformer (slice, 1 worker)":
                           stages["prepare slice, transformer"]["documents_per_s"]},
             "node_hours": hours,
@@ -645,7 +652,8 @@ def markdown(out: dict) -> str:
                   f"the nodes (N nodes: divide by N for the wall hours):", "",
               "| stage | node-hours |", "|---|---|"]
     lines += [f"| {k} | {v:,.1f} |" for k, v in p["node_hours"].items()]
-    lines += [f"| prepare + select + tokenize, static model | {p['total_node_hours']:,.1f} |",
+    lines += [f"| prepare + select + tokenize + export, static model | "
+              f"{p['total_node_hours']:,.1f} |",
               f"| the same with the transformer's prepare (its slice rate) | "
               f"{p['total_node_hours_with_transformer']:,.1f} |", ""]
     return "\n".join(lines)

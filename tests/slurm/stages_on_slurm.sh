@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The data stages on a real one-node Slurm cluster (slurmctld + slurmd + munged on this machine),
 # each compared with the local executor: select's blocks (row for row), then the whole chain on
-# BBC FineWeb shards, prepare -> dedup -> select -> tokenize, each stage a job array and a merge
-# job after it (prepared ids and quality exactly, embeddings to 1e-5; the keep-list and the
-# selection row for row; the token files byte for byte). Prepare's second task is killed mid-task on Slurm (SIGKILL): its job
+# BBC FineWeb shards, prepare -> dedup -> select -> tokenize -> export, each stage a job array and
+# a merge job after it (prepared ids and quality exactly, embeddings to 1e-5; the keep-list and the
+# selection row for row; the token files and the exported Parquet files byte for byte).
+# Prepare's second task is killed mid-task on Slurm (SIGKILL): its job
 # fails, the merge behind it is cancelled, no process is left, and the rerun submits that task
 # alone. Run as root from the repository root:
 #   bash tests/slurm/stages_on_slurm.sh
@@ -314,6 +315,7 @@ PREPARE=(prepare --input "$CHAIN/fineweb" --embedding_model "static:$STATIC"
 DEDUP=(dedup --input "$CHAIN/fineweb" --tasks 2 --num_buckets 2)
 SELECT=(select --method quality-topk --select_ratio 0.5 --block_size 25)
 TOKENIZE=(tokenize --input "$CHAIN/fineweb" --tokenizer "$CHAIN/tokenizer.json" --tasks 2)
+EXPORT=(export --input "$CHAIN/fineweb" --tasks 2 --shard_mb 0.004 --row_group_rows 3)
 # The stages after prepare on run $1's files (local or slurm), each with its --output.
 after_prepare() {
     local run=$1
@@ -321,13 +323,16 @@ after_prepare() {
     SELECT_STAGE=("${SELECT[@]}" --input "$CHAIN/$run/prepared" --output "$CHAIN/$run/select")
     TOKENIZE_STAGE=("${TOKENIZE[@]}" --selection "$CHAIN/$run/select/selection.parquet"
                     --keep "$CHAIN/$run/dedup" --output "$CHAIN/$run/tokens")
+    EXPORT_STAGE=("${EXPORT[@]}" --selection "$CHAIN/$run/select" --prepared "$CHAIN/$run/prepared"
+                  --keep "$CHAIN/$run/dedup" --output "$CHAIN/$run/export")
 }
 
 # the local executor's chain, its four stages in turn in one process (apart by a lone `+`:
 # torch, spaCy and the rest imported once), goes on beside Slurm's, compared once both are done
 after_prepare local
 "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/local/prepared" + "${DEDUP_STAGE[@]}" \
-    + "${SELECT_STAGE[@]}" + "${TOKENIZE_STAGE[@]}" > "$WORK/log/chain.local.log" 2>&1 &
+    + "${SELECT_STAGE[@]}" + "${TOKENIZE_STAGE[@]}" + "${EXPORT_STAGE[@]}" \
+    > "$WORK/log/chain.local.log" 2>&1 &
 LOCAL_CHAIN=$!
 "$PY" -m reproduce "${PREPARE[@]}" --output "$CHAIN/slurm/prepared" "${SLURM_FLAGS[@]}" \
     --mem_per_cpu_gb 2 --workers 2 > "$WORK/log/prepare.slurm.json" 2> "$WORK/log/prepare.slurm.log"
@@ -353,6 +358,7 @@ after_prepare slurm
 on_slurm "${DEDUP_STAGE[@]}"
 on_slurm "${SELECT_STAGE[@]}"
 on_slurm "${TOKENIZE_STAGE[@]}"
+on_slurm "${EXPORT_STAGE[@]}"
 wait "$LOCAL_CHAIN" || { echo "stages_on_slurm: the local chain failed"; tail "$WORK/log/chain.local.log"; exit 1; }
 for log in "$CHAIN"/slurm/*/logs/*/slurm/*.out; do echo "--- ${log#"$CHAIN"/}"; tail -n 2 "$log"; done
 
@@ -369,7 +375,8 @@ from datamask.data import read_dataset
 chain = Path(sys.argv[1])
 local, slurm = chain / "local", chain / "slurm"
 for stage, done in (("prepared", "prepare.json"), ("dedup", "manifest.json"),
-                    ("select", "summary.json"), ("tokens", "summary.json")):
+                    ("select", "summary.json"), ("tokens", "summary.json"),
+                    ("export", "summary.json")):
     if not (slurm / stage / done).exists():
         sys.exit(f"stages_on_slurm: no {stage}/{done}: a merge job did not run (see its log)")
 shards = sorted(p.name for p in (local / "prepared").glob("*.parquet"))
@@ -412,4 +419,18 @@ if not tokens or {p.name: p.read_bytes()
 summary = json.loads((slurm / "tokens" / "summary.json").read_text())
 print(f"stages_on_slurm: Slurm's token files equal the local executor's, byte for byte "
       f"({summary['documents']} documents, {summary['tokens']} tokens in {sorted(tokens)})")
+
+
+def exported(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.glob("train/*/*.parquet"))}
+
+
+files = exported(local / "export")
+if len(files) < 2 or exported(slurm / "export") != files:
+    sys.exit("stages_on_slurm: Slurm's exported Parquet files differ from the local executor's")
+summary = json.loads((slurm / "export" / "summary.json").read_text())
+if not (slurm / "export" / "README.md").is_file():
+    sys.exit("stages_on_slurm: the export on Slurm wrote no dataset card (README.md)")
+print(f"stages_on_slurm: Slurm's exported Parquet files equal the local executor's, byte for "
+      f"byte ({summary['counts']} in {len(files)} files)")
 EOF
