@@ -173,7 +173,7 @@ def load_tokenizer(path: Path, flag: str = "--tokenizer"):
     tk = require("tokenizers", "tokenize")
     if not path.is_file():
         raise UserError(f"{flag} {path}: no such file (train one with "
-                        f"`python -m reproduce tokenizer`)")
+                        f"`datamask pipeline tokenizer`)")
     try:
         return tk.Tokenizer.from_file(str(path))
     except Exception as err:  # the library raises a bare Exception for any unreadable file
