@@ -77,7 +77,7 @@ def cmd_dedup(args) -> None:
                      args.threshold, args.n_grams, args.num_buckets, args.hashes_per_bucket,
                      args.hash_precision, args.region_rows, args.region_pairs, args.guest_margin,
                      args.sample, args.seed, args.tasks, args.workers, args.executor,
-                     cluster_flags(args)))
+                     cluster_flags(args), args.minhash))
 
 
 def cmd_select(args) -> None:
@@ -284,7 +284,11 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--prepared", help="folder of prepared rows (of those shards): near-duplicate "
                                       "embeddings among the rows MinHash kept")
     p.add_argument("--output", required=True, help="folder for the keep-list")
-    group = p.add_argument_group("minhash (datatrove's; FineWeb's settings by default)")
+    group = p.add_argument_group("minhash (datatrove's steps; FineWeb's settings by default)")
+    group.add_argument("--minhash", choices=("datatrove", "rensa"), default="rensa",
+                       help="the library of the signatures: rensa's RMinHash (22x datatrove's "
+                            "per core, measured), or datatrove's own, over the same word n-grams "
+                            "and into datatrove's files (default: %(default)s)")
     group.add_argument("--n_grams", type=POSITIVE, default=5,
                        help="words per shingle (default: %(default)s)")
     group.add_argument("--num_buckets", type=POSITIVE, default=14,
@@ -292,8 +296,8 @@ def add_stage_parsers(sub) -> None:
                             "%(default)s)")
     group.add_argument("--hashes_per_bucket", type=POSITIVE, default=8,
                        help="hashes per band (default: %(default)s)")
-    group.add_argument("--hash_precision", type=int, default=64, choices=(32, 64),
-                       help="bits per hash (default: %(default)s)")
+    group.add_argument("--hash_precision", type=int, choices=(32, 64),
+                       help="bits per hash (default: the library's, datatrove 64, rensa 32)")
     group = p.add_argument_group("embedding (SemDeDup's rule inside neighbourhoods)")
     group.add_argument("--threshold", type=float, default=0.99,
                        help="cosine at or above which the row of lower quality is removed, in "

@@ -1,7 +1,7 @@
 """`make bench-dedup` on the tiny pool: the copies are planted as asked (exact, a few words
-changed, a vector at the asked cosine), no input is rewritten, the exact and embedding copies are
-found, the counts add up, a rerun redoes nothing, and bad flags are refused in one line. Times are
-not checked."""
+changed, a vector at the asked cosine), no input is rewritten, both MinHash libraries' runs find
+the exact and embedding copies, the counts add up and the verdict follows them, a rerun redoes
+nothing, and bad flags are refused in one line. Times are not checked."""
 
 from __future__ import annotations
 
@@ -35,26 +35,56 @@ def test_each_kind_is_planted_and_the_counts_add_up(run):
     plants = json.loads((work / "copies" / "plants.json").read_text())
     assert [p["kind"] for p in plants["pairs"]] == list(bench.KINDS) * 5
     assert len({p["original"] for p in plants["pairs"]}) == 15  # drawn without replacement
-    assert [row["kind"] for row in out["kinds"]] == list(bench.KINDS)
-    for row in out["kinds"]:
-        assert row["planted"] == 5
-        assert row["both_kept"] + row["copy_removed"] + row["original_removed"] >= 5
     assert out["rows"] == DOCUMENTS + 15
     corpus = out["corpus"]
     assert corpus["distinct"] <= DOCUMENTS - 15 - corpus["text_repeated"] + 15
-    assert out["distinct"]["documents"] == corpus["distinct"]
-    assert set(out["stages"]) == {"prepare", "dedup"}
+    assert set(out["libraries"]) == {"datatrove", "rensa"}
+    for library in out["libraries"].values():
+        assert [row["kind"] for row in library["kinds"]] == list(bench.KINDS)
+        for row in library["kinds"]:
+            assert row["planted"] == 5
+            assert row["both_kept"] + row["copy_removed"] + row["original_removed"] >= 5
+        assert library["distinct"]["documents"] == corpus["distinct"]
+    assert set(out["stages"]) == {"prepare", "dedup-datatrove", "dedup-rensa"}
 
 
-def test_exact_and_embedding_copies_inside_one_region_are_found(run):
+@pytest.mark.parametrize("library", ["datatrove", "rensa"])
+def test_exact_and_embedding_copies_inside_one_region_are_found(run, library):
     _, out = run
-    assert out["dedup"]["regions"] == 1
+    found = out["libraries"][library]
+    assert found["dedup"]["regions"] == 1
     # one region: no cut, no guest; the rows MinHash kept
-    assert out["dedup"]["routed_rows"] == out["rows"] - out["dedup"]["removed"]["minhash"]
-    assert {"signatures", "region_plans", "pairs", "merge"} <= set(out["dedup"]["round_task_s"])
-    kinds = {row["kind"]: row for row in out["kinds"]}
+    assert found["dedup"]["routed_rows"] == out["rows"] - found["dedup"]["removed"]["minhash"]
+    assert {"signatures", "region_plans", "pairs", "merge"} <= set(found["dedup"]["round_task_s"])
+    assert found["dedup"]["hash_precision"] == {"datatrove": 64, "rensa": 32}[library]
+    kinds = {row["kind"]: row for row in found["kinds"]}
     assert kinds["exact"]["both_kept"] == 0 and kinds["embedding"]["both_kept"] == 0
-    assert out["pairs_both_kept"] == kinds["words"]["both_kept"]
+    assert found["pairs_both_kept"] == kinds["words"]["both_kept"]
+
+
+def test_the_pairs_between_the_libraries_and_the_verdict_follow_the_counts(run):
+    _, out = run
+    found, libraries, verdict = out["between"], out["libraries"], out["verdict"]
+    for at, row in enumerate(found["kinds"]):
+        whole = {name: lib["kinds"][at]["both_kept"] for name, lib in libraries.items()}
+        # pairs found by one run only differ the two runs' counts of pairs kept whole
+        assert whole["rensa"] - whole["datatrove"] == (row["found_by_datatrove_only"]
+                                                      - row["found_by_rensa_only"])
+    assert found["kept_by_rensa_removed_by_datatrove"] == sum(
+        row["found_by_datatrove_only"] for row in found["kinds"])
+    minhash = {name: lib["dedup"]["removed"]["minhash"] for name, lib in libraries.items()}
+    assert minhash == {"datatrove": found["minhash_removed_by_both"]
+                       + found["minhash_removed_by_datatrove_only"],
+                       "rensa": found["minhash_removed_by_both"]
+                       + found["minhash_removed_by_rensa_only"]}
+    tests = ("no_pair_kept_that_datatrove_removes", "distinct_removed_within_slack",
+             "signatures_speedup_at_least")
+    assert verdict["no_pair_kept_that_datatrove_removes"] == (
+        found["kept_by_rensa_removed_by_datatrove"] == 0)
+    assert verdict["default"] == ("rensa" if all(verdict[t] for t in tests) else "datatrove")
+    shingles = out["shingles"]
+    assert shingles["documents"] == DOCUMENTS and 0 < shingles["mean_jaccard"] <= 1
+    assert (shingles["documents_differing"] == 0) == (shingles["share_shingles_differing"] == 0)
 
 
 def test_copies_are_what_their_kind_says(run):
@@ -100,9 +130,12 @@ def test_a_rerun_redoes_nothing(run, pool, small_static, capsys):
     assert bench.main(flags(pool[0], work, "--static_model", f"static:{small_static}")) == 0
     printed = capsys.readouterr().out
     assert "bench-dedup: prepare: done before" in printed
-    assert "bench-dedup: dedup: done before" in printed
+    for library in ("datatrove", "rensa"):
+        assert f"bench-dedup: dedup-{library}: done before" in printed
     again = json.loads((work / "results.json").read_text())
-    assert again["kinds"] == out["kinds"] and again["distinct"] == out["distinct"]
+    for name, library in again["libraries"].items():
+        assert {k: library[k] for k in ("kinds", "distinct")} == {
+            k: out["libraries"][name][k] for k in ("kinds", "distinct")}
 
 
 def test_a_rerun_with_other_copies_is_refused_before_any_work(run, pool, capsys):

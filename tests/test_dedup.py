@@ -5,6 +5,7 @@ select and tokenize honouring it."""
 
 import json
 import shutil
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,8 @@ from reproduce.cli import main
 from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPairs,
                                       PlanRegions, guest_margin, keep_first, run_dedup,
                                       similar_pairs)
+from reproduce.pipeline.minhash import (BACKENDS, DEFAULT_BACKEND, shingle_hashes, simplified,
+                                       split_words)
 from reproduce.pipeline.select import SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
@@ -139,19 +142,35 @@ def test_the_keep_list_holds_every_input_id_once_in_input_order(deduped, corpus)
     assert not (deduped / "regions").exists()
 
 
-def test_either_step_alone_finds_its_own_copies(corpus, tmp_path):
-    text = run_dedup(corpus / "fineweb", None, tmp_path / "text", tasks=TASKS)
+@pytest.mark.parametrize("minhash", BACKENDS)
+def test_either_step_alone_finds_its_own_copies(corpus, tmp_path, minhash):
+    text = run_dedup(corpus / "fineweb", None, tmp_path / "text", tasks=TASKS, minhash=minhash)
     assert text["removed"] == {"minhash": 2, "embedding": 0}
+    assert text["minhash"]["backend"] == minhash
+    order = input_ids(corpus)  # without --prepared, the first in input order stays
+    for copy, original in (("exact-copy", "s1-4"), ("edited-copy", "s0-6")):
+        kept, gone = sorted((copy, original), key=order.index)
+        assert removals(tmp_path / "text")[gone] == ("minhash", kept)
     embedding = run_dedup(None, corpus / "prepared", tmp_path / "embedding", tasks=TASKS)
     assert embedding["removed"] == {"minhash": 0, "embedding": 1}
     assert removals(tmp_path / "embedding") == {"embedding-copy": ("embedding", "s2-9")}
 
 
-def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(deduped,
+@pytest.fixture(scope="module", params=BACKENDS)
+def deduped_by(request, corpus, deduped):
+    """The keep-list of each MinHash library: (its folder, the library)."""
+    if request.param == DEFAULT_BACKEND:  # made once for the module
+        return deduped, request.param
+    dedup(corpus, corpus / f"out-{request.param}", minhash=request.param)
+    return corpus / f"out-{request.param}", request.param
+
+
+def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(deduped_by,
                                                                                  tmp_path):
     """As a kill -9 leaves it: the keep-list not written, one filter task and one pair task
     without their markers and outputs (a task's outputs are written before its marker), and
     what two killed writers left half-written beside their files."""
+    deduped, minhash = deduped_by
     out = tmp_path / "out"
     shutil.copytree(deduped, out)
     for name in (KEEP_FILE, REMOVALS_FILE, MANIFEST):
@@ -166,13 +185,14 @@ def test_a_killed_run_reruns_only_what_is_missing_and_writes_the_same_keep_list(
     for path in half_written:
         path.write_bytes(b"PAR1")
     untouched = {p: p.stat().st_mtime_ns for p in (out / "minhash" / "buckets").iterdir()}
-    dedup(deduped.parent, out)
+    dedup(deduped.parent, out, minhash=minhash)
     for name in (KEEP_FILE, REMOVALS_FILE):
         assert pq.read_table(out / name).equals(pq.read_table(deduped / name)), name
     assert {p: p.stat().st_mtime_ns for p in untouched} == untouched  # the buckets did not rerun
     assert not any(path.exists() for path in half_written)
     first = json.loads((out / MANIFEST).read_text())
-    assert dedup(deduped.parent, out) == first  # a finished run returns its manifest at once
+    # a finished run returns its manifest at once
+    assert dedup(deduped.parent, out, minhash=minhash) == first
 
 
 @pytest.fixture(scope="module")
@@ -209,17 +229,19 @@ def clusters(tmp_path_factory):
     return root
 
 
+@pytest.mark.parametrize("minhash", BACKENDS)
 @pytest.mark.parametrize("tasks", [3, 4])
-def test_the_keep_list_does_not_depend_on_the_tasks(clusters, tasks):
+def test_the_keep_list_does_not_depend_on_the_tasks(clusters, tasks, minhash):
     """The keep-list of 1, 3 and 4 tasks (signature and filter tasks over 5 shards, pair tasks
-    over 5 regions) is the same, file for file; of each MinHash cluster the copy of highest
-    quality stays, ties to the first in input order."""
-    one = clusters / "tasks-1"
+    over 5 regions) is the same, file for file, with either MinHash library; of each MinHash
+    cluster the copy of highest quality stays, ties to the first in input order."""
+    one = clusters / f"{minhash}-tasks-1"
     if not one.exists():
-        run_dedup(clusters / "fineweb", clusters / "prepared", one, region_rows=20, tasks=1)
-    out = clusters / f"tasks-{tasks}"
+        run_dedup(clusters / "fineweb", clusters / "prepared", one, region_rows=20, tasks=1,
+                  minhash=minhash)
+    out = clusters / f"{minhash}-tasks-{tasks}"
     manifest = run_dedup(clusters / "fineweb", clusters / "prepared", out, region_rows=20,
-                         tasks=tasks)
+                         tasks=tasks, minhash=minhash)
     assert manifest["embedding"]["regions"] == 5 and manifest["minhash"]["tasks"] == tasks
     for name in (KEEP_FILE, REMOVALS_FILE):
         assert pq.read_table(out / name).equals(pq.read_table(one / name)), name
@@ -469,6 +491,8 @@ DEDUP = [
     (["--num_buckets", "0"], ["--num_buckets"]),  # datatrove would divide by it
     (["--n_grams", "0"], ["--n_grams"]),  # datatrove would find no shingle
     (["--hash_precision", "16"], ["--hash_precision"]),  # datatrove's hashes are 32 or 64 bits
+    (["--minhash", "simhash"], ["--minhash"]),
+    (["--minhash", "rensa", "--hash_precision", "64"], ["--hash_precision 64", "rensa", "32"]),
     (["--region_pairs", "near"], ["--region_pairs"]),
     (["--guest_margin", "0"], ["--guest_margin"]),
     (["--guest_margin", "1.5"], ["--guest_margin"]),
@@ -488,6 +512,31 @@ def test_dedup_refuses(files, capsys, flags, named):
             "{tmp}/out", *flags]
     refused(main, [a.format(tmp=files) for a in argv], capsys, files,
             *[n.format(tmp=files) for n in named])
+
+
+def test_dedup_with_rensa_not_installed_is_refused_with_its_pip_line(files, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rensa", None)  # an import of it fails, as if absent
+    refused(main, ["dedup", "--input", str(files / "fineweb"), "--output", str(files / "out"),
+                   "--minhash", "rensa"], capsys, files, "--minhash rensa",
+            'pip install "datamask[pipeline]" (or pip install "rensa==0.5.0")')
+
+
+def test_rensa_shingles_the_words_of_datatrove_s_simplified_text(pool):
+    """The simplification is datatrove's (its whitespace and diacritics steps done otherwise,
+    the same result, on the pool's texts too), the words are split at its spaces, and each
+    5-gram gets one hash: the same words the same hash wherever they stand, another order
+    another hash, none under 5 words."""
+    from datatrove.utils.text import simplify_text
+
+    text = "Crème brûlée, 12.5 km\tde Málaga!\u00a0 Ça \n va \u0301 ok? naïve ٣٫٥"
+    for each in [text] + [row["text"] for row in pool[2]]:
+        assert simplified(each) == " ".join(simplify_text(each).split())
+    assert split_words(text) == simplified(text).split(" ")
+    hashes = shingle_hashes("a b c d e f a b c d e", 5)
+    assert len(hashes) == 7 and hashes[0] == hashes[6] and len(set(hashes.tolist())) == 6
+    assert shingle_hashes("b a c d e", 5)[0] != shingle_hashes("a b c d e", 5)[0]
+    assert len(shingle_hashes("a b c d", 5)) == 0 and len(shingle_hashes("", 5)) == 0
+    assert shingle_hashes("a b c d e", 5)[0] == shingle_hashes("x a b c d e", 5)[1]
 
 
 def test_dedup_refuses_prepared_rows_of_other_shards_and_no_input(files, capsys):

@@ -13,14 +13,18 @@ the three kinds in turn:
 The copies are one shard beside the corpus's (hard links: no corpus shard is rewritten); prepare
 (the static model, the heuristic scorer) embeds them all, the embedding copies' vectors are set in
 a prepared folder of hard links (only the copies' shard is written anew), and `pipeline dedup`
-runs on both as a child process, timed as bench-corpus times a stage.
+runs on both as a child process, timed as bench-corpus times a stage, once per MinHash library
+(--minhash datatrove and rensa, the same settings otherwise), side by side.
 
 Distinct documents are known by construction: a corpus document is distinct when no other corpus
 document has its exact text (texts compared by their BLAKE2b hash) and it was given no copy. The
-results: per kind, the pairs with both rows kept (the goal: none), the share of distinct documents
-removed (the goal: at most 1%), each by dedup's reason, and dedup's rate with the node-hours that
---project documents take at it on nodes like this one. Everything lands in --work; a rerun skips
-what is finished.
+results, per library: per kind, the pairs with both rows kept (the goal: none), the share of
+distinct documents removed (the goal: at most 1%), each by dedup's reason, and dedup's rate with the
+node-hours that --project documents take at it on nodes like this one; between them, the pairs one
+finds and the other keeps, the signature round's documents per task-second, how often the two
+word splits give other shingles (on a sample), and the verdict of the plan in
+reproduce/results/bench/dedup/backends/ on which library is dedup's default. Everything lands
+in --work; a rerun skips what is finished.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ KINDS = ("exact", "words", "embedding")
 MIN_WORDS = 50  # an original's fewest words, so that a few changed words leave a near-copy
 PLANTED_SHARD = "planted.parquet"
 GOAL_DISTINCT_REMOVED = 0.01
+SHINGLE_SAMPLE = 1_000  # corpus documents whose shingles both word splits make
+# the verdict of reproduce/results/bench/dedup/backends/plan.md: rensa is the default iff it keeps
+# no planted pair that datatrove's run removes, removes at most this much more of the distinct
+# documents, and its signature round is at least this many times datatrove's per task-second
+VERDICT_DISTINCT_SLACK = 0.001
+VERDICT_SPEEDUP = 10
+GOAL_SIGNATURES_PER_CORE = 3_000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -277,10 +288,11 @@ def round_seconds(logs: Path) -> dict[str, float]:
 
 
 def stages(args: argparse.Namespace, work: Path, rows: int):
+    """prepare, then one dedup stage per MinHash library, {library: stage}."""
     from reproduce.bench.corpus import Stage
+    from reproduce.pipeline.minhash import BACKENDS
 
     text, prepared, planted = work / "input" / "fineweb", work / "prepared", work / "planted"
-    dedup = work / "dedup"
     workers = ["--workers", str(args.workers)]
     prepare = Stage("prepare", ["prepare", "--input", str(text), "--output", str(prepared),
                                 "--embedding_model", args.static_model,
@@ -288,12 +300,114 @@ def stages(args: argparse.Namespace, work: Path, rows: int):
                     prepared / "prepare.json", [prepared], rows,
                     lambda: [p.stem for p in prepared.glob("*.parquet")],
                     len(list(text.glob("*.parquet"))), "shard")
-    dedup_stage = Stage("dedup", ["dedup", "--input", str(text), "--prepared", str(planted),
-                                  "--output", str(dedup), "--threshold", str(args.threshold),
-                                  "--region_pairs", args.region_pairs, "--seed", str(args.seed),
-                                  *workers],
-                        dedup / "manifest.json", [dedup], rows)
-    return prepare, dedup_stage
+    dedups = {}
+    for backend in BACKENDS:
+        out = work / f"dedup-{backend}"
+        dedups[backend] = Stage(
+            f"dedup-{backend}", ["dedup", "--input", str(text), "--prepared", str(planted),
+                                 "--output", str(out), "--threshold", str(args.threshold),
+                                 "--region_pairs", args.region_pairs, "--seed", str(args.seed),
+                                 "--minhash", backend, *workers],
+            out / "manifest.json", [out], rows)
+    return prepare, dedups
+
+
+def kept_whole(plants: dict, keep: Path) -> np.ndarray:
+    """Per planted pair, in plants.json's order, whether dedup kept both its rows."""
+    table = pq.read_table(keep / "keep.parquet")
+    kept = dict(zip(table.column("id").to_pylist(), table.column("keep").to_pylist()))
+    return np.array([kept[p["original"]] and kept[p["copy"]] for p in plants["pairs"]], bool)
+
+
+def library_results(plants: dict, work: Path, backend: str, stage: dict, project: float) -> dict:
+    """One library's dedup run: its counts, its rounds' task seconds, its signature round's
+    documents per task-second and its stage's rate, projected to `project` documents."""
+    folder = work / f"dedup-{backend}"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    rounds = round_seconds(folder / "logs")
+    rate = stage["documents_per_s"]
+    return {"dedup": {"removed": manifest["removed"], "kept": manifest["kept"],
+                      "regions": manifest["embedding"]["regions"],
+                      "routed_rows": manifest["routed"]["routed"], "round_task_s": rounds,
+                      "hash_precision": manifest["minhash"]["hash_precision"]},
+            **counts(plants, folder, work / "copies" / "distinct.parquet"),
+            "signature_documents_per_task_s": round(manifest["input"]["rows"]
+                                                    / max(rounds["signatures"], 1e-9), 1),
+            "projection": {"documents": project, "dedup_documents_per_s": rate,
+                           "node_hours": round(project / rate / 3600, 1)}}
+
+
+def between(plants: dict, work: Path) -> dict:
+    """Per kind, the planted pairs one library's run removes a row of and the other keeps whole;
+    and the rows MinHash removed in one run and not in the other."""
+    whole = {b: kept_whole(plants, work / f"dedup-{b}") for b in ("datatrove", "rensa")}
+    kinds = np.array([p["kind"] for p in plants["pairs"]])
+    per_kind = [{"kind": kind,
+                 "found_by_datatrove_only": int((~whole["datatrove"] & whole["rensa"]
+                                                 & (kinds == kind)).sum()),
+                 "found_by_rensa_only": int((whole["datatrove"] & ~whole["rensa"]
+                                             & (kinds == kind)).sum())} for kind in KINDS]
+    removed = {}
+    for backend in whole:
+        table = pq.read_table(work / f"dedup-{backend}" / "removals.parquet",
+                              columns=["id", "reason"])
+        removed[backend] = set(table.filter(pc.equal(table.column("reason"), "minhash"))
+                               .column("id").to_pylist())
+    return {"kinds": per_kind,
+            "kept_by_rensa_removed_by_datatrove": sum(k["found_by_datatrove_only"]
+                                                      for k in per_kind),
+            "minhash_removed_by_datatrove_only": len(removed["datatrove"] - removed["rensa"]),
+            "minhash_removed_by_rensa_only": len(removed["rensa"] - removed["datatrove"]),
+            "minhash_removed_by_both": len(removed["datatrove"] & removed["rensa"])}
+
+
+def shingle_agreement(shards: list[Path], n_grams: int, seed: int) -> dict:
+    """On SHINGLE_SAMPLE corpus documents (seeded): how often the shingles (word n-grams, before
+    hashing) of rensa's split differ from those of datatrove's (its simplify_text and spaCy's
+    English tokenizer, as its signature step makes them)."""
+    from datatrove.utils.text import ngrams, simplify_text
+    from datatrove.utils.typeshelper import Languages
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+    from reproduce.pipeline.minhash import split_words
+
+    total = sum(pq.ParquetFile(p).metadata.num_rows for p in shards)
+    rng = np.random.default_rng([seed, 47])
+    chosen = np.sort(rng.choice(total, min(SHINGLE_SAMPLE, total), replace=False))
+    (texts,) = read_rows(shards, chosen, ["text"])
+    tokenizer = load_word_tokenizer(Languages.english)
+    differ, jaccard, union, apart = 0, [], 0, 0
+    for text in texts:
+        theirs = set(ngrams(tokenizer.word_tokenize(simplify_text(text)), n_grams))
+        ours = set(ngrams(split_words(text), n_grams))
+        both = theirs | ours
+        differ += theirs != ours
+        jaccard.append(len(theirs & ours) / len(both) if both else 1.0)
+        union, apart = union + len(both), apart + len(theirs ^ ours)
+    return {"documents": len(texts), "n_grams": n_grams, "documents_differing": differ,
+            "share_documents_differing": round(differ / max(len(texts), 1), 4),
+            "mean_jaccard": round(float(np.mean(jaccard)) if jaccard else 1.0, 6),
+            "share_shingles_differing": round(apart / max(union, 1), 6)}
+
+
+def verdict(libraries: dict, found: dict) -> dict:
+    """The plan's rule: rensa is dedup's default iff its run keeps whole no planted pair that
+    datatrove's run removes a row of, removes at most VERDICT_DISTINCT_SLACK more of the
+    distinct documents, and its signature round is at least VERDICT_SPEEDUP times datatrove's in
+    documents per task-second."""
+    ours, theirs = libraries["rensa"], libraries["datatrove"]
+    speedup = (ours["signature_documents_per_task_s"]
+               / max(theirs["signature_documents_per_task_s"], 1e-9))
+    tests = {
+        "no_pair_kept_that_datatrove_removes": found["kept_by_rensa_removed_by_datatrove"] == 0,
+        "distinct_removed_within_slack": (ours["distinct_share_removed"]
+                                          <= theirs["distinct_share_removed"]
+                                          + VERDICT_DISTINCT_SLACK),
+        "signatures_speedup_at_least": speedup >= VERDICT_SPEEDUP}
+    return {**tests, "signature_speedup": round(speedup, 1),
+            "default": "rensa" if all(tests.values()) else "datatrove",
+            "goal_signatures_per_core": GOAL_SIGNATURES_PER_CORE,
+            "goal_signatures_per_core_met": (ours["signature_documents_per_task_s"]
+                                             >= GOAL_SIGNATURES_PER_CORE)}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -318,16 +432,18 @@ def run(args: argparse.Namespace) -> None:
             for path in sorted(corpus.glob("*.parquet")) + [work / "copies" / PLANTED_SHARD]:
                 os.link(path, tmp / path.name)
     rows = plants["corpus_documents"] + len(plants["pairs"])
-    prepare, dedup = stages(args, work, rows)
+    prepare, dedups = stages(args, work, rows)
     results = {}
     results["prepare"] = (done_before(prepare.name, work, prepare.done, prepare.command, COMMAND)
                           or keep(prepare.name, work, run_stage(prepare, work, COMMAND)))
     set_copy_vectors(work / "prepared", work / "planted", plants, args.copy_cosine, args.seed)
-    results["dedup"] = (done_before(dedup.name, work, dedup.done, dedup.command, COMMAND)
-                        or keep(dedup.name, work, run_stage(dedup, work, COMMAND)))
-    manifest = json.loads((work / "dedup" / "manifest.json").read_text())
-    found = counts(plants, work / "dedup", work / "copies" / "distinct.parquet")
-    rate = results["dedup"]["documents_per_s"]
+    libraries = {}
+    for backend, stage in dedups.items():
+        results[stage.name] = (done_before(stage.name, work, stage.done, stage.command, COMMAND)
+                               or keep(stage.name, work, run_stage(stage, work, COMMAND)))
+        libraries[backend] = library_results(plants, work, backend, results[stage.name],
+                                             args.project)
+    found = between(plants, work)
     out = {"flags": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                      if k != "func"},
            "machine": machine(), "load_average_end": os.getloadavg(),
@@ -335,15 +451,10 @@ def run(args: argparse.Namespace) -> None:
            "wall_s_this_run": round(time.time() - started, 1),
            "corpus": {k: plants[k] for k in ("corpus_documents", "eligible", "text_repeated",
                                              "distinct")},
-           "rows": rows, "stages": results,
-           "dedup": {"removed": manifest["removed"], "kept": manifest["kept"],
-                     "regions": manifest["embedding"]["regions"],
-                     "routed_rows": manifest["routed"]["routed"],
-                     "round_task_s": round_seconds(work / "dedup" / "logs")},
-           **found,
+           "rows": rows, "stages": results, "libraries": libraries, "between": found,
+           "shingles": shingle_agreement(sorted(corpus.glob("*.parquet")), 5, args.seed),
            "goal_distinct_removed": GOAL_DISTINCT_REMOVED,
-           "projection": {"documents": args.project, "dedup_documents_per_s": rate,
-                          "node_hours": round(args.project / rate / 3600, 1)}}
+           "verdict": verdict(libraries, found)}
     text_md = markdown(out)
     for folder in [work] + ([args.results] if args.results else []):
         folder.mkdir(parents=True, exist_ok=True)
@@ -353,46 +464,76 @@ def run(args: argparse.Namespace) -> None:
 
 
 def markdown(out: dict) -> str:
-    flags, c, d = out["flags"], out["corpus"], out["distinct"]
-    m = out["machine"]
-    lines = [f"# `make bench-dedup`: {flags['documents']:,} documents with planted copies", "",
+    flags, c, m = out["flags"], out["corpus"], out["machine"]
+    libraries, found, v, s = out["libraries"], out["between"], out["verdict"], out["shingles"]
+    names = list(libraries)
+    lines = [f"# `make bench-dedup`: {flags['documents']:,} documents with planted copies, "
+             f"MinHash by {' and '.join(names)}", "",
              f"{out['date']}; {m['cpu']}, {m['cores']} cores; --workers {flags['workers']}, "
              f"--threshold {flags['threshold']}, --copy_cosine {flags['copy_cosine']}, "
              f"--changed_words {flags['changed_words']}, --planted {flags['planted']}, "
-             f"--region_pairs {flags['region_pairs']}, --seed {flags['seed']}.", "",
+             f"--region_pairs {flags['region_pairs']}, --seed {flags['seed']}; word 5-grams, "
+             f"14 buckets of 8 hashes.", "",
              f"Corpus: {c['corpus_documents']:,} documents ({c['eligible']:,} of at least "
              f"{MIN_WORDS} words, the originals' pool); {c['text_repeated']:,} share their exact "
              f"text with another; {c['distinct']:,} distinct (unique text, no copy planted). "
-             f"dedup read {out['rows']:,} rows in {out['dedup']['regions']} regions and routed "
-             f"{out['dedup']['routed_rows']:,} to them, guests included. Its rounds' task "
-             f"seconds (datatrove's, summed over tasks): "
-             f"{', '.join(f'{k} {v:,.1f}' for k, v in out['dedup']['round_task_s'].items())}.",
-             "",
+             f"Each dedup run read {out['rows']:,} rows.", "",
              "| stage | rows | wall s | rows/s | peak RSS MB, largest process | peak RSS MB, "
              "process tree |", "|---|---:|---:|---:|---:|---:|"]
     for name, r in out["stages"].items():
         lines.append(f"| {name} | {r['documents']:,} | {r['wall_s']:,.1f} | "
                      f"{r['documents_per_s']:,.1f} | {r['peak_rss_largest_mb']:,.0f} | "
                      f"{r['peak_rss_tree_mb']:,.0f} |")
-    lines += ["", "| copy | planted | both kept (goal 0) | copy removed | original removed |",
-              "|---|---:|---:|---:|---:|"]
-    for k in out["kinds"]:
-        lines.append(f"| {k['kind']} | {k['planted']:,} | {k['both_kept']:,} | "
-                     f"{k['copy_removed']:,} | {k['original_removed']:,} |")
-    reasons = ", ".join(f"{r} {n:,}" for r, n in d["by_reason"].items())
-    removed = ", ".join(f"{r} {n:,}" for r, n in out["dedup"]["removed"].items())
-    p = out["projection"]
-    share = out["distinct_share_removed"]
-    lines += ["", f"Distinct documents removed: {d['removed']:,} of {d['documents']:,} "
-                  f"({share:.2%}; goal at most {GOAL_DISTINCT_REMOVED:.0%}); by reason: "
-                  f"{reasons}. All removals: {removed}.", "",
-              f"Goals: no pair with both rows kept: "
-              f"{'met' if out['pairs_both_kept'] == 0 else 'not met'}; distinct documents "
-              f"removed at most {GOAL_DISTINCT_REMOVED:.0%}: "
-              f"{'met' if share <= GOAL_DISTINCT_REMOVED else 'not met'}.", "",
-              f"Projection (computed from the dedup stage's measured rate, not run): "
-              f"{p['documents']:.0e} documents at {p['dedup_documents_per_s']:,.1f} rows/s "
-              f"take {p['node_hours']:,.1f} node-hours on nodes like this one.", ""]
+    lines += ["", "| library | signature round, documents per task-second | rounds' task seconds "
+                  "(datatrove's, summed over tasks) | regions | rows routed |",
+              "|---|---:|---|---:|---:|"]
+    for name, lib in libraries.items():
+        d = lib["dedup"]
+        lines.append(f"| {name} | {lib['signature_documents_per_task_s']:,.1f} | "
+                     f"{', '.join(f'{k} {t:,.1f}' for k, t in d['round_task_s'].items())} | "
+                     f"{d['regions']} | {d['routed_rows']:,} |")
+    lines += ["", "| copy | planted | " + " | ".join(f"both kept, {n} (goal 0)" for n in names)
+              + " | removed by datatrove's run only | removed by rensa's run only |",
+              "|---|---:|" + "---:|" * (len(names) + 2)]
+    for at, kind in enumerate(KINDS):
+        rows = [lib["kinds"][at] for lib in libraries.values()]
+        pair = found["kinds"][at]
+        lines.append(f"| {kind} | {rows[0]['planted']:,} | "
+                     + " | ".join(f"{r['both_kept']:,}" for r in rows)
+                     + f" | {pair['found_by_datatrove_only']:,} | "
+                       f"{pair['found_by_rensa_only']:,} |")
+    lines.append("")
+    for name, lib in libraries.items():
+        d = lib["distinct"]
+        reasons = ", ".join(f"{r} {n:,}" for r, n in d["by_reason"].items())
+        removed = ", ".join(f"{r} {n:,}" for r, n in lib["dedup"]["removed"].items())
+        p = lib["projection"]
+        lines.append(f"- {name}: distinct documents removed {d['removed']:,} of "
+                     f"{d['documents']:,} ({lib['distinct_share_removed']:.2%}; goal at most "
+                     f"{GOAL_DISTINCT_REMOVED:.0%}), by reason: {reasons}; all removals: "
+                     f"{removed}. Projection (computed from the stage's measured rate, not run): "
+                     f"{p['documents']:.0e} documents at {p['dedup_documents_per_s']:,.1f} "
+                     f"rows/s take {p['node_hours']:,.1f} node-hours on nodes like this one.")
+    lines += [f"- MinHash removals: {found['minhash_removed_by_both']:,} by both runs, "
+              f"{found['minhash_removed_by_datatrove_only']:,} by datatrove's only, "
+              f"{found['minhash_removed_by_rensa_only']:,} by rensa's only.",
+              f"- Shingles, on {s['documents']:,} corpus documents: rensa's split gives other "
+              f"word {s['n_grams']}-grams than datatrove's in {s['documents_differing']:,} "
+              f"({s['share_documents_differing']:.1%}); mean Jaccard of the two sets "
+              f"{s['mean_jaccard']:.4f}; {s['share_shingles_differing']:.3%} of the shingles "
+              f"in one set only.", "",
+              "## Verdict (the rule of backends/plan.md)", "",
+              f"- rensa's run keeps whole no planted pair that datatrove's run removes: "
+              f"{'yes' if v['no_pair_kept_that_datatrove_removes'] else 'no'} "
+              f"({found['kept_by_rensa_removed_by_datatrove']}).",
+              f"- rensa removes at most {VERDICT_DISTINCT_SLACK:.1%} more of the distinct "
+              f"documents: {'yes' if v['distinct_removed_within_slack'] else 'no'}.",
+              f"- rensa's signature round at least {VERDICT_SPEEDUP}x datatrove's per "
+              f"task-second: {'yes' if v['signatures_speedup_at_least'] else 'no'} "
+              f"({v['signature_speedup']:,.1f}x).",
+              f"- **dedup's default: {v['default']}.** Apart from the verdict, the goal of "
+              f"{GOAL_SIGNATURES_PER_CORE:,} signature documents per task-second for rensa: "
+              f"{'met' if v['goal_signatures_per_core_met'] else 'not met'}.", ""]
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ one keep-list that later stages honour.
 Text (--input, the FineWeb shards): datatrove's MinHash deduplication, its four steps as rounds of
 executor tasks: signatures (task r of N: shards r, r+N, ...), buckets (one task per bucket),
 clusters (one task), filter (the signature tasks' shards again). FineWeb's settings are the
-defaults: word 5-grams, 14 buckets of 8 hashes, 64-bit hashes. Of each cluster one document is
+defaults: word 5-grams, 14 buckets of 8 hashes. The signatures are datatrove's own or rensa's
+(--minhash; minhash.py), in datatrove's files either way. Of each cluster one document is
 kept by a rule of its own, not datatrove's (the root of its union-find, which follows the task
 numbering), so that the keep-list does not depend on --tasks: the member of highest quality where
 --prepared is given, ties (and every cluster without --prepared) to the first in input order;
@@ -56,6 +57,7 @@ from datamask.shared import require
 from .common import (check_distinct_files, check_prepared, check_text_shard, file_stats,
                      parquet_files)
 from .engines import check_executor, engine_session, run_then_merge, start_or_resume
+from .minhash import DEFAULT_BACKEND, check_backend, signature_step
 
 datatrove_base = require("datatrove.pipeline.base", "dedup")
 
@@ -70,7 +72,6 @@ REGION_PLAN = "plan.json"  # in regions/: the rows routed, guests included
 SAMPLE_FLOOR = 100_000  # rows the default sample holds at least (all where fewer)
 SAMPLE_PER_REGION = 50  # and per region, so that deep cuts are fitted on enough rows
 SIMILARITY_BYTES = 64 * 2**20  # a region's similarities computed at once
-PRECISIONS = (32, 64)
 REGION_PAIRS = ("all", "inside")
 PAIR_SCHEMA = pa.schema([("id", pa.string()), ("other", pa.string()), ("similarity", pa.float32()),
                          ("quality", pa.float64()), ("other_quality", pa.float64())])
@@ -281,15 +282,15 @@ def read_cluster_members(folder: Path) -> pa.Table:
                              for f in files]) if files else schema.empty_table()
 
 
-def minhash_rounds(text: list[str], prepared: list[str], work: Path, config,
-                   tasks: int) -> list[tuple[list, int, str]]:
+def minhash_rounds(text: list[str], prepared: list[str], work: Path, config, tasks: int,
+                   backend: str) -> list[tuple[list, int, str]]:
     """datatrove's four MinHash steps as executor rounds, (steps, tasks, unit), on the FineWeb
     shards `text` (one folder's, in name order): each filter task writes the documents it
     removes, and the ones its clusters keep, as (id, cluster) under `work`/removed and
     `work`/kept; then one task chooses each cluster's copy by the stage's rule (the quality of
-    the `prepared` rows, when given)."""
+    the `prepared` rows, when given). The signatures are `backend`'s (minhash.BACKENDS)."""
     from datatrove.pipeline.dedup import (MinhashDedupBuckets, MinhashDedupCluster,
-                                          MinhashDedupFilter, MinhashDedupSignature)
+                                          MinhashDedupFilter)
     from datatrove.pipeline.filters import LambdaFilter
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.writers import ParquetWriter
@@ -301,7 +302,7 @@ def minhash_rounds(text: list[str], prepared: list[str], work: Path, config,
     signatures, buckets, clusters = (str(work / name) for name in ("signatures", "buckets",
                                                                    "clusters"))
     return [
-        ([shards(), MinhashDedupSignature(signatures, config=config)], tasks, "signature"),
+        ([shards(), signature_step(backend, signatures, config)], tasks, "signature"),
         ([MinhashDedupBuckets(signatures, buckets, config=config)], config.num_buckets,
          "bucket"),
         ([MinhashDedupCluster(buckets, clusters, config=config, save_cluster_id=True),
@@ -525,12 +526,13 @@ class WriteKeepList(datatrove_base.PipelineStep):
 
 def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, threshold: float = 0.99,
               n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
-              precision: int = 64, region_rows: int = 10_000, region_pairs: str = "all",
+              precision: int | None = None, region_rows: int = 10_000, region_pairs: str = "all",
               margin: float = 1.0, sample: int | None = None, seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
-              cluster: dict | None = None) -> dict:
+              cluster: dict | None = None, minhash: str = DEFAULT_BACKEND) -> dict:
     """MinHash on the FineWeb shards in `fineweb`, then near-duplicate embeddings among the
     prepared rows in `prepared` that it kept (either step alone where the other's input is None),
-    written as one keep-list in `output`, in `tasks` executor tasks (None: `workers`); returns
+    written as one keep-list in `output`, in `tasks` executor tasks (None: `workers`), the
+    signatures by the library `minhash` at `precision` bits (None: its own); returns
     manifest.json's content (for Slurm, which returns at submission, the submission).
     Everything is checked before any work; a rerun of a finished run returns at once."""
     check_executor(executor, workers, cluster)
@@ -549,8 +551,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
     if region_pairs == "inside" and margin != 1:
         raise UserError(f"--guest_margin {margin}: sizes the guests of --region_pairs all; "
                         f"--region_pairs inside sends none")
-    if precision not in PRECISIONS:
-        raise UserError(f"--hash_precision must be 32 or 64 (datatrove's hashes), got {precision}")
+    precision = check_backend(minhash, precision)
     tasks = workers if tasks is None else tasks
     text_files, prepared_files, ids, prepared_ids, regions = [], [], None, None, 0
     if fineweb is not None:
@@ -582,7 +583,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
     text_tasks = min(tasks, len(text_files))
     pair_tasks = min(tasks, regions) if prepared is not None else 0
     settings = {
-        "minhash": {"n_grams": n_grams, "num_buckets": num_buckets,
+        "minhash": {"backend": minhash, "n_grams": n_grams, "num_buckets": num_buckets,
                     "hashes_per_bucket": hashes_per_bucket, "hash_precision": precision,
                     "tasks": text_tasks} if fineweb is not None else None,
         "embedding": {"threshold": threshold, "region_rows": region_rows, "regions": regions,
@@ -623,7 +624,8 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
     if text:
         config = minhash_config(text["n_grams"], text["num_buckets"], text["hashes_per_bucket"],
                                 text["hash_precision"])
-        rounds += minhash_rounds(text_paths, prepared, out / MINHASH, config, text["tasks"])
+        rounds += minhash_rounds(text_paths, prepared, out / MINHASH, config, text["tasks"],
+                                 text["backend"])
     if embedding:
         margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
                   if embedding["region_pairs"] == "all" else -1.0)
