@@ -49,7 +49,8 @@ def _add_io_arguments(parser: argparse.ArgumentParser, required: bool = True) ->
                     help="embedding, a list of floats of one length (default: %(default)s)")
     io.add_argument("--select_ratio", type=float, default=DEFAULTS.select_ratio,
                     help="fraction of all input rows to select; the count is round-half-up of "
-                         "ratio * N (default: %(default)s)")
+                         "ratio * N (default: %(default)s; `datamask pipeline select` takes "
+                         "0.25, the demo's share of the pool)")
     io.add_argument("--stratify", metavar="COLUMN",
                     help="split the budget over this input column's values (integers or text) "
                          "in proportion to the input, to the row, and select each part within its "
@@ -103,24 +104,30 @@ def baseline_classes() -> tuple[dict[str, type], list[str]]:
     return classes, broken
 
 
-def add_baseline_arguments(parser: argparse.ArgumentParser, classes: dict[str, type]) -> None:
+def add_baseline_arguments(parser: argparse.ArgumentParser, classes: dict[str, type],
+                           named: str | None = None) -> None:
     """One flag per option name of the baselines' Options classes; each is passed only to the
-    baselines that take it, and a flag left out keeps that baseline's default (in brackets)."""
+    baselines that take it, and a flag left out keeps that baseline's default (in brackets).
+    With `named` (the baseline on the command line) the help shows only its flags; the others
+    still parse, so that giving one is refused naming the baseline that takes no such flag."""
     declared: dict[str, list] = {}
     for name, cls in classes.items():
         for field, kind in fields_of(cls.Options):
             if field.name not in COMMON_BASELINE_OPTIONS and field.metadata.get("flag", True):
                 declared.setdefault(field.name, []).append((name, field, kind))
     group = parser.add_argument_group(
+        f"{named}'s options ([default])" if named in classes else
         "baseline options (each passed to the baselines that take it; [their default])")
     for flag, owners in declared.items():
+        shown = [o for o in owners if o[0] == named] if named in classes else owners
         parts: dict[str, list[str]] = {}
-        for name, field, _ in owners:
+        for name, field, _ in shown:
             parts.setdefault(f"{field.metadata['help']} [{shown_default(field)}]", []).append(name)
-        help_text = "; ".join(f"{', '.join(names)}: {text}" for text, names in parts.items())
+        help_text = "; ".join(text if named in classes else f"{', '.join(names)}: {text}"
+                              for text, names in parts.items())
         _, field, kind = owners[0]
-        group.add_argument(f"--{flag}", help=help_text.replace("%", "%%"),
-                           **flag_arguments(field, kind))
+        group.add_argument(f"--{flag}", help=help_text.replace("%", "%%") if shown
+                           else argparse.SUPPRESS, **flag_arguments(field, kind))
 
 
 def _report(data, args, lamb: float, seed: int):
@@ -253,8 +260,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(Path(args.workdir), device=check_device(args.device))
 
 
-def build_parser(select_defaults: dict | None = None) -> argparse.ArgumentParser:
-    """`datamask`'s parser; `select_defaults` replaces some of select's defaults (train_mask)."""
+def build_parser(select_defaults: dict | None = None,
+                 baseline: str | None = None) -> argparse.ArgumentParser:
+    """`datamask`'s parser; `select_defaults` replaces some of select's defaults (train_mask);
+    `baseline`, the name after `datamask baseline`, limits that command's help to its flags."""
     parser = argparse.ArgumentParser(
         prog="datamask",
         description="DATAMASK: joint quality and diversity selection of pre-training data by "
@@ -279,7 +288,7 @@ def build_parser(select_defaults: dict | None = None) -> argparse.ArgumentParser
                    help="weight of quality: joint-greedy's, as in select; also the lamb of "
                         "--report (default: %(default)s)")
     classes, _ = baseline_classes()
-    add_baseline_arguments(p, classes)
+    add_baseline_arguments(p, classes, baseline)
     p.set_defaults(func=cmd_baseline, baseline_flags=sorted(
         {f.name for cls in classes.values() for f in dataclasses.fields(cls.Options)}
         - set(COMMON_BASELINE_OPTIONS)))
@@ -323,7 +332,9 @@ def _fail(message: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(build_parser(), argv, "datamask")
+    words = sys.argv[1:] if argv is None else argv
+    named = words[1] if words[:1] == ["baseline"] and len(words) > 1 else None
+    return run_command(build_parser(baseline=named), argv, "datamask")
 
 
 def pipeline_main(argv: list[str] | None = None) -> int:
@@ -334,7 +345,7 @@ def pipeline_main(argv: list[str] | None = None) -> int:
     try:
         script = importlib.import_module(point.module).main
     except UserError as err:
-        print(f"datamask-pipeline: error: {err}", file=sys.stderr)
+        print(f"datamask pipeline: error: {err}", file=sys.stderr)
         return 2
     return script(argv)
 

@@ -23,8 +23,10 @@ def quoted(err: BaseException) -> str:
 
 
 def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
-    """Parse and run a subcommand; bad input (UserError) is one line on stderr and exit 2."""
+    """Parse and run a subcommand; bad input (UserError) is one line on stderr and exit 2, after
+    the command's name (`prog`, or the `error_prefix` a subcommand sets for its own)."""
     args = parser.parse_args(argv)
+    prog = getattr(args, "error_prefix", prog)
     try:
         args.func(args)
     except UserError as err:

@@ -11,22 +11,30 @@ import argparse
 import dataclasses
 import math
 import numbers
+import os
 import types
 import typing
+from pathlib import Path
 
 from .errors import UserError
 
 
+# the default of a setting that has none: its flag is required, its field a keyword to give
+REQUIRED = dataclasses.MISSING
+
+
 def option(default, help: str, *, choices: tuple | None = None, low: float | None = None,
            high: float | None = None, open_low: bool = False, open_high: bool = False,
-           default_text: str | None = None, original: bool = False, flag: bool = True):
+           default_text: str | None = None, original: bool = False, flag: bool = True,
+           metavar: str | None = None):
     """A dataclass field with what the CLI and the checks need: `low`/`high` bound the value
     (inclusive unless `open_*`), `default_text` describes a None default, `original` marks a
-    flag of the paper's train_mask.py, `flag=False` keeps the field off the command line."""
+    flag of the paper's train_mask.py, `flag=False` keeps the field off the command line;
+    a REQUIRED default makes the flag required."""
     return dataclasses.field(default=default, metadata={
         "help": help, "choices": choices, "low": low, "high": high, "open_low": open_low,
         "open_high": open_high, "default_text": default_text, "original": original,
-        "flag": flag})
+        "flag": flag, "metavar": metavar})
 
 
 def _kind(annotation) -> tuple[type, bool, bool]:
@@ -42,18 +50,22 @@ def _kind(annotation) -> tuple[type, bool, bool]:
 
 
 def fields_of(cls) -> list[tuple[dataclasses.Field, tuple[type, bool, bool]]]:
+    """The fields of `cls` made by `option` (a plain field, such as a stage's cluster settings,
+    is its owner's to check), each with its kind."""
     hints = typing.get_type_hints(cls)
-    return [(f, _kind(hints[f.name])) for f in dataclasses.fields(cls)]
+    return [(f, _kind(hints[f.name])) for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 
-_TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false",
+               Path: "a path"}
 
 
 def _converted(value, scalar: type, flag: str):
     """The value as the field's type, or a UserError saying what the flag takes."""
     ok = {int: isinstance(value, numbers.Integral) and not isinstance(value, bool),
           float: isinstance(value, numbers.Real) and not isinstance(value, bool),
-          str: isinstance(value, str), bool: isinstance(value, bool)}[scalar]
+          str: isinstance(value, str), bool: isinstance(value, bool),
+          Path: isinstance(value, (str, os.PathLike))}[scalar]
     if not ok:
         raise UserError(f"{flag} must be {_TYPE_WORDS[scalar]}, got {value!r}")
     return scalar(value)
@@ -177,6 +189,8 @@ def flag_arguments(field: dataclasses.Field, kind) -> dict:
         if many:
             kwargs["nargs"] = "+"
             kwargs["metavar"] = field.name.upper()
+        if field.metadata.get("metavar"):
+            kwargs["metavar"] = field.metadata["metavar"]
         if field.metadata.get("choices"):
             kwargs["choices"] = list(field.metadata["choices"])
     return kwargs
@@ -194,9 +208,13 @@ def add_flags(group, cls, skip: tuple = (), original: bool | None = None,
             continue
         if original is not None and meta.get("original", False) != original:
             continue
-        shown = shown_default(field, defaults.get(field.name, dataclasses.MISSING))
-        help_text = f"{meta['help']} (default: {shown})".replace("%", "%%")
         arguments = flag_arguments(field, kind)
+        if field.default is REQUIRED and field.default_factory is dataclasses.MISSING:
+            arguments["required"] = True
+            help_text = meta["help"].replace("%", "%%")
+        else:
+            shown = shown_default(field, defaults.get(field.name, dataclasses.MISSING))
+            help_text = f"{meta['help']} (default: {shown})".replace("%", "%%")
         if field.name in defaults:
             arguments["default"] = defaults[field.name]
         group.add_argument(f"--{field.name}", help=help_text, **arguments)

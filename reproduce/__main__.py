@@ -4,4 +4,4 @@ import datamask.processes  # noqa: F401 (first: a stage started by the downstrea
 
 from .cli import main
 
-sys.exit(main(prog="python -m reproduce"))
+sys.exit(main())

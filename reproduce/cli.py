@@ -1,9 +1,10 @@
-"""`datamask-pipeline STAGE ...` (or `python -m reproduce STAGE`): one subcommand per pipeline
-stage, each reading the files the stage before wrote, and the pool's (pool, outside, control,
-calibrate, planted); stages joined by a lone `+` (`train ... + evaluate ...`) run in turn in one
-process. `add_pipeline_commands` hangs the same stages under `datamask pipeline` (registered
-under the `datamask.commands` entry points). The command lines are the CLI's alone: it sits
-above the pipeline and the pool, which know nothing of it (docs/design.md)."""
+"""`datamask pipeline STAGE ...`: one subcommand per pipeline stage, each reading the files the
+stage before wrote, and the pool's (pool, outside, control, calibrate, planted); stages joined by
+a lone `+` (`train ... + evaluate ...`) run in turn in one process. `add_pipeline_commands` hangs
+them under `datamask` (registered under the `datamask.commands` entry points); `datamask-pipeline`
+and `python -m reproduce` (a checkout without the console scripts, the Makefile) are the same
+command under its name. The command lines are the CLI's alone: it sits above the pipeline and the
+pool, which know nothing of it (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+
+PROG = "datamask pipeline"  # the command's one name, in its help and at the start of its errors
 
 # The demo's methods; those not registered (yet) are skipped by `methods --demo`.
 DEMO_METHODS = ["datamask:n_epochs=500,partial=0.2,lamb=0.5", "quality-topk", "semdedup",
@@ -78,14 +81,12 @@ def cmd_dedup(args) -> None:
 
 
 def cmd_select(args) -> None:
-    from .pipeline.engines import cluster_flags
-    from .pipeline.select import run_select
+    from datamask.options import given
 
-    _print(run_select(args.input, Path(args.output), args.method, args.select_ratio,
-                      args.block_size, args.seed, args.executor, args.workers,
-                      cluster_flags(args), args.stratify, args.strata_from, args.merge_ratio,
-                      args.merge_rows, args.merge_partition, args.partition,
-                      args.partition_sample, Path(args.keep) if args.keep else None))
+    from .pipeline.engines import cluster_flags
+    from .pipeline.select import SelectConfig, run_select
+
+    _print(run_select(SelectConfig(**given(args, SelectConfig), cluster=cluster_flags(args))))
 
 
 def cmd_methods(args) -> None:
@@ -99,7 +100,7 @@ def cmd_methods(args) -> None:
     known = set(selector_names())
     chosen = [m for m in DEMO_METHODS if parse_method(m)[0] in known]
     for skipped in sorted({parse_method(m)[0] for m in DEMO_METHODS} - known):
-        print(f"reproduce: {skipped} is not a registered selector yet; left out", file=sys.stderr)
+        print(f"{PROG}: {skipped} is not a registered selector yet; left out", file=sys.stderr)
     print(" ".join(chosen))
 
 
@@ -110,24 +111,21 @@ def cmd_tokenizer(args) -> None:
 
 
 def cmd_tokenize(args) -> None:
-    from .pipeline.engines import cluster_flags
-    from .pipeline.tokenize import run_tokenize
+    from datamask.options import given
 
-    _print(run_tokenize(Path(args.input), Path(args.selection), Path(args.tokenizer),
-                        Path(args.output), args.tasks, args.workers, args.seed,
-                        executor=args.executor, cluster=cluster_flags(args),
-                        keep=Path(args.keep) if args.keep else None))
+    from .pipeline.engines import cluster_flags
+    from .pipeline.tokenize import TokenizeConfig, run_tokenize
+
+    _print(run_tokenize(TokenizeConfig(**given(args, TokenizeConfig), cluster=cluster_flags(args))))
 
 
 def cmd_export(args) -> None:
+    from datamask.options import given
+
     from .pipeline.engines import cluster_flags
     from .pipeline.export import Export, run_export
 
-    _print(run_export(Export(
-        Path(args.input), Path(args.selection), Path(args.prepared), Path(args.output),
-        keep=Path(args.keep) if args.keep else None, shard_mb=args.shard_mb,
-        row_group_rows=args.row_group_rows, mix=args.mix, tasks=args.tasks,
-        workers=args.workers, executor=args.executor, cluster=cluster_flags(args))))
+    _print(run_export(Export(**given(args, Export), cluster=cluster_flags(args))))
 
 
 def cmd_train(args) -> None:
@@ -219,9 +217,14 @@ def cmd_planted(args) -> None:
 
 
 def add_stage_parsers(sub) -> None:
-    from .pipeline.common import NON_NEGATIVE, POSITIVE, SEED, positive_number
+    from datamask.options import add_flags
+
+    from .pipeline.common import POSITIVE, SEED
     from .pipeline.embedders import PRECISIONS
     from .pipeline.engines import add_executor_flags
+    from .pipeline.export import Export
+    from .pipeline.select import SelectConfig
+    from .pipeline.tokenize import TokenizeConfig
 
     p = sub.add_parser("data", help="write the BBC demo corpus as FineWeb shards + held-out tasks")
     p.add_argument("--output", required=True, help="folder for the FineWeb-format shards")
@@ -252,7 +255,8 @@ def add_stage_parsers(sub) -> None:
                         "the shards' model identity (default: %(default)s; docs/pipeline.md)")
     p.add_argument("--device", default="cpu",
                    help="cpu or cuda; with --gpus_per_task each task's own GPU (default: "
-                        "%(default)s)")
+                        "%(default)s, as every pipeline stage, so that a rerun elsewhere writes "
+                        "the same vectors; `datamask select` takes auto)")
     p.add_argument("--quality", default="auto", choices=["auto", "score", "heuristic", "fasttext"],
                    help="auto: FineWeb-Edu's `score` column when present, else heuristic "
                         "(datatrove's quality filters + stop-word share); fasttext: a classifier "
@@ -316,43 +320,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_dedup)
 
     p = sub.add_parser("select", help="run one selector over prepared rows in independent blocks")
-    p.add_argument("--input", nargs="+", required=True, help="prepared Parquet files or folders")
-    p.add_argument("--output", required=True, help="folder for this method's selection")
-    p.add_argument("--method", required=True,
-                   help="NAME or NAME:key=value,... with a registered selector's options, e.g. "
-                        "datamask:n_epochs=500,lamb=0.5 (list: python -m reproduce methods)")
-    p.add_argument("--select_ratio", type=float, default=0.25,
-                   help="fraction of the input to select, split over the blocks by their rows "
-                        "(default: %(default)s)")
-    p.add_argument("--block_size", type=NON_NEGATIVE, default=0,
-                   help="rows per block, 0 for one block (paper: 1M) (default: %(default)s)")
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the row-to-block assignment")
-    p.add_argument("--partition", default="random",
-                   help="how the rows are cut into blocks: random (a seeded permutation) or "
-                        "neighbourhood (near rows together, so a block is a region of the space: "
-                        "for coverage objectives such as Facility) (default: %(default)s)")
-    p.add_argument("--partition_sample", type=NON_NEGATIVE, metavar="N",
-                   help="rows whose features the neighbourhood cuts are fitted on, a seeded "
-                        "sample (default: all rows up to 50,000)")
-    p.add_argument("--stratify", metavar="COLUMN",
-                   help="split the whole input's budget over this column's values in proportion "
-                        "to the input, to the row, and select each part within its stratum")
-    p.add_argument("--strata_from", nargs="+", metavar="DIR",
-                   help="FineWeb shards (files or folders) holding the --stratify column, looked "
-                        "up by id; needed when the prepared shards lack it")
-    p.add_argument("--merge_ratio", type=float, default=0.0,
-                   help="a second round across blocks: each block selects this share, then "
-                        "the union of their picks the budget; above --select_ratio, 0 for none "
-                        "(default: %(default)s)")
-    p.add_argument("--merge_rows", type=NON_NEGATIVE, default=0,
-                   help="rows per part of the merge round, 0 for the block size "
-                        "(default: %(default)s)")
-    p.add_argument("--merge_partition", default="neighbourhood",
-                   help="how the union is cut into parts: neighbourhood (near rows together) or "
-                        "random (default: %(default)s)")
-    p.add_argument("--keep", help="a keep-list of these prepared rows (`dedup`'s output folder): "
-                                  "the rows it removes are not selected and count toward no "
-                                  "budget")
+    add_flags(p, SelectConfig)
     add_executor_flags(p, "blocks")
     p.set_defaults(func=cmd_select)
 
@@ -367,37 +335,13 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_tokenizer)
 
     p = sub.add_parser("tokenize", help="tokenize the selected documents with datatrove")
-    p.add_argument("--input", required=True, help="folder of FineWeb Parquet shards")
-    p.add_argument("--selection", required=True,
-                   help="selection.parquet from the select stage, or the folder holding it")
-    p.add_argument("--tokenizer", required=True, help="tokenizer.json")
-    p.add_argument("--output", required=True, help="folder for the .ds token files")
-    p.add_argument("--seed", type=SEED, default=0, help="document shuffling seed")
-    p.add_argument("--keep", help="a keep-list of these shards (`dedup`'s output folder): the "
-                                  "documents it removes are not tokenized, selected or not")
+    add_flags(p, TokenizeConfig)
     add_executor_flags(p, "tokenizer ranks", tasks=True)
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("export", help="the selected documents as a dataset: Parquet shards "
                                       "(datatrove's ParquetWriter) and a dataset card")
-    p.add_argument("--input", required=True, help="folder of FineWeb Parquet shards")
-    p.add_argument("--selection", required=True,
-                   help="selection.parquet from the select stage, or the folder holding it")
-    p.add_argument("--prepared", required=True,
-                   help="the folder prepare wrote from these shards (quality, embeddings)")
-    p.add_argument("--output", required=True,
-                   help="folder for train/ (the shards), README.md (the dataset card) and "
-                        "figures/")
-    p.add_argument("--keep", help="a keep-list of these shards (`dedup`'s output folder): the "
-                                  "documents it removes are left out")
-    p.add_argument("--shard_mb", type=positive_number, default=512,
-                   help="MiB per Parquet file: a file is closed at the first row group past it "
-                        "(default: %(default)s)")
-    p.add_argument("--row_group_rows", type=POSITIVE, default=1000,
-                   help="documents per Parquet row group (default: %(default)s)")
-    p.add_argument("--mix", metavar="COLUMN",
-                   help="the column whose mix the card draws (default: domain, else dump, where "
-                        "the shards hold one; none: no mix figure)")
+    add_flags(p, Export)
     add_executor_flags(p, "shard groups", tasks=True)
     p.set_defaults(func=cmd_export)
 
@@ -420,8 +364,8 @@ def add_stage_parsers(sub) -> None:
     p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
                                      "per domain and their macro average (eval/bpb.py)")
     p.add_argument("--outside", help="a second held-out folder, text from outside the pool "
-                                     "(`reproduce outside`): its bits per byte on the final "
-                                     "checkpoint and the EMA")
+                                     "(`datamask pipeline outside`): its bits per byte on the "
+                                     "final checkpoint and the EMA")
     p.add_argument("--heldout_docs", type=int,
                    help="score only each domain's first N held-out documents (quick runs)")
     p.add_argument("--output", required=True,
@@ -429,7 +373,10 @@ def add_stage_parsers(sub) -> None:
                         "<method>/seed<S>, else <folder name> and summary.json's train.seed)")
     p.add_argument("--data_dir", help="folder of bbc_*.jsonl for the local demo tasks")
     p.add_argument("--batch_size", type=int, default=32, help="(default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="(default: %(default)s)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, cuda or cuda:N (default: %(default)s, as every pipeline stage, so "
+                        "that the scores do not depend on the machine; `datamask select` takes "
+                        "auto)")
     p.add_argument("--limit", type=int, help="documents per task (for quick checks)")
     p.add_argument("--num_fewshot", type=int)
     p.set_defaults(func=cmd_evaluate)
@@ -440,7 +387,7 @@ def add_stage_parsers(sub) -> None:
                    help="evaluate's <method>.seed<S>.json files or folders of them")
     p.add_argument("--output", required=True,
                    help="folder for table2.md/.csv/.json and paper_table2.*")
-    p.add_argument("--pool", help="pool folder (python -m reproduce pool): report the fraction of "
+    p.add_argument("--pool", help="pool folder (datamask pipeline pool): report the fraction of "
                                   "each planted kind every selection kept")
     p.add_argument("--reference", default="random",
                    help="the method every other is compared with (default: %(default)s)")
@@ -478,7 +425,8 @@ def add_pool_parsers(sub) -> None:
     p.add_argument("--shards", type=int, default=8, help="(default: %(default)s)")
     p.add_argument("--max_mb_per_domain", type=float,
                    help="keep a seeded subset of at most this many MB of text per domain")
-    p.add_argument("--domains", nargs="+", default=DOMAINS, help="(default: %(default)s)")
+    p.add_argument("--domains", nargs="+", default=DOMAINS, choices=DOMAINS,
+                   help="(default: %(default)s)")
     p.add_argument("--cache", help="folder for the fetched Debian packages "
                                    "(default: ~/.cache/datamask/pool-sources)")
     p.set_defaults(func=cmd_pool)
@@ -500,7 +448,8 @@ def add_pool_parsers(sub) -> None:
                                        "the budget at random; written like select's output")
     p.add_argument("--pool", required=True, help="the pool folder (pool.json, fineweb/)")
     p.add_argument("--prepared", nargs="+", required=True, help="prepared Parquet files/folders")
-    p.add_argument("--select_ratio", type=float, default=0.25, help="(default: %(default)s)")
+    p.add_argument("--select_ratio", type=float, default=0.25,
+                   help="(default: %(default)s, as pipeline select)")
     p.add_argument("--output", required=True, help="folder for selection.parquet")
     p.add_argument("--seed", type=SEED, default=0, help="(default: %(default)s)")
     p.set_defaults(func=cmd_control)
@@ -510,7 +459,8 @@ def add_pool_parsers(sub) -> None:
                                          "by copies, domain mix kept (docs/pool.md)")
     p.add_argument("--pool", required=True, help="the pool folder (pool.json, fineweb/)")
     p.add_argument("--prepared", nargs="+", required=True, help="prepared Parquet files/folders")
-    p.add_argument("--select_ratio", type=float, default=0.25, help="(default: %(default)s)")
+    p.add_argument("--select_ratio", type=float, default=0.25,
+                   help="(default: %(default)s, as pipeline select)")
     p.add_argument("--series", required=True, choices=["junk", "dup"],
                    help="junk: replaced documents become junk of the same domain and length; "
                         "dup: they become copies of other selected documents of their domain")
@@ -538,6 +488,7 @@ def add_pipeline_commands(subparsers) -> None:
     """Hang the stages under one `pipeline` subcommand of another CLI (e.g. `datamask`)."""
     p = subparsers.add_parser("pipeline", help="the reproduction pipeline, stage by stage",
                               description=__doc__)
+    p.set_defaults(error_prefix=PROG)
     add_stage_parsers(p.add_subparsers(dest="stage", required=True, parser_class=StageParser))
 
 
@@ -552,7 +503,7 @@ class StageParser(argparse.ArgumentParser):
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     from datamask import __version__
 
-    parser = StageParser(prog=prog, description=__doc__)
+    parser = StageParser(prog=prog or PROG, description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_stage_parsers(parser.add_subparsers(dest="stage", required=True))
     return parser
@@ -577,14 +528,15 @@ def split_stages(argv: list[str]) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The `datamask-pipeline` console script (prog None: its own name). Stages separated by a
+    """The `datamask-pipeline` console script and `python -m reproduce`, both under the one name
+    `datamask pipeline` unless `prog` says otherwise. Stages separated by a
     lone `+` run one after the other in this process, and stop at the first that fails: the
     downstream run trains and scores each checkpoint so, importing torch and transformers once."""
     from datamask.errors import run_command
 
     parser = build_parser(prog)
     for stage in split_stages(sys.argv[1:] if argv is None else argv):
-        code = run_command(parser, stage, "reproduce")
+        code = run_command(parser, stage, PROG)
         if code:
             return code
     return 0

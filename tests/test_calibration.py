@@ -129,16 +129,19 @@ def test_dup_copies_other_selected_documents_of_their_domain(series):
 
 def test_null_second_random_seed_through_select_and_a_calibration_base(pool, prepared, series,
                                                                        tmp_path):
-    from reproduce.pipeline.select import run_select
+    from reproduce.pipeline.select import SelectConfig, run_select
 
     made, by_id, base = series
-    first = run_select([str(prepared)], tmp_path / "random", "random", RATIO)
-    second = run_select([str(prepared)], tmp_path / "random-1", "random:seed=1", RATIO)
+    first = run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "random",
+                                    method="random", select_ratio=RATIO))
+    second = run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "random-1",
+                                     method="random:seed=1", select_ratio=RATIO))
     assert first["selected"] == second["selected"] == budget(RATIO, len(by_id))
     zero, one = chosen(tmp_path / "random"), chosen(tmp_path / "random-1")
     assert zero != one and zero == random_ids(prepared, 0) and one == random_ids(prepared, 1)
     # the same folder given the other seed selects afresh (no block of the old spec reused)
-    run_select([str(prepared)], tmp_path / "random", "random:seed=1", RATIO)
+    run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "random",
+                            method="random:seed=1", select_ratio=RATIO))
     assert chosen(tmp_path / "random") == one
     # a calibration built on that selection file (--base) replaces rows of it
     out, _, _ = pool
@@ -147,28 +150,31 @@ def test_null_second_random_seed_through_select_and_a_calibration_base(pool, pre
     assert on_base["k"] == len(one) and (chosen(tmp_path / "j") & set(by_id)) < one
     assert len(replaced_of({"folder": tmp_path / "j"}, one, by_id)) == on_base["replaced"]
     # a selection in blocks selects the whole input's count, split over its 7-row blocks
-    blocked = run_select([str(prepared)], tmp_path / "blocked", "random", RATIO, block_size=7)
+    blocked = run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "blocked",
+                                      method="random", select_ratio=RATIO, block_size=7))
     assert blocked["selected"] == budget(RATIO, len(by_id))
     on_blocks = calibration_selection(out, [str(prepared)], RATIO, "dup", 0.25,
                                       tmp_path / "d", seed=2,
                                       base=tmp_path / "blocked" / "selection.parquet")
     assert on_blocks["k"] == blocked["selected"]
     # but a selection of another ratio is not a base for this one
-    run_select([str(prepared)], tmp_path / "half", "random", 0.6)
+    run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "half", method="random",
+                            select_ratio=0.6))
     with pytest.raises(UserError, match="--base .* selects"):
         calibration_selection(out, [str(prepared)], RATIO, "junk", 0.25, tmp_path / "x", seed=2,
                               base=tmp_path / "half" / "selection.parquet")
 
 
 def test_tokenize_reads_the_side_shard_once(pool, series, tmp_path):
-    from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+    from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
     out, _, _ = pool
     made, by_id, _ = series
     dup = made["dup-0.25"]["folder"]
     train_tokenizer([str(out / "fineweb")], tmp_path / "tok.json", vocab_size=300)
-    tokens = run_tokenize(out / "fineweb", dup / "selection.parquet", tmp_path / "tok.json",
-                          tmp_path / "tokens", tasks=2, workers=1)
+    tokens = run_tokenize(TokenizeConfig(input=out / "fineweb", selection=dup / "selection.parquet",
+                                         tokenizer=tmp_path / "tok.json",
+                                         output=tmp_path / "tokens", tasks=2, workers=1))
     assert tokens["documents"] == budget(RATIO, len(by_id)) and tokens["side"]
     report = kept_fractions(out, dup)
     assert report["side"] == {"exact_dup": made["dup-0.25"]["summary"]["replaced"]}
@@ -182,15 +188,15 @@ def test_tokenize_reads_the_side_shard_once(pool, series, tmp_path):
                             pa.array([unselected] + side.column("id").to_pylist()[1:]))
     pq.write_table(twice, bad / "side.parquet")
     with pytest.raises(UserError, match="neither the shards nor a side shard"):
-        run_tokenize(out / "fineweb", bad / "selection.parquet", tmp_path / "tok.json",
-                     tmp_path / "t2")
+        run_tokenize(TokenizeConfig(input=out / "fineweb", selection=bad / "selection.parquet",
+                                    tokenizer=tmp_path / "tok.json", output=tmp_path / "t2"))
     selection = pq.read_table(dup / "selection.parquet")
     keep_all = selection.set_column(selection.schema.get_field_index("selected"), "selected",
                                     pa.array(np.ones(len(selection), bool)))
     pq.write_table(keep_all, bad / "selection.parquet")
     with pytest.raises(UserError, match="is in 2 rows"):
-        run_tokenize(out / "fineweb", bad / "selection.parquet", tmp_path / "tok.json",
-                     tmp_path / "t2")
+        run_tokenize(TokenizeConfig(input=out / "fineweb", selection=bad / "selection.parquet",
+                                    tokenizer=tmp_path / "tok.json", output=tmp_path / "t2"))
     assert not (tmp_path / "t2").exists()
 
 

@@ -427,3 +427,24 @@ def test_every_flag_help_is_short_and_speaks_of_the_product(monkeypatch):
         for invocation, lines in rendered_help(each).items():
             for doc, anchor in re.findall(r"docs/([\w.-]+\.md)#([\w-]+)", " ".join(lines)):
                 assert anchor in anchors(ROOT / "docs" / doc), (name, invocation, doc, anchor)
+
+
+def baseline_help(capsys, *words: str) -> str:
+    with pytest.raises(SystemExit) as done:
+        main(["baseline", *words, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_a_named_baselines_help_lists_its_flags_and_no_other(capsys):
+    """`datamask baseline mmr --help` shows mmr's --trade_off and none of knn-density's or
+    semdedup's flags; without a name every baseline's flags are listed, each with its owners."""
+    text = baseline_help(capsys, "mmr")
+    assert "mmr's options" in text and "--trade_off" in text and "--device" in text
+    for other in ("--neighbors", "--penalty", "--eps", "--n_clusters", "--picks_per_batch"):
+        assert other not in text
+    text = baseline_help(capsys, "knn-density")
+    assert "--neighbors" in text and "--penalty" in text and "--trade_off" not in text
+    text = baseline_help(capsys)
+    assert all(flag in text for flag in ("--trade_off", "--neighbors", "--eps"))
+    assert "mmr: " in text and "knn-density: " in text

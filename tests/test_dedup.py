@@ -22,8 +22,8 @@ from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPa
                                       similar_pairs)
 from reproduce.pipeline.minhash import (BACKENDS, DEFAULT_BACKEND, shingle_hashes, simplified,
                                        split_words)
-from reproduce.pipeline.select import run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.select import SelectConfig, run_select
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
 DIM = 32
 # task 0 reads shards 0 and 2, task 1 shard 1: both text copies' clusters span the two tasks, so
@@ -368,8 +368,10 @@ def test_tokenize_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_pat
     ids = input_ids(corpus)
     pq.write_table(pa.table({"id": ids, "selected": [i != "empty" for i in ids]}),
                    tmp_path / "selection.parquet")
-    summary = run_tokenize(corpus / "fineweb", tmp_path / "selection.parquet",
-                           tmp_path / "tokenizer.json", tmp_path / "tokens", keep=deduped)
+    summary = run_tokenize(TokenizeConfig(input=corpus / "fineweb",
+                                          selection=tmp_path / "selection.parquet",
+                                          tokenizer=tmp_path / "tokenizer.json",
+                                          output=tmp_path / "tokens", keep=deduped))
     assert summary["documents"] == len(ids) - 1 - len(removals(deduped))
 
 
@@ -387,11 +389,11 @@ def rewritten_keep_list(keep_list, folder, keep: bool):
 
 
 SELECT_KEEP = {
-    "one block": {"method_spec": "quality-topk"},
+    "one block": {"method": "quality-topk"},
     # the term scale's sample, neighbourhood routing and the merge round over kept rows only
-    "blocks, merge round": {"method_spec": "joint-greedy", "block_size": 20, "merge_ratio": 0.9,
+    "blocks, merge round": {"method": "joint-greedy", "block_size": 20, "merge_ratio": 0.9,
                             "merge_partition": "random", "partition": "neighbourhood"},
-    "blocks, strata": {"method_spec": "quality-topk", "block_size": 20, "merge_ratio": 0.9,
+    "blocks, strata": {"method": "quality-topk", "block_size": 20, "merge_ratio": 0.9,
                        "stratify": "domain"},
 }
 
@@ -407,8 +409,8 @@ def test_select_leaves_out_what_the_keep_list_removes(deduped, corpus, tmp_path,
         domains = pa.table({"id": ids, "domain": [i.split("-")[0] for i in ids]})
         pq.write_table(domains, tmp_path / "domains.parquet")
         flags = {**flags, "strata_from": [str(tmp_path / "domains.parquet")]}
-    summary = run_select([str(corpus / "prepared")], tmp_path / "out", select_ratio=0.8,
-                         keep=deduped, **flags)
+    summary = run_select(SelectConfig(input=[str(corpus / "prepared")], output=tmp_path / "out",
+                                      select_ratio=0.8, keep=deduped, **flags))
     table = pq.read_table(tmp_path / "out" / "selection.parquet").to_pydict()
     assert table["id"] == ids
     chosen = [i for i, s in zip(ids, table["selected"]) if s]
@@ -437,12 +439,14 @@ def test_a_keep_list_that_removes_nothing_selects_as_none_and_another_one_starts
     byte for byte; the keep-list's file is part of the configuration, so a rerun into the same
     folder with another redoes the blocks instead of merging ones planned for other rows."""
     everything = rewritten_keep_list(deduped, tmp_path / "everything", keep=True)
-    args = ([str(corpus / "prepared")], tmp_path / "with", "joint-greedy", 0.5)
-    run_select(*args, keep=everything)
-    run_select([str(corpus / "prepared")], tmp_path / "without", "joint-greedy", 0.5)
+    args = dict(input=[str(corpus / "prepared")], output=tmp_path / "with",
+                method="joint-greedy", select_ratio=0.5)
+    run_select(SelectConfig(**args, keep=everything))
+    run_select(SelectConfig(input=[str(corpus / "prepared")], output=tmp_path / "without",
+                            method="joint-greedy", select_ratio=0.5))
     assert (tmp_path / "with" / "selection.parquet").read_bytes() == \
         (tmp_path / "without" / "selection.parquet").read_bytes()
-    summary = run_select(*args, keep=deduped)  # the same output, another keep-list
+    summary = run_select(SelectConfig(**args, keep=deduped))  # the same output, another list
     table = pq.read_table(tmp_path / "with" / "selection.parquet")
     chosen = set(table.filter(table.column("selected")).column("id").to_pylist())
     assert summary["removed_by_keep"] == 3 and not chosen & set(removals(deduped))

@@ -226,7 +226,7 @@ def test_a_part_without_its_extra_is_refused_in_one_line_with_the_pip_command(tm
         "the figures (package figures) needs the package 'matplotlib': pip install "
         '"datamask[pipeline]" (or pip install "matplotlib==3.11.2")']
     assert done.returncode == 2 and done.stderr == (
-        "datamask-pipeline: error: the reproduction pipeline (package reproduce) needs the package "
+        "datamask pipeline: error: the reproduction pipeline (package reproduce) needs the package "
         '\'spacy\': pip install "datamask[pipeline]" (or pip install "spacy==3.8.18")\n')
 
 

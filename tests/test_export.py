@@ -67,7 +67,8 @@ def root(corpus, tmp_path_factory):  # noqa: F811
 
 
 def export(root, output, **flags) -> dict:
-    return run_export(Export(root / "fineweb", root / "select", root / "prepared", output,
+    return run_export(Export(input=root / "fineweb", selection=root / "select",
+                             prepared=root / "prepared", output=output,
                              **{**SMALL_FILES, **flags}))
 
 

@@ -10,7 +10,7 @@ from conftest import write_shard
 from datamask.data import Dataset, NeighbourhoodTree, budget, neighbourhood_blocks
 from datamask.errors import UserError
 from datamask.stratify import stratum_budgets
-from reproduce.pipeline.select import UNION_PLAN, run_select
+from reproduce.pipeline.select import UNION_PLAN, SelectConfig, run_select
 
 RATIO, BLOCK = 0.1, 110
 
@@ -64,9 +64,11 @@ def pairs_kept(ids, selected, originals, copies) -> int:
 def test_merge_round_selects_the_one_round_count_from_the_blocks_picks(shards, tmp_path,
                                                                        merge_rows, partition):
     paths, *_ = shards
-    one = run_select(paths, tmp_path / "one", "facility-greedy", RATIO, block_size=BLOCK)
-    two = run_select(paths, tmp_path / "two", "facility-greedy", RATIO, block_size=BLOCK,
-                     merge_ratio=0.25, merge_rows=merge_rows, merge_partition=partition)
+    one = run_select(SelectConfig(input=paths, output=tmp_path / "one", method="facility-greedy",
+                                  select_ratio=RATIO, block_size=BLOCK))
+    two = run_select(SelectConfig(input=paths, output=tmp_path / "two", method="facility-greedy",
+                                  select_ratio=RATIO, block_size=BLOCK, merge_ratio=0.25,
+                                  merge_rows=merge_rows, merge_partition=partition))
     ids, selected, table = chosen(two)
     one_ids, one_selected, _ = chosen(one)
     assert np.array_equal(ids, one_ids) and len(np.unique(ids)) == 440
@@ -86,9 +88,11 @@ def test_neighbourhood_merge_meets_the_near_copies_the_blocks_kept(shards, tmp_p
     another block: one round keeps planted pairs whose rows sit in different blocks; a merge
     round whose parts hold neighbours together keeps none."""
     paths, originals, copies, _ = shards
-    one = run_select(paths, tmp_path / "one", "facility-greedy", RATIO, block_size=60)
-    two = run_select(paths, tmp_path / "two", "facility-greedy", RATIO, block_size=60,
-                     merge_ratio=0.3, merge_rows=60)
+    one = run_select(SelectConfig(input=paths, output=tmp_path / "one", method="facility-greedy",
+                                  select_ratio=RATIO, block_size=60))
+    two = run_select(SelectConfig(input=paths, output=tmp_path / "two", method="facility-greedy",
+                                  select_ratio=RATIO, block_size=60, merge_ratio=0.3,
+                                  merge_rows=60))
     assert two["unions"] > 1
     assert pairs_kept(*chosen(one)[:2], originals, copies) > 0
     assert pairs_kept(*chosen(two)[:2], originals, copies) == 0
@@ -96,8 +100,9 @@ def test_neighbourhood_merge_meets_the_near_copies_the_blocks_kept(shards, tmp_p
 
 def test_merge_round_keeps_the_strata_shares_to_the_row(shards, tmp_path):
     paths, _, _, domain = shards
-    summary = run_select(paths, tmp_path / "s", "quality-topk", RATIO, block_size=BLOCK,
-                         stratify="domain", merge_ratio=0.3, merge_rows=40)
+    summary = run_select(SelectConfig(input=paths, output=tmp_path / "s", method="quality-topk",
+                                      select_ratio=RATIO, block_size=BLOCK, stratify="domain",
+                                      merge_ratio=0.3, merge_rows=40))
     ids, selected, _ = chosen(summary)
     expected = stratum_budgets(domain, budget(RATIO, len(domain)))
     assert {v: int(selected[domain == v].sum()) for v in expected} == expected
@@ -108,20 +113,25 @@ def test_rerun_after_a_killed_merge_task_equals_an_uninterrupted_run(shards, tmp
     paths, *_ = shards
     flags = dict(block_size=BLOCK, merge_ratio=0.3, merge_rows=30)
     out = tmp_path / "select"
-    before = pq.read_table(run_select(paths, out, "facility-greedy", RATIO, **flags)["output"])
+    before = pq.read_table(run_select(SelectConfig(input=paths, output=out,
+                                                   method="facility-greedy", select_ratio=RATIO,
+                                                   **flags))["output"])
     part = out / "unions" / "00001.parquet"
     kept = (out / "unions" / "00000.parquet").stat().st_mtime_ns
     part.unlink()  # as if the merge round's task 1 had been killed before it finished
     (out / "logs" / "unions" / "completions" / "00001").unlink()
-    again = run_select(paths, out, "facility-greedy", RATIO, **flags)
+    again = run_select(SelectConfig(input=paths, output=out, method="facility-greedy",
+                                    select_ratio=RATIO, **flags))
     assert part.exists() and (out / "unions" / "00000.parquet").stat().st_mtime_ns == kept
     assert pq.read_table(again["output"]).equals(before)
 
 
 def test_one_block_has_nothing_to_merge(shards, tmp_path):
     paths, *_ = shards
-    one = run_select(paths, tmp_path / "a", "quality-topk", RATIO)
-    merged = run_select(paths, tmp_path / "b", "quality-topk", RATIO, merge_ratio=0.3)
+    one = run_select(SelectConfig(input=paths, output=tmp_path / "a", method="quality-topk",
+                                  select_ratio=RATIO))
+    merged = run_select(SelectConfig(input=paths, output=tmp_path / "b", method="quality-topk",
+                                     select_ratio=RATIO, merge_ratio=0.3))
     assert "merge_ratio" not in merged and "union" not in pq.read_schema(merged["output"]).names
     assert pq.read_table(merged["output"]).equals(pq.read_table(one["output"]))
 
@@ -143,7 +153,8 @@ def test_one_block_has_nothing_to_merge(shards, tmp_path):
 def test_bad_merge_flags_are_refused_before_any_work(shards, tmp_path, flags, message):
     paths, *_ = shards
     with pytest.raises(UserError, match=message):
-        run_select(paths, tmp_path / "out", "random", RATIO, block_size=BLOCK, **flags)
+        run_select(SelectConfig(input=paths, output=tmp_path / "out", method="random",
+                                select_ratio=RATIO, block_size=BLOCK, **flags))
     assert not (tmp_path / "out").exists()
 
 
@@ -190,7 +201,8 @@ def test_each_block_reads_its_own_rows_from_the_scatter_round(shards, tmp_path):
 
     paths, *_ = shards
     out = tmp_path / "select"
-    summary = run_select(paths, out, "pair-greedy", RATIO, block_size=BLOCK, workers=2)
+    summary = run_select(SelectConfig(input=paths, output=out, method="pair-greedy",
+                                      select_ratio=RATIO, block_size=BLOCK, workers=2))
     plan = pq.read_table(out / "plan.parquet")
     everything = read_dataset(paths)
     _, selected, table = chosen(summary)
@@ -208,7 +220,8 @@ def test_each_block_reads_its_own_rows_from_the_scatter_round(shards, tmp_path):
     (out / "blocks" / "00002.parquet").unlink()
     (out / "logs" / "blocks" / "completions" / "00002").unlink()
     kept = (out / "blocks" / "00000.parquet").stat().st_mtime_ns
-    again = run_select(paths, out, "pair-greedy", RATIO, block_size=BLOCK, workers=2)
+    again = run_select(SelectConfig(input=paths, output=out, method="pair-greedy",
+                                    select_ratio=RATIO, block_size=BLOCK, workers=2))
     assert pq.read_table(again["output"]).equals(before)
     assert (out / "blocks" / "00000.parquet").stat().st_mtime_ns == kept
 

@@ -4,6 +4,7 @@ One module-scoped run feeds the stages in order (data -> prepare -> select -> to
 evaluate -> tables); each test asserts on one stage's files."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,8 +19,8 @@ from reproduce.pipeline.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
 from reproduce.cli import main
 from reproduce.pipeline.embedders import Embedder, model_identity
 from reproduce.pipeline.prepare import HeuristicQuality, chunk_id, prepare
-from reproduce.pipeline.select import run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.select import SelectConfig, run_select
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from reproduce.pipeline.train import load_config, token_budget, train, window_order
 
 RATIO = 0.25
@@ -48,8 +49,9 @@ def prepared(work, embedder):
 @pytest.fixture(scope="module")
 def selections(work, prepared):
     root, _ = work
-    return {m: run_select([str(prepared[0])], root / "select" / m.split(":")[0], m, RATIO,
-                          block_size=20)
+    return {m: run_select(SelectConfig(input=[str(prepared[0])],
+                                       output=root / "select" / m.split(":")[0], method=m,
+                                       select_ratio=RATIO, block_size=20))
             for m in ("quality-topk", "datamask:n_epochs=20,n_rollout=8", "random")}
 
 
@@ -66,8 +68,9 @@ def checkpoints(work, selections, tokenizer):
     model_cfg, train_cfg = load_config("demo", {"max_steps": 3, "batch_size": 2, "seq_len": 64})
     out = {}
     for method in ("quality-topk", "random"):
-        run_tokenize(root / "fineweb", root / "select" / method / "selection.parquet", tokenizer,
-                     root / "tokens" / method)
+        run_tokenize(TokenizeConfig(input=root / "fineweb",
+                                    selection=root / "select" / method / "selection.parquet",
+                                    tokenizer=tokenizer, output=root / "tokens" / method))
         out[method] = train(root / "tokens" / method, tokenizer, root / "train" / method,
                             model_cfg, train_cfg, progress=False)
     return out
@@ -397,7 +400,8 @@ def test_rerun_skips_finished_blocks_and_recomputes_a_crashed_one(tmp_path, prep
     """A block whose task died (no completion, no output) is recomputed on the rerun; finished
     blocks are left as they are; the merged selection is the same as before."""
     out = tmp_path / "select"
-    first = run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=20)
+    first = run_select(SelectConfig(input=[str(prepared[0])], output=out, method="quality-topk",
+                                    select_ratio=RATIO, block_size=20))
     before = pq.read_table(first["output"])
     outputs = sorted((out / "blocks").glob("*.parquet"))
     completions = sorted((out / "logs" / "blocks" / "completions").iterdir())
@@ -405,7 +409,8 @@ def test_rerun_skips_finished_blocks_and_recomputes_a_crashed_one(tmp_path, prep
     kept_mtime = outputs[0].stat().st_mtime_ns
     outputs[1].unlink()  # as if block 1's task had been killed before it finished
     completions[1].unlink()
-    again = run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=20)
+    again = run_select(SelectConfig(input=[str(prepared[0])], output=out, method="quality-topk",
+                                    select_ratio=RATIO, block_size=20))
     assert outputs[0].stat().st_mtime_ns == kept_mtime and outputs[1].exists()
     assert pq.read_table(again["output"]).equals(before)
 
@@ -420,8 +425,9 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
 
     root, _ = work
     monkeypatch.chdir(root)
-    run_tokenize(Path("fineweb"), Path("select/random/selection.parquet"), tokenizer,
-                 Path("relative/tokens"))
+    run_tokenize(TokenizeConfig(input=Path("fineweb"),
+                                selection=Path("select/random/selection.parquet"),
+                                tokenizer=tokenizer, output=Path("relative/tokens")))
     model_cfg, cfg = load_config("demo", {"max_steps": 1, "batch_size": 2, "seq_len": 32})
     train(Path("relative/tokens"), tokenizer, Path("relative/train/random"), model_cfg, cfg,
           progress=False)
@@ -437,6 +443,61 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
 
 def test_select_refuses_a_negative_block_size_before_writing(tmp_path, prepared):
     out = tmp_path / "select"
-    with pytest.raises(UserError, match="--block_size must be 0"):
-        run_select([str(prepared[0])], out, "quality-topk", RATIO, block_size=-5)
+    with pytest.raises(UserError, match="--block_size must be at least 0, got -5"):
+        run_select(SelectConfig(input=[str(prepared[0])], output=out, method="quality-topk",
+                                select_ratio=RATIO, block_size=-5))
     assert not out.exists()
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(select_ratio=25), "--select_ratio must lie strictly between 0 and 1, got 25"),
+    (dict(block_size=0.25), "--block_size must be a whole number, got 0.25"),
+    (dict(block_size=-5), "--block_size must be at least 0, got -5"),
+    (dict(partition="neighborhood"), "--partition must be one of neighbourhood, random"),
+    (dict(merge_ratio=0.3, merge_partition="kmeans"), "--merge_partition must be one of"),
+    (dict(seed=-1), "--seed must be a whole number from 0 to 2^63 - 1, got -1"),
+    (dict(workers=0), "--workers must be at least 1, got 0"),
+    (dict(executor="dask"), "--executor must be one of local, slurm, ray, got 'dask'"),
+])
+def test_a_select_setting_out_of_range_is_refused_naming_its_flag(tmp_path, settings, message):
+    """The config refuses a bad setting when it is made, before the stage reads a file."""
+    with pytest.raises(UserError, match=re.escape(message)):
+        SelectConfig(input=[str(tmp_path)], output=tmp_path / "out", method="random", **settings)
+
+
+def test_select_settings_are_given_by_name_only(tmp_path):
+    """Two settings of one type swapped by position cannot pass unseen: there is no position."""
+    with pytest.raises(TypeError):
+        SelectConfig([str(tmp_path)], tmp_path / "out", "random", 0.1, 20)
+
+
+def test_swapped_select_flags_are_one_line_naming_the_flag(tmp_path, prepared, capsys):
+    """A ratio given to --block_size and a count to --select_ratio: refused, exit 2, naming the
+    first flag, before any output."""
+    out = tmp_path / "select"
+    with pytest.raises(SystemExit) as refused:
+        main(["select", "--input", str(prepared[0]), "--output", str(out), "--method", "random",
+              "--block_size", "0.25", "--select_ratio", "20"])
+    err = capsys.readouterr().err.strip()
+    assert refused.value.code == 2 and len(err.splitlines()) == 1
+    assert "argument --block_size: invalid int value: '0.25'" in err and not out.exists()
+    assert main(["select", "--input", str(prepared[0]), "--output", str(out), "--method",
+                 "random", "--block_size", "20", "--select_ratio", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--select_ratio must lie strictly between 0 and 1, got 20" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["reproduce", "datamask"])
+def test_the_pipeline_has_one_name_in_its_help_and_errors(tmp_path, capsys, command):
+    """`python -m reproduce` and `datamask pipeline` are one command: its errors begin with
+    `datamask pipeline:` and its usage names it so, whichever way it was started."""
+    from datamask.cli import main as datamask_main
+
+    run = main if command == "reproduce" else lambda argv: datamask_main(["pipeline", *argv])
+    assert run(["select", "--input", str(tmp_path / "missing"), "--output",
+                str(tmp_path / "out"), "--method", "random"]) == 2
+    assert capsys.readouterr().err.startswith("datamask pipeline: error: --input ")
+    with pytest.raises(SystemExit):
+        run(["select", "--help"])
+    assert capsys.readouterr().out.startswith("usage: datamask pipeline select ")

@@ -135,17 +135,20 @@ def test_more_shards_than_rows_is_refused_before_writing(tmp_path, pool, units):
 
 
 def test_pipeline_stages_accept_the_pool_shards(pool, prepared, tmp_path):
-    from reproduce.pipeline.select import run_select
-    from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+    from reproduce.pipeline.select import SelectConfig, run_select
+    from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
     out, _, rows = pool
     table = pa.concat_tables([pq.read_table(p) for p in sorted(prepared.glob("*.parquet"))])
     assert sorted(table.column("id").to_pylist()) == sorted(r["id"] for r in rows)
-    summary = run_select([str(prepared)], tmp_path / "select", "quality-topk", 0.25)
+    summary = run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "select",
+                                      method="quality-topk", select_ratio=0.25))
     assert summary["selected"] == budget(0.25, len(rows))
     train_tokenizer([str(out / "fineweb")], tmp_path / "tok.json", vocab_size=300)
-    tokens = run_tokenize(out / "fineweb", tmp_path / "select" / "selection.parquet",
-                          tmp_path / "tok.json", tmp_path / "tokens")
+    tokens = run_tokenize(TokenizeConfig(input=out / "fineweb",
+                                         selection=tmp_path / "select" / "selection.parquet",
+                                         tokenizer=tmp_path / "tok.json",
+                                         output=tmp_path / "tokens"))
     assert tokens["documents"] == summary["selected"]
 
 

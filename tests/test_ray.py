@@ -31,8 +31,8 @@ from datamask.data import read_dataset
 from datamask.errors import UserError
 from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE, run_dedup
 from reproduce.pipeline.export import CARD, DATA, SUMMARY
-from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, SelectConfig, run_select
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
 METHOD, RATIO, BLOCK = "facility-greedy", 0.25, 3000  # ~1 s a block: long enough to be killed in
 TASK_FLAGS = ["--cpus_per_task", "1", "--mem_per_cpu_gb", "0.5"]
@@ -107,8 +107,9 @@ MERGE = {"merge_ratio": 0.9, "merge_rows": 3000}  # a union of 5,400 picks: two 
 @pytest.fixture(scope="module")
 def local_selection(block_shards, tmp_path_factory):
     out = tmp_path_factory.mktemp("local") / "select"
-    return pq.read_table(run_select([str(block_shards)], out, METHOD, RATIO, BLOCK,
-                                    **MERGE)["output"])
+    return pq.read_table(run_select(SelectConfig(input=[str(block_shards)], output=out,
+                                                 method=METHOD, select_ratio=RATIO,
+                                                 block_size=BLOCK, **MERGE))["output"])
 
 
 def on_ray(ray_head, *stage: str) -> subprocess.Popen:
@@ -240,8 +241,9 @@ def test_neighbourhood_blocks_and_the_term_scale_on_ray_equal_the_local_ones(ray
     """joint-greedy on neighbourhood blocks: the plan, cut where it is written, and the term scale
     one task fits are the local executor's to the digit, and so is every block's selection."""
     flags = {"partition": "neighbourhood", "partition_sample": 2000}
-    local = run_select([str(block_shards)], tmp_path / "local", "joint-greedy", 0.1, BLOCK,
-                       **flags)
+    local = run_select(SelectConfig(input=[str(block_shards)], output=tmp_path / "local",
+                                    method="joint-greedy", select_ratio=0.1, block_size=BLOCK,
+                                    **flags))
     out = tmp_path / "ray"
     finish(on_ray(ray_head, "select", "--input", str(block_shards), "--output", str(out),
                   "--method", "joint-greedy", "--select_ratio", "0.1", "--block_size", str(BLOCK),
@@ -275,8 +277,9 @@ def test_an_address_where_no_ray_head_listens_is_refused_at_once(block_shards, t
     """ray.init would retry it for minutes."""
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(UserError, match=f"--ray_address {address}: no Ray head answers there"):
-        run_select([str(block_shards)], tmp_path / "select", METHOD, RATIO, BLOCK,
-                   executor="ray", cluster={"ray_address": address})
+        run_select(SelectConfig(input=[str(block_shards)], output=tmp_path / "select",
+                                method=METHOD, select_ratio=RATIO, block_size=BLOCK, executor="ray",
+                                cluster={"ray_address": address}))
     assert not (tmp_path / "select").exists()
 
 
@@ -377,7 +380,9 @@ def test_tokenize_on_ray_writes_the_local_executors_token_files(ray_head, pool,
     pq.write_table(pa.table({"id": ids, "selected": [i % 3 != 0 for i in range(len(ids))]}),
                    selection)
     train_tokenizer([str(shards)], work / "tokenizer.json", vocab_size=300)
-    local = run_tokenize(shards, selection, work / "tokenizer.json", work / "local", tasks=2)
+    local = run_tokenize(TokenizeConfig(input=shards, selection=selection,
+                                        tokenizer=work / "tokenizer.json", output=work / "local",
+                                        tasks=2))
     finish(on_ray(ray_head, "tokenize", "--input", str(shards), "--selection", str(selection),
                   "--tokenizer", str(work / "tokenizer.json"), "--output", str(work / "ray"),
                   "--tasks", "2"))

@@ -16,7 +16,7 @@ from datamask.report import Report
 from datamask.selectors import make_selector
 from datamask.stratify import largest_remainder
 from reproduce.pipeline import select
-from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, run_select
+from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, SelectConfig, run_select
 
 RATIO = 0.1
 
@@ -62,7 +62,8 @@ def test_many_blocks_select_exactly_the_whole_inputs_budget(tmp_path, merge):
     """6,000 rows in 32 blocks of at most 188: each block rounding its own 10% would select 608;
     the budget apportioned once selects 600, each block its largest-remainder share."""
     paths = shards_of(gaussian_data(6000, 4, seed=0), tmp_path / "in")
-    summary = run_select(paths, tmp_path / "out", "quality-topk", RATIO, block_size=188, **merge)
+    summary = run_select(SelectConfig(input=paths, output=tmp_path / "out", method="quality-topk",
+                                      select_ratio=RATIO, block_size=188, **merge))
     table = pq.read_table(summary["output"])
     blocks, selected = table.column("block").to_numpy(), table.column("selected").to_numpy()
     sizes = np.bincount(blocks)
@@ -85,8 +86,9 @@ def test_every_block_and_part_scores_on_the_whole_inputs_scale(clustered, tmp_pa
     if sample:
         monkeypatch.setattr(select, "SCALE_SAMPLE", sample)
     out = tmp_path / "out"
-    summary = run_select(clustered, out, "joint-greedy", RATIO, block_size=110, merge_ratio=0.3,
-                         merge_partition="random", merge_rows=60)
+    summary = run_select(SelectConfig(input=clustered, output=out, method="joint-greedy",
+                                      select_ratio=RATIO, block_size=110, merge_ratio=0.3,
+                                      merge_partition="random", merge_rows=60))
     everything = read_dataset(clustered)
     plan = pq.read_table(out / "plan.parquet")
     in_sample = plan.column("scale_sample").to_numpy()
@@ -116,13 +118,15 @@ def test_every_block_and_part_scores_on_the_whole_inputs_scale(clustered, tmp_pa
 
 def test_a_rerun_keeps_the_fitted_scale_and_redoes_a_lost_block(clustered, tmp_path):
     out = tmp_path / "out"
-    before = pq.read_table(run_select(clustered, out, "joint-greedy", RATIO,
-                                      block_size=110)["output"])
+    before = pq.read_table(run_select(SelectConfig(input=clustered, output=out,
+                                                   method="joint-greedy", select_ratio=RATIO,
+                                                   block_size=110))["output"])
     assert not (out / "scale_rows").exists() and not (out / "scattered").exists()
     fitted = (out / TERM_SCALE).stat().st_mtime_ns
     (out / "blocks" / "00001.parquet").unlink()  # as if block 1's task had been killed
     (out / "logs" / "blocks" / "completions" / "00001").unlink()
-    again = run_select(clustered, out, "joint-greedy", RATIO, block_size=110)
+    again = run_select(SelectConfig(input=clustered, output=out, method="joint-greedy",
+                                    select_ratio=RATIO, block_size=110))
     assert pq.read_table(again["output"]).equals(before)
     assert (out / TERM_SCALE).stat().st_mtime_ns == fitted
 
@@ -131,7 +135,8 @@ def test_one_block_fits_its_own_scale_as_before(clustered, tmp_path):
     """One block: no scale task, no budgets in the plan; the selection is the selector's on all
     rows, as `datamask baseline` would write it."""
     out = tmp_path / "out"
-    summary = run_select(clustered, out, "joint-greedy", RATIO)
+    summary = run_select(SelectConfig(input=clustered, output=out, method="joint-greedy",
+                                      select_ratio=RATIO))
     plan = pq.read_table(out / "plan.parquet")
     assert not (out / TERM_SCALE).exists() and "term_scale" not in summary
     assert plan.column_names == ["chunk_id", "block"] and b"budgets" not in plan.schema.metadata
@@ -142,7 +147,8 @@ def test_one_block_fits_its_own_scale_as_before(clustered, tmp_path):
 
 def test_a_selector_without_a_scale_gets_none(clustered, tmp_path):
     out = tmp_path / "out"
-    summary = run_select(clustered, out, "pair-greedy", RATIO, block_size=110)
+    summary = run_select(SelectConfig(input=clustered, output=out, method="pair-greedy",
+                                      select_ratio=RATIO, block_size=110))
     assert "scale_sample" not in pq.read_schema(out / "plan.parquet").names
     assert not (out / TERM_SCALE).exists() and "term_scale" not in summary
 

@@ -12,7 +12,7 @@ from datamask.data import Dataset, budget
 from datamask.errors import UserError
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
-from reproduce.pipeline.select import run_select
+from reproduce.pipeline.select import SelectConfig, run_select
 
 RATIO = 0.1
 CLUSTERS = 8
@@ -54,8 +54,9 @@ def test_neighbourhood_blocks_select_exactly_the_whole_inputs_budget(pool, tmp_p
     its largest-remainder share of budget(select_ratio, N) by those counts, and after a merge
     round the selection is the same count."""
     paths, _, _ = pool
-    summary = run_select(paths, tmp_path / "out", "quality-topk", RATIO, block_size=150,
-                         partition="neighbourhood", partition_sample=300, **merge)
+    summary = run_select(SelectConfig(input=paths, output=tmp_path / "out", method="quality-topk",
+                                      select_ratio=RATIO, block_size=150, partition="neighbourhood",
+                                      partition_sample=300, **merge))
     table = pq.read_table(summary["output"])
     blocks, selected = table.column("block").to_numpy(), table.column("selected").to_numpy()
     sizes = np.bincount(blocks)
@@ -71,8 +72,9 @@ def test_neighbourhood_blocks_select_exactly_the_whole_inputs_budget(pool, tmp_p
 
 def test_strata_keep_their_shares_to_the_row(pool, tmp_path):
     paths, _, language = pool
-    summary = run_select(paths, tmp_path / "out", "quality-topk", RATIO, block_size=150,
-                         partition="neighbourhood", partition_sample=300, stratify="language")
+    summary = run_select(SelectConfig(input=paths, output=tmp_path / "out", method="quality-topk",
+                                      select_ratio=RATIO, block_size=150, partition="neighbourhood",
+                                      partition_sample=300, stratify="language"))
     values, sizes = np.unique(language, return_counts=True)
     shares = largest_remainder(budget(RATIO, 1200), sizes)
     assert {s["value"]: s["selected"] for s in summary["strata"]} == dict(zip(values, shares))
@@ -93,8 +95,10 @@ def test_a_neighbourhood_block_is_a_region_a_random_one_a_sample_of_all(pool, tm
     def outside_two_largest(partition: str) -> np.ndarray:
         """Each block's share of rows outside its two largest clusters."""
         out = tmp_path / partition
-        table = pq.read_table(run_select(paths, out, "quality-topk", RATIO, block_size=150,
-                                         partition=partition)["output"])
+        table = pq.read_table(run_select(SelectConfig(input=paths, output=out,
+                                                      method="quality-topk", select_ratio=RATIO,
+                                                      block_size=150,
+                                                      partition=partition))["output"])
         blocks = table.column("block").to_numpy()
         counts = np.sort([np.bincount(cluster[blocks == b], minlength=CLUSTERS)
                           for b in range(8)], axis=1)
@@ -108,8 +112,9 @@ def test_the_plan_is_the_seeds(pool, tmp_path):
     paths, _, _ = pool
 
     def plan(name: str, seed: int) -> pa.Table:
-        run_select(paths, tmp_path / name, "quality-topk", RATIO, block_size=150, seed=seed,
-                   partition="neighbourhood", partition_sample=100)
+        run_select(SelectConfig(input=paths, output=tmp_path / name, method="quality-topk",
+                                select_ratio=RATIO, block_size=150, seed=seed,
+                                partition="neighbourhood", partition_sample=100))
         return pq.read_table(tmp_path / name / "plan.parquet")
 
     first = plan("a", 0)
@@ -121,17 +126,20 @@ def test_a_killed_block_rerun_gives_the_uninterrupted_selection(pool, tmp_path):
     paths, _, _ = pool
     out = tmp_path / "out"
     options = dict(block_size=150, partition="neighbourhood", partition_sample=300)
-    before = pq.read_table(run_select(paths, out, "joint-greedy", RATIO, **options)["output"])
+    before = pq.read_table(run_select(SelectConfig(input=paths, output=out, method="joint-greedy",
+                                                   select_ratio=RATIO, **options))["output"])
     (out / "blocks" / "00003.parquet").unlink()  # as if block 3's task had been killed
     (out / "logs" / "blocks" / "completions" / "00003").unlink()
-    again = run_select(paths, out, "joint-greedy", RATIO, **options)
+    again = run_select(SelectConfig(input=paths, output=out, method="joint-greedy",
+                                    select_ratio=RATIO, **options))
     assert pq.read_table(again["output"]).equals(before)
 
 
 def test_one_block_is_the_whole_input_whatever_the_partition(pool, tmp_path):
     paths, _, _ = pool
-    chosen = [pq.read_table(run_select(paths, tmp_path / p, "quality-topk", RATIO,
-                                       partition=p)["output"]) for p in ("random", "neighbourhood")]
+    chosen = [pq.read_table(run_select(SelectConfig(
+        input=paths, output=tmp_path / p, method="quality-topk", select_ratio=RATIO,
+        partition=p))["output"]) for p in ("random", "neighbourhood")]
     assert chosen[0].equals(chosen[1])
 
 
@@ -143,13 +151,15 @@ def test_rows_no_cut_can_part_are_refused_naming_the_partition(tmp_path):
     paths = shards(data, tmp_path / "in")
     out = tmp_path / "out"
     with pytest.raises(UserError, match="^--partition neighbourhood: .* blocks would hold no row"):
-        run_select(paths, out, "quality-topk", RATIO, block_size=100, partition="neighbourhood")
+        run_select(SelectConfig(input=paths, output=out, method="quality-topk", select_ratio=RATIO,
+                                block_size=100, partition="neighbourhood"))
     assert not out.exists()
-    run_select(paths, out, "quality-topk", RATIO, block_size=100)  # random blocks take them
+    run_select(SelectConfig(input=paths, output=out, method="quality-topk", select_ratio=RATIO,
+                            block_size=100))  # random blocks take them
 
 
 @pytest.mark.parametrize("flags, flag", [
-    (["--partition", "kmeans"], "--partition must be one of"),
+    (["--partition", "kmeans"], "argument --partition: invalid choice: 'kmeans'"),
     (["--partition", "neighbourhood", "--partition_sample", "0"], "--partition_sample 0:"),
     (["--partition", "neighbourhood", "--partition_sample", "1201"], "--partition_sample 1201:"),
     (["--partition_sample", "300"], "--partition_sample sizes"),
@@ -157,8 +167,11 @@ def test_rows_no_cut_can_part_are_refused_naming_the_partition(tmp_path):
 def test_bad_partition_flags_are_one_line_before_any_work(pool, tmp_path, capsys, flags, flag):
     paths, _, _ = pool
     out = tmp_path / "out"
-    code = main(["select", "--input", *paths, "--output", str(out), "--method", "quality-topk",
-                 "--block_size", "150", *flags])
+    try:  # a value outside the flag's choices is the parser's refusal, the others the stage's
+        code = main(["select", "--input", *paths, "--output", str(out), "--method",
+                     "quality-topk", "--block_size", "150", *flags])
+    except SystemExit as refused:
+        code = refused.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and flag in err and len(err.splitlines()) == 1
     assert not out.exists()

@@ -15,7 +15,7 @@ from datamask.data import Dataset, budget, read_column
 from datamask.errors import UserError
 from datamask.selectors import make_selector
 from datamask.stratify import largest_remainder, select_stratified, stratum_budgets
-from reproduce.pipeline.select import run_select
+from reproduce.pipeline.select import SelectConfig, run_select
 
 TINY_LEARNER = {"n_epochs": 5, "n_rollout": 4, "partial": 1.0, "stop_every": 0,
                 "progress": False, "device": "cpu"}
@@ -205,8 +205,9 @@ def write_pool(tmp_path, sizes=(130, 70)):
 def test_pipeline_stratifies_the_whole_input_across_blocks(tmp_path):
     prepared, fineweb, domains = write_pool(tmp_path)
     out = tmp_path / "select"
-    summary = run_select([str(prepared)], out, "quality-topk", 0.15, block_size=60,
-                         stratify="domain", strata_from=[str(fineweb)])
+    summary = run_select(SelectConfig(input=[str(prepared)], output=out, method="quality-topk",
+                                      select_ratio=0.15, block_size=60, stratify="domain",
+                                      strata_from=[str(fineweb)]))
     selection = pq.read_table(out / "selection.parquet")
     selected = selection.column("selected").to_numpy(zero_copy_only=False)
     assert len(selection) == len(domains)
@@ -220,8 +221,9 @@ def test_pipeline_names_a_missing_stratify_column(tmp_path):
     prepared, fineweb, _ = write_pool(tmp_path, sizes=(20,))
     with pytest.raises(UserError, match=r"00.parquet: the prepared shard has no column "
                                         r"'domain'.*--strata_from"):
-        run_select([str(prepared)], tmp_path / "a", "random", 0.2, stratify="domain")
+        run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "a", method="random",
+                                select_ratio=0.2, stratify="domain"))
     with pytest.raises(UserError, match=r"00.parquet: missing column 'lang' \(--stratify"):
-        run_select([str(prepared)], tmp_path / "b", "random", 0.2, stratify="lang",
-                   strata_from=[str(fineweb)])
+        run_select(SelectConfig(input=[str(prepared)], output=tmp_path / "b", method="random",
+                                select_ratio=0.2, stratify="lang", strata_from=[str(fineweb)]))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -316,7 +316,7 @@ def deduplicated(family: Family, threshold: float, work: Path, seed: int) -> tup
 def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path,
             ids: np.ndarray, report_of) -> dict:
     """One select stage run (its log in `log`) and its scores."""
-    from reproduce.pipeline.select import run_select
+    from reproduce.pipeline.select import SelectConfig, run_select
 
     block_size = math.ceil(family.rows / blocks)
     keywords = ({} if arm.merge is None
@@ -330,9 +330,10 @@ def run_one(family: Family, arm: Arm, blocks: int, args, folder: Path, log: Path
                        "dedup_wall_s": manifest["stage_wall_s"]}
     with stage_log(log):
         started = time.perf_counter()
-        summary = run_select([str(f) for f in family.files], folder, arm.spec, args.select_ratio,
-                             block_size=block_size if blocks > 1 else 0, seed=args.seed,
-                             **keywords)
+        summary = run_select(SelectConfig(input=[str(f) for f in family.files], output=folder,
+                                          method=arm.spec, select_ratio=args.select_ratio,
+                                          block_size=block_size if blocks > 1 else 0,
+                                          seed=args.seed, **keywords))
         wall = time.perf_counter() - started
     selected, block = read_selection(folder, ids)
     return {"family": family.name, "selector": arm.spec, "arm": arm.label, "metric": arm.metric,
@@ -458,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_flags(args: argparse.Namespace) -> list[Arm]:
     """Everything checked before any work; the arms (selector spec, metric, merge ratio)."""
-    from reproduce.pipeline.select import PARTITIONS, check_merge, selector_params
+    from reproduce.pipeline.select import PARTITIONS, check_merge_ratio, selector_params
 
     check_folder_output("--work", args.work)
     if args.results is not None:
@@ -476,7 +477,7 @@ def check_flags(args: argparse.Namespace) -> list[Arm]:
         pool_config(args.pool)  # a built pool, or a one-line refusal naming --pool
         check_paths({"--pool": [args.pool]}, folders={"--work": args.work})
     for ratio in args.merge_ratio:
-        check_merge(args.select_ratio, ratio, 0, "neighbourhood")
+        check_merge_ratio(args.select_ratio, ratio)
     for flag, given in (("--merge_partitions", args.merge_partitions),
                         ("--partitions", args.partitions)):
         for partition in given:

@@ -142,7 +142,7 @@ def pool_config(pool: Path) -> dict:
     manifest = pool / "pool.json"
     if not manifest.is_file():
         raise UserError(f"--pool {pool}: not a built pool (no pool.json); build one with "
-                        f"`make pool` (python -m reproduce pool)")
+                        f"`make pool` (datamask pipeline pool)")
     return json.loads(manifest.read_text())["config"]
 
 

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = StageParser(prog="python -m reproduce.bench.gpu",
                          description=__doc__.splitlines()[0])
     parser.add_argument("--pool", type=Path,
-                        help="a built demo pool (`python -m reproduce pool --output DIR --seed 0 "
+                        help="a built demo pool (`datamask pipeline pool --output DIR --seed 0 "
                              "--max_mb_per_domain 0.5 --heldout_chars 40000 --task_articles "
                              "60`); every part but select reads it")
     parser.add_argument("--device", default="cuda",

@@ -44,8 +44,8 @@ from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import Embedder, default_embedding_model
 from reproduce.pipeline.prepare import HeuristicQuality, prepare
 from reproduce.pipeline.quality import HeuristicScorer, reference_score
-from reproduce.pipeline.select import run_select
-from reproduce.pipeline.tokenize import run_tokenize, train_tokenizer
+from reproduce.pipeline.select import SelectConfig, run_select
+from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from reproduce.pool.build import build_pool
 
 BACKENDS = ("onnx", "onnx-int8")
@@ -236,9 +236,9 @@ def tokenize_scale(texts: list[str], sizes: list[int], tokenizer: Path, work: Pa
     took = {n: [] for n in sizes}
     for round_ in range(repeats):
         for n, folder in inputs.items():
-            took[n].append(seconds(lambda: run_tokenize(
-                folder / "fineweb", folder / "selection.parquet", tokenizer,
-                folder / f"tokens-{round_}", tasks=1, workers=1)))
+            took[n].append(seconds(lambda: run_tokenize(TokenizeConfig(
+                input=folder / "fineweb", selection=folder / "selection.parquet",
+                tokenizer=tokenizer, output=folder / f"tokens-{round_}", tasks=1, workers=1))))
     (small, t_small), (large, t_large) = ((n, statistics.median(took[n])) for n in sizes)
     rate = (large - small) / (t_large - t_small)
     rows = "".join(f"| {n:,} | {statistics.median(took[n]):.1f} | "
@@ -378,7 +378,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for name, folder in prepared.items():
         for seed in args.seeds if name == "torch fp32" else args.seeds[:1]:
             out = work / f"select-{name}-{seed}"
-            run_select([str(folder)], out, args.method, args.select_ratio, seed=seed)
+            run_select(SelectConfig(input=[str(folder)], output=out, method=args.method,
+                                    select_ratio=args.select_ratio, seed=seed))
             chosen[name, seed] = selected_ids(out)
 
     tokenizer = work / "tokenizer.json"
@@ -391,8 +392,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for round_ in range(args.repeats):
         for workers in args.workers:
             out = work / f"tokens-{workers}-{round_}"
-            tokenize_s[workers].append(seconds(lambda: run_tokenize(
-                shards, selection, tokenizer, out, tasks=workers, workers=workers)))
+            tokenize_s[workers].append(seconds(lambda: run_tokenize(TokenizeConfig(
+                input=shards, selection=selection, tokenizer=tokenizer, output=out,
+                tasks=workers, workers=workers))))
     tokenize_med = {w: statistics.median(s) for w, s in tokenize_s.items()}
     scale = (tokenize_scale(texts, sorted(args.tokenize_scale), tokenizer, work, args.repeats)
              if args.tokenize_scale else "")

@@ -124,7 +124,7 @@ def removed_ids(keep: Path, ids: pa.ChunkedArray, input_flag: str,
     keep = Path(keep)
     if not (keep / MANIFEST).is_file() or not (keep / KEEP_FILE).is_file():
         raise UserError(f"{flag} {keep}: no finished keep-list there (no {MANIFEST} and "
-                        f"{KEEP_FILE}); run `python -m reproduce dedup` into it first")
+                        f"{KEEP_FILE}); run `datamask pipeline dedup` into it first")
     if not same_rows(ids, pq.read_table(keep / KEEP_FILE, columns=["id"]).column("id")):
         made_from = json.loads((keep / MANIFEST).read_text())["input"]
         raise UserError(f"{flag} {keep}: a keep-list of another input ({made_from['rows']} rows "

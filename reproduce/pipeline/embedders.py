@@ -7,7 +7,7 @@ both need: the default model, a model's identity, the `--embedding_model` spec.
 `--embedding_model static` distils once from the shipped transformer and caches the result under
 ~/.cache/datamask/static-embeddings/, one folder per source model and distillation settings,
 written whole or not at all; `static:DIR` (or a model2vec folder given as is) uses a model
-`python -m reproduce distil --output DIR` saved.
+`datamask pipeline distil --output DIR` saved.
 """
 
 from __future__ import annotations
@@ -373,7 +373,7 @@ def check_static_folder(folder: str, flag: str = "--embedding_model") -> Path:
 
 def check_static_model(spec: str, flag: str) -> None:
     """A benchmark's static model: `static` (distilled once, cached) or `static:DIR` (a folder
-    `python -m reproduce distil` wrote), checked before any work."""
+    `datamask pipeline distil` wrote), checked before any work."""
     if spec.startswith(f"{STATIC}:"):
         check_static_folder(spec.removeprefix(f"{STATIC}:"), flag)
     elif spec != STATIC:

@@ -10,6 +10,7 @@ their merge (on Slurm: a job array and a job after it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -21,12 +22,24 @@ from pathlib import Path
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError, quoted
+from datamask.options import option
 from datamask.shared import require
 
 from .common import NON_NEGATIVE, POSITIVE, positive_number
 
 EXECUTORS = ("local", "slurm", "ray")
 SINFO_TIMEOUT_S = 60  # a controller that is down keeps sinfo waiting
+
+
+@dataclasses.dataclass(kw_only=True)
+class Executed:
+    """The settings of where a stage's tasks run, which every stage config that runs on an
+    executor takes from the shared executor flags (add_executor_flags), not its own."""
+
+    executor: str = option("local", "datatrove executor running the tasks", choices=EXECUTORS,
+                           flag=False)
+    workers: int = option(1, "tasks run at once (local: processes)", low=1, flag=False)
+    cluster: dict = dataclasses.field(default_factory=dict)  # the Slurm / Ray flags
 
 
 def add_executor_flags(parser, unit: str, tasks: bool = False) -> None:

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from datamask.data import (FEATURE_COLUMN, QUALITY_COLUMN, atomic_output, read_dataset,
                            write_json_atomic, write_text_atomic)
 from datamask.errors import UserError
+from datamask.options import REQUIRED, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -46,7 +47,7 @@ from datamask.shared import require
 from .common import (atomic_folder, check_distinct_files, check_prepared, check_text_shard,
                      file_stats, parquet_files, read_schema, selection_file)
 from .dedup import KEEP_FILE, read_ids, read_removed, removed_ids
-from .engines import check_executor, engine_session, run_then_merge, start_or_resume, task_files
+from .engines import Executed, check_executor, engine_session, run_then_merge, start_or_resume, task_files
 
 datatrove_base = require("datatrove.pipeline.base", "export")
 
@@ -65,27 +66,36 @@ MIX_BARS = 12  # values of the mix column drawn; the rest as one bar
 SELECTED_COLOUR, INPUT_COLOUR = "tab:orange", "tab:grey"
 
 
-@dataclass(frozen=True)
-class Export:
-    """What an export reads and writes, and how (the flags of `python -m reproduce export`)."""
+@dataclass(kw_only=True)
+class Export(Executed):
+    """What an export reads and writes, and how: `datamask pipeline export`'s flags, help and
+    range checks come from these fields; one that breaks a check is refused when made."""
 
-    input: Path
-    selection: Path
-    prepared: Path
-    output: Path
-    keep: Path | None = None
-    shard_mb: float = 512.0
-    row_group_rows: int = 1000
-    mix: str | None = None  # None: the first of MIX_COLUMNS the shards hold; NO_MIX: none
-    tasks: int | None = None
-    workers: int = 1
-    executor: str = "local"
-    cluster: dict | None = None
+    input: Path = option(REQUIRED, "folder of FineWeb Parquet shards")
+    selection: Path = option(REQUIRED, "selection.parquet from the select stage, or the folder "
+                                       "holding it")
+    prepared: Path = option(REQUIRED, "the folder prepare wrote from these shards (quality, "
+                                      "embeddings)")
+    output: Path = option(REQUIRED, "folder for train/ (the shards), README.md (the dataset "
+                                    "card) and figures/")
+    keep: Path | None = option(None, "a keep-list of these shards (`dedup`'s output folder): "
+                                     "the documents it removes are left out")
+    shard_mb: float = option(512.0, "MiB per Parquet file: a file is closed at the first row "
+                                    "group past it", low=0.0, open_low=True)
+    row_group_rows: int = option(1000, "documents per Parquet row group", low=1)
+    # None: the first of MIX_COLUMNS the shards hold; NO_MIX: none
+    mix: str | None = option(None, "the column whose mix the card draws; none: no mix figure",
+                             metavar="COLUMN",
+                             default_text="domain, else dump, where the shards hold one")
+    tasks: int | None = option(None, "executor tasks", low=1, flag=False)
+
+    def __post_init__(self):
+        validate(self)
 
     def command(self) -> str:
         """The command that writes this export (the executor's flags aside: they change nothing
         written), as the card quotes it."""
-        words = ["python", "-m", "reproduce", "export", "--input", self.input,
+        words = ["datamask", "pipeline", "export", "--input", self.input,
                  "--selection", self.selection, "--prepared", self.prepared,
                  *(["--keep", self.keep] if self.keep else []),
                  "--shard_mb", f"{self.shard_mb:g}", "--row_group_rows", self.row_group_rows,
@@ -536,8 +546,6 @@ def run_export(export: Export) -> dict:
         raise UserError(f"--shard_mb must be greater than 0, got {export.shard_mb:g}")
     if export.row_group_rows < 1:
         raise UserError(f"--row_group_rows must be at least 1, got {export.row_group_rows}")
-    if export.tasks is not None and export.tasks < 1:
-        raise UserError(f"--tasks must be at least 1, got {export.tasks}")
     input_folder, output = Path(export.input), Path(export.output)
     if not input_folder.is_dir():
         raise UserError(f"--input {input_folder}: not a folder; give the folder of FineWeb "

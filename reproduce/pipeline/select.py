@@ -82,6 +82,7 @@ from datamask.data import (
     write_table_atomic,
 )
 from datamask.errors import UserError
+from datamask.options import REQUIRED, option, validate
 from datamask.paths import check_paths, leave_as_found
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -95,7 +96,7 @@ from .common import (
     parse_method,
 )
 from .dedup import KEEP_FILE, read_ids, removed_ids
-from .engines import check_executor, engine_session, run_then_merge, start_or_resume
+from .engines import Executed, check_executor, engine_session, run_then_merge, start_or_resume
 
 datatrove_base = require("datatrove.pipeline.base", "select (block executors)")
 
@@ -126,6 +127,130 @@ PARTITIONS = ("neighbourhood", "random")  # how the rows are cut into blocks, th
 TREE_SAMPLE = 50_000
 
 
+@dataclasses.dataclass(kw_only=True)
+class SelectConfig(Executed):
+    """The select stage's settings: `pipeline select`'s flags, help and range checks are
+    generated from these fields (datamask.options), and a config that breaks one is refused,
+    naming the flag, when it is made. The executor's come from the shared executor flags."""
+
+    input: tuple[Path, ...] = option(REQUIRED, "prepared Parquet files or folders")
+    output: Path = option(REQUIRED, "folder for this method's selection")
+    method: str = option(REQUIRED, "NAME or NAME:key=value,... with a registered selector's "
+                                   "options, e.g. datamask:n_epochs=500,lamb=0.5 (list: "
+                                   "datamask pipeline methods)")
+    select_ratio: float = option(0.25, "fraction of the input to select, split over the blocks "
+                                       "by their rows; the pipeline's share, where `datamask "
+                                       "select` takes 0.1 of one shard", low=0.0, high=1.0,
+                                 open_low=True, open_high=True)
+    block_size: int = option(0, "rows per block, 0 for one block (paper: 1M)", low=0)
+    seed: int = option(0, "seed of the row-to-block assignment")
+    partition: str = option("random", "how the rows are cut into blocks: random (a seeded "
+                                      "permutation) or neighbourhood (near rows together, so a "
+                                      "block is a region of the space: for coverage objectives "
+                                      "such as Facility)", choices=PARTITIONS)
+    partition_sample: int | None = option(None, "rows whose features the neighbourhood cuts are "
+                                                "fitted on, a seeded sample", low=0, metavar="N",
+                                          default_text="all rows up to 50,000")
+    stratify: str | None = option(None, "split the whole input's budget over this column's "
+                                        "values in proportion to the input, to the row, and "
+                                        "select each part within its stratum", metavar="COLUMN")
+    strata_from: tuple[Path, ...] | None = option(
+        None, "FineWeb shards (files or folders) holding the --stratify column, looked up by "
+              "id; needed when the prepared shards lack it", metavar="DIR")
+    merge_ratio: float = option(0.0, "a second round across blocks: each block selects this "
+                                     "share, then the union of their picks the budget; above "
+                                     "--select_ratio, 0 for none")
+    merge_rows: int = option(0, "rows per part of the merge round, 0 for the block size", low=0)
+    merge_partition: str = option("neighbourhood", "how the union is cut into parts: "
+                                                   "neighbourhood (near rows together) or random",
+                                  choices=PARTITIONS)
+    keep: Path | None = option(None, "a keep-list of these prepared rows (`dedup`'s output "
+                                     "folder): the rows it removes are not selected and count "
+                                     "toward no budget")
+    def __post_init__(self):
+        validate(self)
+
+    def check_together(self) -> None:
+        """The rules between flags, all checked before any file is read."""
+        check_merge_ratio(self.select_ratio, self.merge_ratio)
+        if self.merge_rows and not self.merge_ratio:
+            raise UserError("--merge_rows sizes the merge round's parts; give --merge_ratio too")
+        if self.partition_sample is not None and self.partition != "neighbourhood":
+            raise UserError("--partition_sample sizes the sample the neighbourhood blocks are "
+                            "fitted on; give --partition neighbourhood too")
+        if self.strata_from and not self.stratify:
+            raise UserError("--strata_from names where the --stratify column is; give "
+                            "--stratify")
+
+    def merge(self, n_blocks: int) -> dict:
+        """The merge round's settings as config.json and summary.json record them, its parts'
+        rows resolved (none for one block: nothing to merge)."""
+        if not (self.merge_ratio and n_blocks > 1):
+            return {}
+        return {"merge_ratio": self.merge_ratio, "merge_rows": self.merge_rows or self.block_size,
+                "merge_partition": self.merge_partition}
+
+
+def check_merge_ratio(select_ratio: float, merge_ratio: float) -> None:
+    """--merge_ratio: none (0), or a share of each block above --select_ratio, at most all."""
+    if merge_ratio > 1:
+        raise UserError(f"--merge_ratio {merge_ratio}: must be at most 1 (the share of each "
+                        f"block kept for the merge round)")
+    if merge_ratio and not select_ratio < merge_ratio:
+        raise UserError(f"--merge_ratio {merge_ratio}: must be above --select_ratio "
+                        f"{select_ratio} (each block keeps more than its share, for the merge "
+                        f"round to choose from)")
+
+
+@dataclasses.dataclass
+class BlockPlan:
+    """What a plan file (plan.parquet, union_plan.parquet) says beside its rows, kept as JSON in
+    its Parquet schema metadata: the blocks (or the merge round's parts), each one's budget, or
+    with --stratify its budget per stratum (`strata`: {"values": [...], "budgets": one list of
+    per-block budgets per value}; before a merge round `final_strata`, the whole selection's, for
+    the merge round), and how many prepared rows a keep-list left out (`removed`)."""
+
+    n_blocks: int
+    budgets: list[int] | None = None
+    strata: dict | None = None
+    final_strata: dict | None = None
+    removed: int = 0
+
+    def to_metadata(self) -> dict[str, str]:
+        metadata = {"n_blocks": str(self.n_blocks)}
+        if self.removed:
+            metadata["removed"] = str(self.removed)
+        for key in ("budgets", "strata", "final_strata"):
+            if getattr(self, key) is not None:
+                metadata[key] = json.dumps(getattr(self, key))
+        return metadata
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[bytes, bytes] | None) -> "BlockPlan":
+        metadata = metadata or {}
+        loaded = {key: json.loads(metadata[key.encode()])
+                  for key in ("budgets", "strata", "final_strata") if key.encode() in metadata}
+        return cls(int(metadata[b"n_blocks"]), removed=int(metadata.get(b"removed", 0)), **loaded)
+
+    @classmethod
+    def read(cls, path: Path | str) -> "BlockPlan":
+        return cls.from_metadata(pq.read_schema(path).metadata)
+
+    def write(self, table: pa.Table, path: Path) -> pa.Table:
+        """`table` (the plan's rows) written to `path` with this plan as its metadata."""
+        table = table.replace_schema_metadata(self.to_metadata())
+        write_table_atomic(table, path)
+        return table
+
+    def picks(self) -> int:
+        """The rows the blocks select together."""
+        return int(np.sum(self.strata["budgets"] if self.strata else self.budgets))
+
+    def stratum_budgets(self, block: int) -> dict:
+        """One block's budget of each stratum value."""
+        return dict(zip(self.strata["values"], np.asarray(self.strata["budgets"])[:, block]))
+
+
 def rows_in(data: Dataset, wanted: np.ndarray) -> Dataset:
     """The rows of `data` whose ids are among `wanted`, in their order."""
     mine = np.isin(data.ids, wanted)
@@ -136,7 +261,7 @@ def planned_rows(rows: Dataset, plan: pa.Table) -> Dataset:
     """The rows of `rows` that `plan` lists: where a keep-list removed rows (the plan's `removed`)
     those are in no block; else every prepared row is, and nothing is filtered, so a run without
     a keep-list reads its rows as it always did."""
-    if not int((plan.schema.metadata or {}).get(b"removed", 0)):
+    if not BlockPlan.from_metadata(plan.schema.metadata).removed:
         return rows
     return rows_in(rows, plan.column(ID_COLUMN).to_numpy())
 
@@ -278,25 +403,25 @@ class SelectBlocks(datatrove_base.PipelineStep):
     the union): read its rows (the prepared shards for one block, else what the scatter round or
     the merge round's planning task wrote for it), select its budget, write. The budget is the
     plan's `budgets` entry (per stratum with --stratify), else, for one block, select_ratio of
-    its rows; with `term_scale` (a term_scale.json) the selector scores on that scale."""
+    its rows (the round's: `select_ratio`); with `term_scale` (a term_scale.json) the selector
+    scores on that scale. `config` is the stage's, its output absolute."""
 
     name = "select a block"
     type = "🎯 - SELECT"
 
-    def __init__(self, prepared: list[str], plan: str, output: str, method: str, params: dict,
-                 select_ratio: float, stratify: str | None = None, group: str = "block",
-                 term_scale: str | None = None):
+    def __init__(self, config: SelectConfig, prepared: list[str], plan: str, params: dict,
+                 select_ratio: float, group: str = "block", term_scale: str | None = None):
         super().__init__()
-        self.prepared, self.plan, self.output = prepared, plan, output
-        self.method, self.params, self.select_ratio = method, params, select_ratio
-        self.stratify, self.group, self.term_scale = stratify, group, term_scale
+        self.prepared, self.plan, self.output = prepared, plan, str(config.output)
+        self.method, self.params = parse_method(config.method)[0], params
+        self.select_ratio = select_ratio
+        self.stratify, self.group, self.term_scale = config.stratify, group, term_scale
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         from datamask.selectors import make_selector
 
-        metadata = pq.read_schema(self.plan).metadata
-        n_blocks = int(metadata[b"n_blocks"])
-        budgets = json.loads(metadata[b"budgets"]) if b"budgets" in metadata else None
+        blocks = BlockPlan.read(self.plan)
+        n_blocks, budgets = blocks.n_blocks, blocks.budgets
         plan = pq.read_table(self.plan, columns=[ID_COLUMN, "stratum"]) if self.stratify else None
         params = self.params
         if self.term_scale:
@@ -312,10 +437,9 @@ class SelectBlocks(datatrove_base.PipelineStep):
             with self.track_time(self.group):
                 selector = make_selector(self.method, **params)
                 if self.stratify:
-                    strata = json.loads(metadata[b"strata"])
-                    share = dict(zip(strata["values"], np.asarray(strata["budgets"])[:, block]))
                     selection = select_stratified(selector, rows, rows_strata(plan, rows.ids),
-                                                  self.select_ratio, self.stratify, share)
+                                                  self.select_ratio, self.stratify,
+                                                  blocks.stratum_budgets(block))
                 elif budgets is None:
                     selection = selector.select(rows, self.select_ratio)
                 else:
@@ -354,35 +478,34 @@ class PlanUnion(datatrove_base.PipelineStep):
     name = "plan the merge round"
     type = "🎯 - SELECT"
 
-    def __init__(self, prepared: list[str], plan: str, output: str, parts: int, partition: str,
-                 seed: int, count: int, stratify: str | None = None):
+    def __init__(self, config: SelectConfig, prepared: list[str], plan: str, parts: int,
+                 count: int):
         super().__init__()
-        self.prepared, self.plan, self.output = prepared, plan, output
-        self.parts, self.partition, self.seed = parts, partition, seed
-        self.count, self.stratify = count, stratify
+        self.prepared, self.plan, self.output = prepared, plan, str(config.output)
+        self.parts, self.partition, self.seed = parts, config.merge_partition, config.seed
+        self.count, self.stratify = count, config.stratify
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output)
-        metadata = pq.read_schema(self.plan).metadata
         missing = unfinished(out / "unions", self.parts)
         if (out / UNION_PLAN).exists() and not len(missing):  # a rerun of a finished round
             return
-        picks = read_round(out / "blocks", int(metadata[b"n_blocks"]), "block")
+        blocks = BlockPlan.read(self.plan)
+        picks = read_round(out / "blocks", blocks.n_blocks, "block")
         union = np.sort(picks.filter(picks.column("selected")).column(ID_COLUMN).to_numpy())
         part = self.cut(union, out / UNION_ROWS, missing)
         table = pa.table({ID_COLUMN: id_array(union), "union": pa.array(part)})
-        budgets = {"n_blocks": str(self.parts)}
+        parts = BlockPlan(self.parts)
         if self.stratify:
             strata = rows_strata(pq.read_table(self.plan, columns=[ID_COLUMN, "stratum"]), union)
             table = table.append_column("stratum", pa.array(strata))
-            final = json.loads(metadata[b"final_strata"])
-            budgets["strata"] = json.dumps({"values": final["values"], "budgets": [
+            final = blocks.final_strata
+            parts.strata = {"values": final["values"], "budgets": [
                 split(total, np.bincount(part[strata == value], minlength=self.parts))
-                for value, total in zip(final["values"], np.sum(final["budgets"], axis=1))]})
+                for value, total in zip(final["values"], np.sum(final["budgets"], axis=1))]}
         else:
-            budgets["budgets"] = json.dumps(split(self.count,
-                                                  np.bincount(part, minlength=self.parts)))
-        write_table_atomic(table.replace_schema_metadata(budgets), out / UNION_PLAN)
+            parts.budgets = split(self.count, np.bincount(part, minlength=self.parts))
+        parts.write(table, out / UNION_PLAN)
         yield from data or ()
 
     def cut(self, union: np.ndarray, folder: Path, missing: np.ndarray) -> np.ndarray:
@@ -443,7 +566,8 @@ class MergeBlocks(datatrove_base.PipelineStep):
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output)
         plan = pq.read_table(self.plan)
-        n_blocks = int(plan.schema.metadata[b"n_blocks"])
+        blocks = BlockPlan.from_metadata(plan.schema.metadata)
+        n_blocks = blocks.n_blocks
         merged = read_round(out / "blocks", n_blocks, "block")
         times = round_times(out / "blocks", n_blocks)
         planned = plan.column(ID_COLUMN).to_numpy()
@@ -457,7 +581,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
                                      for p in self.prepared])
         every = prepared.column(ID_COLUMN).to_numpy()
         listed = None  # where a keep-list removed rows, which prepared rows the plan lists
-        if int(plan.schema.metadata.get(b"removed", 0)):
+        if blocks.removed:
             listed = np.isin(every, planned)
             every = every[listed]
         merged = merged.take(pa.array(positions(got, every)))
@@ -499,7 +623,7 @@ class MergeBlocks(datatrove_base.PipelineStep):
         union's parts (rows outside the union are not selected), `union` the part (-1 outside);
         the round's counts and times go to the summary."""
         plan = pq.read_table(out / UNION_PLAN)
-        parts = int(plan.schema.metadata[b"n_blocks"])
+        parts = BlockPlan.from_metadata(plan.schema.metadata).n_blocks
         chosen = read_round(out / "unions", parts, "union")
         union = plan.column(ID_COLUMN).to_numpy()
         got = chosen.column(ID_COLUMN).to_numpy()
@@ -563,21 +687,22 @@ def stratified_budgets(strata: np.ndarray, block: np.ndarray, n_blocks: int,
             "budgets": [largest_remainder(k, r).tolist() for k, r in zip(per_stratum, rows)]}
 
 
-def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_ratio: float,
-               strata: np.ndarray | None = None, merge_ratio: float = 0.0,
-               scale_sample: bool = False, partition: str = "random",
+def write_plan(config: SelectConfig, files: list[Path], n_blocks: int, *,
+               strata: np.ndarray | None = None, scale_sample: bool = False,
                partition_sample: int = 0, kept: np.ndarray | None = None) -> pa.Table:
-    """Assign every prepared row to a block: a seeded permutation cut into near-equal parts, or
-    with partition "neighbourhood" the leaf of a NeighbourhoodTree fitted on the features of the
-    permutation's first `partition_sample` rows, every row routed shard by shard; with several
-    blocks every block's budget, the whole input's (at merge_ratio before a merge round) split by
-    largest remainder on their rows; with `strata` (one value per prepared row) each row's stratum
+    """Assign every prepared row to a block, written to the output's plan.parquet: a seeded
+    permutation cut into near-equal parts, or with partition "neighbourhood" the leaf of a
+    NeighbourhoodTree fitted on the features of the permutation's first `partition_sample` rows,
+    every row routed shard by shard; with several blocks every block's budget, the whole input's
+    (at merge_ratio before a merge round) split by largest remainder on their rows; with `strata` (one value per prepared row) each row's stratum
     and every block's stratum budgets instead (before a merge round, the larger of select_ratio's
     and merge_ratio's, and select_ratio's kept as `final_strata` for the merge round); with
     `scale_sample` the rows of the term scale's sample, the permutation's first SCALE_SAMPLE.
     With `kept` (a keep-list's, one bool per prepared row) only the rows it keeps are planned,
     counted and listed, and the metadata's `removed` tells the tasks to leave out the others.
     Returns the plan as written."""
+    seed, select_ratio, partition = config.seed, config.select_ratio, config.partition
+    merge_ratio = config.merge(n_blocks).get("merge_ratio", 0.0)
     per_file = [pq.read_table(f, columns=[ID_COLUMN]).column(ID_COLUMN).to_numpy() for f in files]
     ids = np.concatenate(per_file)
     check_unique_ids(ids, [len(i) for i in per_file], files, ID_COLUMN)
@@ -592,29 +717,23 @@ def write_plan(files: list[Path], path: Path, n_blocks: int, seed: int, select_r
         block[:] = neighbourhood_plan(files, ids, np.concatenate(cut)[:partition_sample], n_blocks,
                                       kept)
     table = pa.table({ID_COLUMN: pa.array(ids, pa.int64()), "block": pa.array(block)})
-    metadata = {"n_blocks": str(n_blocks)}
-    if kept is not None:
-        metadata["removed"] = str(int(np.sum(~kept)))
+    plan = BlockPlan(n_blocks, removed=0 if kept is None else int(np.sum(~kept)))
     if scale_sample:
         sample = np.zeros(len(ids), bool)
         sample[np.concatenate(cut)[:SCALE_SAMPLE]] = True
         table = table.append_column("scale_sample", pa.array(sample))
     if strata is None and n_blocks > 1:
-        metadata["budgets"] = json.dumps(largest_remainder(
-            budget(merge_ratio or select_ratio, len(ids)),
-            np.bincount(block, minlength=n_blocks)).tolist())
+        plan.budgets = largest_remainder(budget(merge_ratio or select_ratio, len(ids)),
+                                         np.bincount(block, minlength=n_blocks)).tolist()
     if strata is not None:
         table = table.append_column("stratum", pa.array(strata))
-        final = stratified_budgets(strata, block, n_blocks, select_ratio)
-        metadata["strata"] = json.dumps(final)
+        plan.strata = final = stratified_budgets(strata, block, n_blocks, select_ratio)
         if merge_ratio:  # the blocks keep more of each stratum; the merge round keeps `final`
             wider = stratified_budgets(strata, block, n_blocks, merge_ratio)["budgets"]
-            metadata["strata"] = json.dumps({"values": final["values"], "budgets": np.maximum(
-                wider, final["budgets"]).tolist()})
-            metadata["final_strata"] = json.dumps(final)
-    table = table.replace_schema_metadata(metadata)
-    write_table_atomic(table, path)
-    return table
+            plan.strata = {"values": final["values"],
+                           "budgets": np.maximum(wider, final["budgets"]).tolist()}
+            plan.final_strata = final
+    return plan.write(table, config.output / "plan.parquet")
 
 
 def neighbourhood_plan(files: list[Path], ids: np.ndarray, sample: np.ndarray,
@@ -666,31 +785,19 @@ def read_strata(files: list[Path], column: str, strata_from: list[str] | None) -
     return values[first[at]]
 
 
-def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: float,
-               block_size: int = 0, seed: int = 0, executor: str = "local", workers: int = 1,
-               cluster: dict | None = None, stratify: str | None = None,
-               strata_from: list[str] | None = None, merge_ratio: float = 0.0,
-               merge_rows: int = 0, merge_partition: str = "neighbourhood",
-               partition: str = "random", partition_sample: int | None = None,
-               keep: Path | None = None) -> dict:
+def run_select(config: SelectConfig) -> dict:
     """Plan the blocks, run them as executor tasks (then the merge round's, with merge_ratio),
     merge; returns summary.json's content (for Slurm, which returns at submission, the
     submission instead). With `keep` (a dedup keep-list's folder, one made of these rows) the rows
     it removes are in no block and count toward no budget."""
-    check_executor(executor, workers, cluster)
-    if block_size < 0:
-        raise UserError(f"--block_size must be 0 (one block) or a positive number of rows, got "
-                        f"{block_size}")
-    check_merge(select_ratio, merge_ratio, merge_rows, merge_partition)
-    check_partition("--partition", partition)
-    if partition_sample is not None and partition != "neighbourhood":
-        raise UserError("--partition_sample sizes the sample the neighbourhood blocks are fitted "
-                        "on; give --partition neighbourhood too")
-    name, params = parse_method(method_spec)
+    check_executor(config.executor, config.workers, config.cluster)
+    inputs, output, keep = config.input, config.output, config.keep
+    name, params = parse_method(config.method)
     params = selector_params(name, params)
-    files = parquet_files(inputs)
+    files = parquet_files(list(inputs))
     check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs],
-                 "--strata_from": strata_from, "--keep": keep}, folders={"--output": output})
+                 "--strata_from": config.strata_from, "--keep": keep},
+                folders={"--output": output})
     check_distinct_files(files)
     n_rows = check_prepared(files)
     kept = None  # with --keep, which prepared rows (file then row order) the keep-list keeps
@@ -702,49 +809,27 @@ def run_select(inputs: list[str], output: Path, method_spec: str, select_ratio: 
         if not n_rows:
             raise UserError(f"--keep {keep}: the keep-list removes every row of --input; "
                             f"nothing is left to select")
-    n_blocks = block_count(n_rows, block_size)
-    budget(select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not inside a task
+    n_blocks = block_count(n_rows, config.block_size)
+    budget(config.select_ratio, n_rows // n_blocks)  # fail on a bad ratio now, not in a task
     cut = {}
-    if partition == "neighbourhood":
-        cut = {"partition": partition, "partition_sample": (
-            min(TREE_SAMPLE, n_rows) if partition_sample is None else partition_sample)}
+    if config.partition == "neighbourhood":
+        sample = config.partition_sample
+        cut = {"partition": config.partition,
+               "partition_sample": min(TREE_SAMPLE, n_rows) if sample is None else sample}
         if not n_blocks <= cut["partition_sample"] <= n_rows:
             kept_rows = " the keep-list keeps" if keep is not None else ""
             raise UserError(f"--partition_sample {cut['partition_sample']}: must be at least the "
                             f"{n_blocks} blocks and at most the input's {n_rows} rows{kept_rows}")
-    if strata_from and not stratify:
-        raise UserError("--strata_from names where the --stratify column is; give --stratify")
-    strata = read_strata(files, stratify, strata_from) if stratify else None
+    strata = read_strata(files, config.stratify, config.strata_from) if config.stratify else None
     if strata is not None and kept is not None:
         strata = strata[kept]
-    merge = {"merge_ratio": merge_ratio, "merge_rows": merge_rows or block_size,
-             "merge_partition": merge_partition} if merge_ratio and n_blocks > 1 else {}
+    merge = config.merge(n_blocks)
     if merge:
-        check_part_memory(files[0], merge["merge_rows"], executor, workers, cluster or {})
-    with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
-        return _run_blocks(files, output, method_spec, name, params, select_ratio, block_size,
-                           seed, executor, workers, n_blocks, cluster, stratify, strata,
-                           strata_from, merge, cut, keep, kept)
-
-
-def check_partition(flag: str, value: str) -> None:
-    """`flag` (--partition, --merge_partition) names one of PARTITIONS."""
-    if value not in PARTITIONS:
-        raise UserError(f"{flag} must be one of {', '.join(PARTITIONS)}, got {value!r}")
-
-
-def check_merge(select_ratio: float, merge_ratio: float, merge_rows: int,
-                merge_partition: str) -> None:
-    if merge_ratio > 1:
-        raise UserError(f"--merge_ratio {merge_ratio}: must be at most 1 (the share of each block "
-                        f"kept for the merge round)")
-    if merge_ratio and not select_ratio < merge_ratio:
-        raise UserError(f"--merge_ratio {merge_ratio}: must be above --select_ratio "
-                        f"{select_ratio} (each block keeps more than its share, for the merge "
-                        f"round to choose from)")
-    if merge_rows and not merge_ratio:
-        raise UserError("--merge_rows sizes the merge round's parts; give --merge_ratio too")
-    check_partition("--merge_partition", merge_partition)
+        check_part_memory(files[0], merge["merge_rows"], config.executor, config.workers,
+                          config.cluster)
+    with engine_session(config.executor, config.cluster), \
+            leave_as_found([output], keep_on_interrupt=[output]):
+        return _run_blocks(config, files, (name, params), n_blocks, strata, cut, kept)
 
 
 def check_part_memory(prepared: Path, rows: int, executor: str, workers: int,
@@ -769,71 +854,70 @@ def check_part_memory(prepared: Path, rows: int, executor: str, workers: int,
                         f"({whose}); lower --merge_rows")
 
 
-def _run_blocks(files: list[Path], output: Path, method_spec: str, name: str, params: dict,
-                select_ratio: float, block_size: int, seed: int, executor: str, workers: int,
-                n_blocks: int, cluster: dict | None, stratify: str | None = None,
-                strata: np.ndarray | None = None, strata_from: list[str] | None = None,
-                merge: dict | None = None, cut: dict | None = None, keep: Path | None = None,
-                kept: np.ndarray | None = None) -> dict:
+def _run_blocks(config: SelectConfig, files: list[Path], selector: tuple[str, dict],
+                n_blocks: int, strata: np.ndarray | None, cut: dict,
+                kept: np.ndarray | None) -> dict:
     """The work of run_select once everything is checked: plan (neighbourhood blocks where `cut`
     holds their flags; only the rows `kept` marks where a keep-list was given), blocks, the merge
-    round where `merge` holds its flags, merge."""
+    round where the config asks for one, merge."""
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
+    name, params = selector
+    stratify, keep, select_ratio = config.stratify, config.keep, config.select_ratio
+    merge, output = config.merge(n_blocks), config.output
     output.mkdir(parents=True, exist_ok=True)
-    merge, cut = merge or {}, cut or {}
-    config = {"method": name, "params": params, "select_ratio": select_ratio,
-              "block_size": block_size, "seed": seed, "inputs": file_stats(files), **merge, **cut}
+    run = {"method": name, "params": params, "select_ratio": select_ratio,
+           "block_size": config.block_size, "seed": config.seed, "inputs": file_stats(files),
+           **merge, **cut}
     if stratify:
-        config["stratify"] = stratify
-        config["strata_from"] = (file_stats(parquet_files(strata_from, "--strata_from"))
-                                if strata_from else None)
+        run["stratify"] = stratify
+        run["strata_from"] = (file_stats(parquet_files(list(config.strata_from), "--strata_from"))
+                              if config.strata_from else None)
     if keep is not None:  # a rerun with another keep-list starts afresh
-        config["keep"] = file_stats([Path(keep) / KEEP_FILE])
-    start_or_resume(output / "config.json", config, [
+        run["keep"] = file_stats([keep / KEEP_FILE])
+    start_or_resume(output / "config.json", run, [
         output / name for name in ("blocks", "unions", SCATTERED, UNION_ROWS, SCALE_ROWS, "logs",
                                    "plan.parquet", UNION_PLAN, TERM_SCALE, "selection.parquet",
                                    "summary.json")])
     (output / "blocks").mkdir(exist_ok=True)
-    plan = output / "plan.parquet"
-    first_ratio = merge.get("merge_ratio", select_ratio)
     scaled = n_blocks > 1 and takes_term_scale(name)
-    planned = write_plan(files, plan, n_blocks, seed, select_ratio, strata,
-                         merge.get("merge_ratio", 0.0), scaled, kept=kept, **cut)
+    planned = write_plan(config, files, n_blocks, strata=strata, scale_sample=scaled, kept=kept,
+                         partition_sample=cut.get("partition_sample", 0))
 
     # absolute paths: cluster workers do not start in this folder
+    config = dataclasses.replace(config, output=output.absolute())
     prepared = [str(f.absolute()) for f in files]
-    plan, output = plan.absolute(), output.absolute()
-    summary = {"method": method_spec, "selector": name, "params": params,
-               "select_ratio": select_ratio, "executor": executor, "started_at": time.time(),
-               **merge, **cut}
+    plan, output = str(config.output / "plan.parquet"), config.output
+    summary = {"method": config.method, "selector": name, "params": params,
+               "select_ratio": select_ratio, "executor": config.executor,
+               "started_at": time.time(), **merge, **cut}
     if stratify:
         summary["stratify"] = stratify
     if keep is not None:
-        summary.update(keep=str(Path(keep).absolute()), removed_by_keep=int(np.sum(~kept)))
+        summary.update(keep=str(keep.absolute()), removed_by_keep=int(np.sum(~kept)))
     term_scale = str(output / TERM_SCALE) if scaled else None
-    rounds = [([SelectBlocks(prepared, str(plan), str(output), name, params, first_ratio,
-                             stratify, term_scale=term_scale)], n_blocks, "block")]
+    first_ratio = merge.get("merge_ratio", select_ratio)
+    rounds = [([SelectBlocks(config, prepared, plan, params, first_ratio,
+                             term_scale=term_scale)], n_blocks, "block")]
     if scaled:  # fitted once, before any block
         rounds.insert(0, ([FitTermScale(str(output), name, params, select_ratio)], 1, "scale"))
     if n_blocks > 1:  # each block reads its own rows, not every prepared shard
-        scatter = min(len(prepared), workers)
-        rounds.insert(0, ([ScatterRows(prepared, str(plan), str(output), scatter)], scatter,
+        scatter = min(len(prepared), config.workers)
+        rounds.insert(0, ([ScatterRows(prepared, plan, str(output), scatter)], scatter,
                           "scatter"))
     if merge:
         (output / "unions").mkdir(exist_ok=True)
         # the blocks' picks in all, so the parts' count is known before they run (a Slurm job
         # array is sized at submission)
-        first_strata = planned.schema.metadata.get(b"strata")
-        union = (int(np.sum(json.loads(first_strata)["budgets"])) if first_strata
-                 else int(np.sum(json.loads(planned.schema.metadata[b"budgets"]))))
-        parts = block_count(union, merge["merge_rows"])
-        plan_union = PlanUnion(prepared, str(plan), str(output), parts, merge["merge_partition"],
-                               seed, budget(select_ratio, planned.num_rows), stratify)
-        union_parts = SelectBlocks(prepared, str(output / UNION_PLAN), str(output), name, params,
-                                   select_ratio, stratify, group="union", term_scale=term_scale)
+        parts = block_count(BlockPlan.from_metadata(planned.schema.metadata).picks(),
+                            merge["merge_rows"])
+        plan_union = PlanUnion(config, prepared, plan, parts,
+                               budget(select_ratio, planned.num_rows))
+        union_parts = SelectBlocks(config, prepared, str(output / UNION_PLAN), params,
+                                   select_ratio, group="union", term_scale=term_scale)
         rounds += [([plan_union], 1, "union_plan"), ([union_parts], parts, "union")]
-    merging = [MergeBlocks(prepared, str(plan), str(output), summary)]
-    jobs = run_then_merge(executor, rounds, merging, output / "logs", workers, cluster, "select")
+    merging = [MergeBlocks(prepared, plan, str(output), summary)]
+    jobs = run_then_merge(config.executor, rounds, merging, output / "logs", config.workers,
+                          config.cluster, "select")
     if jobs:  # Slurm: submitted; the merge job writes the selection
         ids = [jobs["tasks_job"], *jobs.get("round_jobs", [])]
         return {"submitted": True, "blocks": n_blocks,

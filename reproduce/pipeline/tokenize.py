@@ -22,6 +22,7 @@ beside its selection.parquet. The side shard is read after the shards, through t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ import pyarrow.parquet as pq
 
 from datamask.data import atomic_output, temporary_beside, write_json_atomic
 from datamask.errors import UserError, quoted
+from datamask.options import REQUIRED, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -42,7 +44,7 @@ from datamask.shared import require
 from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
                      read_schema, selection_file, selection_path)
 from .dedup import KEEP_FILE, read_removed, removed_ids
-from .engines import check_executor, engine_session, run_then_merge, start_or_resume
+from .engines import Executed, check_executor, engine_session, run_then_merge, start_or_resume
 
 EOS = "<|endoftext|>"
 SIDE_FILE = "side.parquet"  # a selection's own rows, beside its selection.parquet
@@ -171,7 +173,7 @@ def load_tokenizer(path: Path, flag: str = "--tokenizer"):
     tk = require("tokenizers", "tokenize")
     if not path.is_file():
         raise UserError(f"{flag} {path}: no such file (train one with "
-                        f"`python -m reproduce tokenizer`)")
+                        f"`datamask pipeline tokenizer`)")
     try:
         return tk.Tokenizer.from_file(str(path))
     except Exception as err:  # the library raises a bare Exception for any unreadable file
@@ -228,27 +230,46 @@ class MergeRanks(datatrove_base.PipelineStep):
         yield from data or ()
 
 
-def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: Path,
-                 tasks: int | None = 1, workers: int = 1, seed: int = 0,
-                 side: Path | None = None, executor: str = "local",
-                 cluster: dict | None = None, keep: Path | None = None) -> dict:
-    """Tokenize the selected documents of the FineWeb shards in `input_folder` (and of the side
-    shard: `side`, else the one beside the selection) that the keep-list in folder `keep`, where
+@dataclasses.dataclass(kw_only=True)
+class TokenizeConfig(Executed):
+    """The tokenize stage's settings: `pipeline tokenize`'s flags, help and range checks come
+    from these fields; a config that breaks one is refused, naming the flag, when made."""
+
+    input: Path = option(REQUIRED, "folder of FineWeb Parquet shards")
+    selection: Path = option(REQUIRED, "selection.parquet from the select stage, or the folder "
+                                       "holding it")
+    tokenizer: Path = option(REQUIRED, "tokenizer.json")
+    output: Path = option(REQUIRED, "folder for the .ds token files")
+    seed: int = option(0, "document shuffling seed")
+    keep: Path | None = option(None, "a keep-list of these shards (`dedup`'s output folder): the "
+                                     "documents it removes are not tokenized, selected or not")
+    tasks: int | None = option(None, "tokenizer ranks, at most one per shard", low=1, flag=False,
+                               default_text="--workers")
+
+    def __post_init__(self):
+        validate(self)
+
+
+def run_tokenize(config: TokenizeConfig) -> dict:
+    """Tokenize the selected documents of the FineWeb shards in `input` (and of the side
+    shard beside the selection, where there is one) that the keep-list in folder `keep`, where
     given (one made of these shards), does not remove into `output`, in `tasks` tokenizer ranks
     (None: `workers`; at most one per shard) and one merge; returns summary.json's content (for
     Slurm, which returns at submission, the submission)."""
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.tokens import DocumentTokenizer
 
+    input_folder, selection, tokenizer, output = (config.input, config.selection,
+                                                  config.tokenizer, config.output)
+    executor, workers, cluster, keep = config.executor, config.workers, config.cluster, config.keep
+    seed = config.seed
     check_executor(executor, workers, cluster)
     if not Path(input_folder).is_dir():
         raise UserError(f"--input {input_folder}: not a folder; give the folder of FineWeb "
                         f"Parquet shards the selection was made from")
     files = parquet_files([str(input_folder)])
     selection = selection_path(selection)
-    side = Path(side) if side else side_shard(selection)
-    if side is not None and not side.is_file():
-        raise UserError(f"side shard {side}: no such file")
+    side = side_shard(selection)
     check_paths({"--input": [input_folder, *files], "--selection": selection,
                  "--tokenizer": tokenizer, "side shard": side, "--keep": keep},
                 folders={"--output": output})
@@ -257,10 +278,7 @@ def run_tokenize(input_folder: Path, selection: Path, tokenizer: Path, output: P
     removed = None if keep is None else removed_ids(
         keep, pa.chunked_array([_ids(path) for path in files]), f"--input {input_folder}")
     n_selected = check_selected_once(Path(selection), files, side, removed)
-    tasks = workers if tasks is None else tasks
-    if tasks < 1:
-        raise UserError(f"--tasks must be at least 1, got {tasks}")
-    tasks = min(tasks, len(files))
+    tasks = min(workers if config.tasks is None else config.tasks, len(files))
     summary = {"selection": str(Path(selection).absolute()),
                "side": str(side.absolute()) if side else None, "tokenizer": str(tokenizer),
                "input": str(input_folder), "token_size": bytes_per_token,

@@ -1,4 +1,4 @@
-"""`python -m reproduce pool`: build the web-like pool, its held-out text and the BBC tasks.
+"""`datamask pipeline pool`: build the web-like pool, its held-out text and the BBC tasks.
 
 Layout under --output (written in a temporary folder, renamed into place when complete):
   fineweb/000_NNNNN.parquet  FineWeb's columns + `domain` + `planted` (none, exact_dup, near_dup,

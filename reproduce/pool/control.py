@@ -31,7 +31,7 @@ def pool_labels(pool_dir: Path, columns: tuple[str, ...] = LABELS) -> pa.Table:
     folder = Path(pool_dir) / "fineweb"
     if not folder.is_dir():
         raise UserError(f"--pool {pool_dir}: no fineweb/ folder; build it with "
-                        "`python -m reproduce pool --output DIR`")
+                        "`datamask pipeline pool --output DIR`")
     files = parquet_files([str(folder)], "--pool")
     for path in files:
         missing = set(columns) - set(pq.read_schema(path).names)
