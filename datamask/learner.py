@@ -40,6 +40,8 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
+# --give_up_after -1 for DiSF weighed with quality, in start's times (defaults/start-budget/)
+DISF_JOINT_GIVE_UP_AFTER = 8.0
 # Pair_simi starts from its batched greedy, on the report's scale, up to the size measured
 PAIR_START_ROWS = 20_000
 STOP_SHARE = 0.99  # --stop_share -1 for Pair_simi's start: 0.99 of any greedy's gain, proven
@@ -234,8 +236,9 @@ class LearnerConfig:
         cheap-starts/)."""
         if self.give_up_after >= 0:
             return self.give_up_after
-        budgeted = self.algorithm == "Facility" or self.algorithm == "DiSF" and self.lamb == 0
-        return GIVE_UP_AFTER if budgeted else 0.0
+        if self.algorithm == "DiSF" and self.lamb > 0:
+            return DISF_JOINT_GIVE_UP_AFTER
+        return GIVE_UP_AFTER if self.algorithm == "Facility" or self.algorithm == "DiSF" else 0.0
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
