@@ -40,7 +40,8 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
-# --give_up_after -1 for DiSF weighed with quality, in start's times (defaults/start-budget/)
+# --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
+# took to first beat their start on the cells seen (reproduce/results/defaults/start-budget/)
 DISF_JOINT_GIVE_UP_AFTER = 8.0
 # Pair_simi starts from its batched greedy, on the report's scale, up to the size measured
 PAIR_START_ROWS = 20_000
@@ -231,9 +232,9 @@ class LearnerConfig:
 
     def give_up_after_of(self) -> float:
         """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility, and for DiSF weighed alone
-        (lamb 0); off for Pair_simi and for DiSF with quality, whose steps can climb past their
-        start too slowly for the budget to see (reproduce/results/defaults/after-start/,
-        cheap-starts/)."""
+        (lamb 0); DISF_JOINT_GIVE_UP_AFTER for DiSF with quality, twice the latest its steps
+        first beat their start on the cells seen (defaults/start-budget/); off for Pair_simi,
+        whose steps climb past their start too slowly for a budget (defaults/after-start/)."""
         if self.give_up_after >= 0:
             return self.give_up_after
         if self.algorithm == "DiSF" and self.lamb > 0:
