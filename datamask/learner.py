@@ -40,6 +40,9 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
+# --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
+# took to first beat their start on the cells seen (reproduce/results/defaults/start-budget/)
+DISF_JOINT_GIVE_UP_AFTER = 8.0
 # Pair_simi starts from its batched greedy, on the report's scale, up to the size measured
 PAIR_START_ROWS = 20_000
 STOP_SHARE = 0.99  # --stop_share -1 for Pair_simi's start: 0.99 of any greedy's gain, proven
@@ -229,13 +232,14 @@ class LearnerConfig:
 
     def give_up_after_of(self) -> float:
         """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility, and for DiSF weighed alone
-        (lamb 0); off for Pair_simi and for DiSF with quality, whose steps can climb past their
-        start too slowly for the budget to see (reproduce/results/defaults/after-start/,
-        cheap-starts/)."""
+        (lamb 0); DISF_JOINT_GIVE_UP_AFTER for DiSF with quality, twice the latest its steps
+        first beat their start on the cells seen (defaults/start-budget/); off for Pair_simi,
+        whose steps climb past their start too slowly for a budget (defaults/after-start/)."""
         if self.give_up_after >= 0:
             return self.give_up_after
-        budgeted = self.algorithm == "Facility" or self.algorithm == "DiSF" and self.lamb == 0
-        return GIVE_UP_AFTER if budgeted else 0.0
+        if self.algorithm == "DiSF" and self.lamb > 0:
+            return DISF_JOINT_GIVE_UP_AFTER
+        return GIVE_UP_AFTER if self.algorithm == "Facility" or self.algorithm == "DiSF" else 0.0
 
     def scores_start(self, rows: int) -> bool:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
@@ -397,16 +401,14 @@ def resolved(settings: dict, rows: int) -> dict:
     at one value where no start is scored (the two are then one rule): what a resume compares, so
     a checkpoint resumes under a default that means what it ran."""
     config = LearnerConfig(**{f.name: settings[f.name] for f in fields(LearnerConfig)})
-    scored, init = config.scores_start(rows), config.start_init(rows)
+    rule, init = StoppingRule.of(config, rows), config.start_init(rows)
     return {**settings, "init": init,
             "start_optimizer": (config.start_optimizer_of(rows) if init == "greedy"
                                 else "stochastic"),
-            "best_from": "start" if scored else "check",
-            "stall_on": config.stall_on if scored else "checks",
-            "give_up": config.give_up_of(rows) if scored else 0,
-            "give_up_after": config.give_up_after_of() if scored else 0.0,
-            "stop_share": config.stop_share_of(rows) if scored else 0.0,
-            "start_scale": config.start_scale_of(rows)}
+            "best_from": "start" if rule.scores_start else "check",
+            "stall_on": config.stall_on if rule.scores_start else "checks",
+            "give_up": rule.give_up, "give_up_after": rule.give_up_after,
+            "stop_share": rule.stop_share, "start_scale": config.start_scale_of(rows)}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -744,6 +746,133 @@ class Progress:
     start_s: float | None = None  # the start's time (greedy and scoring), for --give_up_after
     settled: bool = False  # --stop_share: the start's certificate ended the run before a step
 
+    def keep_if_best(self, rows: np.ndarray, value: float) -> None:
+        """Keep the read-off `rows` (objective `value`), with the logits now, if it is the best."""
+        if self.best is None or value > self.best["objective"]:
+            self.best = {"step": self.step, "objective": value, "rows": torch.as_tensor(rows),
+                         "logits": self.logits.clone()}
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When a run stops, and why: every stopping setting of `LearnerConfig`, auto resolved once
+    for one input's row count (`of`), so that this is the one place that says it. After each step
+    the loop asks `check_due` (score the read-off now?), then `stops_at_check` and `plateaued`;
+    `reason` names the stop."""
+
+    n_epochs: int  # the cap
+    every: int  # --stop_every: a check every this many steps and at the cap; 0 = no check
+    window: int  # --stop_window, in checks
+    tolerance: float  # --stop_tolerance: of the best's rise (the stall), of the start's value
+    watched: str  # the check record's key the stall is tested on (--stall_on)
+    scores_start: bool  # --best_from: the start is scored first, the best for the checks to beat
+    give_up: int  # --give_up: stop once this many checks have not beaten the start; 0 = never
+    give_up_after: float  # --give_up_after: the budget after the start, in its times; 0 = none
+    grace: float  # --give_up_grace, seconds added to that budget
+    budget_every_step: bool  # --budget_check step: the budget read after every step
+    stop_share: float  # --stop_share: the start's certificate share that ends the run; 0 = off
+    patience: int  # --patience, in steps; 0 = off
+    min_gain: float  # --min_gain
+
+    @classmethod
+    def of(cls, cfg: LearnerConfig, rows: int) -> "StoppingRule":
+        """The rule of a run of `cfg` on `rows` input rows; the start's rules only where it is
+        scored."""
+        scored = cfg.scores_start(rows)
+        return cls(cfg.n_epochs, cfg.stop_every, cfg.stop_window, cfg.stop_tolerance,
+                   "best_objective" if cfg.stall_on == "best" else "readoff_objective", scored,
+                   give_up=cfg.give_up_of(rows) if scored else 0,
+                   give_up_after=cfg.give_up_after_of() if scored else 0.0,
+                   grace=cfg.give_up_grace, budget_every_step=cfg.budget_check == "step",
+                   stop_share=cfg.stop_share_of(rows) if scored else 0.0,
+                   patience=cfg.patience, min_gain=cfg.min_gain)
+
+    def settles(self, share: float | None) -> bool:
+        """Whether the start's certificate `share` ends the run before its first step."""
+        return bool(self.stop_share) and share is not None and share >= self.stop_share
+
+    def check_due(self, run: Progress, elapsed_s: float) -> bool:
+        """Whether the step `run` has just taken is followed by a check: every `every` steps, at
+        the cap, and (--budget_check step) at a step that ends past the time budget."""
+        if not self.every:
+            return False
+        return (run.step % self.every == 0 or run.step == self.n_epochs
+                or self.budget_every_step and self.past_budget(run, elapsed_s))
+
+    def stops_at_check(self, run: Progress, elapsed_s: float) -> bool:
+        """Whether the run stops at the check it has just recorded: the start unbeaten after
+        `give_up` checks, the time budget spent (`past_budget`), or the watched best `stalled`."""
+        bests = list(accumulate((r[self.watched] for r in run.history if self.watched in r), max))
+        unbeaten = run.best["step"] == 0 and len(bests) >= self.give_up > 0
+        return (unbeaten or self.past_budget(run, elapsed_s)
+                or stalled(bests, self.window, self.tolerance))
+
+    def past_budget(self, run: Progress, elapsed_s: float) -> bool:
+        """--give_up_after: the time since the start is past its budget, and no check has beaten
+        the start by more than `tolerance` of its objective."""
+        if not (self.give_up_after and run.start_s is not None):
+            return False
+        budget = self.give_up_after * run.start_s + self.grace
+        margin = self.tolerance * abs(run.start_objective)
+        return (elapsed_s - run.start_s > budget
+                and run.best["objective"] <= run.start_objective + margin)
+
+    def plateaued(self, run: Progress) -> bool:
+        """--patience: the steps' mean objective has plateaued (`plateaued`)."""
+        return bool(self.patience) and plateaued(
+            [r["objective_mean"] for r in run.history[-2 * self.patience:]], self.patience,
+            self.min_gain, first=run.history[0]["objective_mean"])
+
+    def reason(self, run: Progress) -> str:
+        """Why a run that has ended stopped: its start's certificate, the cap, or a rule."""
+        if run.settled:
+            return "certificate"
+        if len(run.history) == self.n_epochs:
+            return "steps"
+        return "stopping_rule" if self.every else "patience"
+
+
+@dataclass(frozen=True)
+class Checks:
+    """How the start and the stopping rule's checks score a read-off: on the joint objective
+    of full-budget selections (`scoring`, --start_scale's) over all candidates."""
+
+    scoring: Joint
+    ground: GroundSet
+    k: int  # the budget over the candidates
+    readoff: str  # --readoff
+
+    def value(self, rows: np.ndarray) -> float:
+        """The joint objective of candidate `rows` over all candidates."""
+        return selection_value(self.scoring, self.ground,
+                               torch.as_tensor(rows, device=self.ground.device)).item()
+
+    def read_off(self, run: Progress, gen: torch.Generator) -> tuple[np.ndarray, float]:
+        """The rows the run would write now, and their objective."""
+        rows = read_off_rows(run.logits, self.ground.quality, self.k, gen, self.readoff)
+        return rows, self.value(rows)
+
+    def check(self, run: Progress, record: dict, gen: torch.Generator) -> None:
+        """Score the read-off, keep it if best, and note both in the step's `record`."""
+        rows, value = self.read_off(run, gen)
+        run.keep_if_best(rows, value)
+        record.update(readoff_objective=value, best_objective=run.best["objective"],
+                      best_step=run.best["step"])
+
+
+def save_progress(path: str, cfg: LearnerConfig, data: Dataset, run: Progress,
+                  gen: torch.Generator, update: AdaptiveAscent | None) -> None:
+    """The checkpoint of a run: its settings, the data's fingerprint, and all it has reached."""
+    best = run.best and {**run.best, "logits": run.best["logits"].cpu()}
+    save_checkpoint(path, {
+        "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
+        "logits": run.logits.cpu(), "generator": gen.get_state(), "scale": asdict(run.scale),
+        "elapsed_s": run.elapsed_s, "history": run.history,
+        "variants": {"adam": None if update is None else update.state}, "best": best,
+        "start_objective": run.start_objective, "start_rows": run.start_rows,
+        "check_scale": run.check_scale and asdict(run.check_scale), "start_s": run.start_s,
+        "settled": run.settled})
+
 
 class MaskLearner:
     """Learns a selection mask for one block of rows (the paper runs blocks independently)."""
@@ -758,18 +887,19 @@ class MaskLearner:
             resume: bool = False) -> LearnResult:
         """Run `policy_step` up to n_epochs times, then read the selection off the logits.
 
-        With the stopping rule (--stop_every m), every m steps and at the last step the read-off
-        is scored on the run's joint objective over all candidates (`selection_value`, timed with
-        the steps), the best kept with its logits; the run stops once `stalled` (tested on that
-        best, or with --stall_on checks on the checks' own best), and the best is the selection
-        and its logits the scores. With --best_from start (or auto on a greedy start) the
-        starting read-off is scored first, the best for the checks to beat, and with --give_up
-        (checks) or --give_up_after (time) a run whose checks do not beat it stops early, and
-        with --stop_share a start whose certificate reaches it is written with no step. With
-        --start_scale input (or sampled) the start and the checks score on the joint objective
-        scaled as the report scales it (or from its first masks), the steps on their own. A run
-        reports what it did (`LearnResult.summary`): where no check scored the start or the
-        written read-off, each is scored once on the same objective, outside the timed part.
+        When the run stops is its `StoppingRule`'s to say. With the stopping rule (--stop_every
+        m), every m steps and at the last step the read-off is scored on the run's joint
+        objective over all candidates (`Checks`, timed with the steps), the best kept with its
+        logits; the run stops once `stalled` (tested on the checks' own best, or with --stall_on
+        best on that best), and the best is the selection and its logits the scores. With
+        --best_from start (or auto on a greedy start) the starting read-off is scored first, the
+        best for the checks to beat, and with --give_up (checks) or --give_up_after (time) a run
+        whose checks do not beat it stops early, and with --stop_share a start whose certificate
+        reaches it is written with no step. With --start_scale input (or sampled) the start and
+        the checks score on the joint objective scaled as the report scales it (or from its
+        first masks), the steps on their own. A run reports what it did
+        (`LearnResult.summary`): where no check scored the start or the written read-off, each
+        is scored once on the same objective, outside the timed part.
 
         `evaluate(selected_mask) -> dict` is called every `eval_every` steps on the current
         read-off (for curves); its time is excluded from the reported time. With
@@ -789,78 +919,11 @@ class MaskLearner:
         state = load_checkpoint(checkpoint_path, cfg, data, device) if resume else None
         run = self._start(state, ground, shape, metric, gen)
         objective = Joint(metric, cfg.lamb, run.scale)  # exact: a step swaps in its estimates
-        # what the start and the checks score full-budget selections on (--start_scale)
-        scoring = Joint(metric, cfg.lamb, run.check_scale or run.scale)
+        checks = Checks(Joint(metric, cfg.lamb, run.check_scale or run.scale), ground,
+                        shape.k_total, cfg.readoff)
+        rule = StoppingRule.of(cfg, shape.n_total)
         update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
-
-        def save() -> None:
-            variants = {"adam": None if update is None else update.state}
-            best = run.best and {**run.best, "logits": run.best["logits"].cpu()}
-            save_checkpoint(checkpoint_path, {
-                "config": asdict(cfg), "fingerprint": fingerprint(data), "step": run.step,
-                "logits": run.logits.cpu(), "generator": gen.get_state(),
-                "scale": asdict(run.scale), "elapsed_s": run.elapsed_s, "history": run.history,
-                "variants": variants, "best": best, "start_objective": run.start_objective,
-                "start_rows": run.start_rows,
-                "check_scale": run.check_scale and asdict(run.check_scale),
-                "start_s": run.start_s, "settled": run.settled})
-
-        def value_of(rows: np.ndarray) -> float:
-            """The joint objective of candidate `rows` over all candidates, as a check scores."""
-            return selection_value(scoring, ground, torch.as_tensor(rows, device=device)).item()
-
-        def keep_if_best() -> float:
-            """Score the read-off on the joint objective; keep it, with its logits, if best."""
-            rows = read_off_rows(run.logits, ground.quality, shape.k_total, gen, cfg.readoff)
-            value = value_of(rows)
-            if run.best is None or value > run.best["objective"]:
-                run.best = {"step": run.step, "objective": value, "rows": torch.as_tensor(rows),
-                            "logits": run.logits.clone()}
-            return value
-
-        def check(record: dict, elapsed_s: float) -> bool:
-            """Score the read-off, keep it if best, note both in `record`; True: stop now."""
-            value = keep_if_best()
-            record.update(readoff_objective=value, best_objective=run.best["objective"],
-                          best_step=run.best["step"])
-            watched = "best_objective" if cfg.stall_on == "best" else "readoff_objective"
-            bests = list(accumulate((r[watched] for r in run.history if watched in r), max))
-            unbeaten = (scored and run.best["step"] == 0
-                        and len(bests) >= cfg.give_up_of(shape.n_total) > 0)
-            return (unbeaten or past_budget(elapsed_s)
-                    or stalled(bests, cfg.stop_window, cfg.stop_tolerance))
-
-        def past_budget(elapsed_s: float) -> bool:
-            """--give_up_after: the time since the start is past its budget, and no check has
-            beaten the start by more than --stop_tolerance of its objective."""
-            if not (scored and cfg.give_up_after_of() and run.start_s is not None):
-                return False
-            budget = cfg.give_up_after_of() * run.start_s + cfg.give_up_grace
-            margin = cfg.stop_tolerance * abs(run.start_objective)
-            return (elapsed_s - run.start_s > budget
-                    and run.best["objective"] <= run.start_objective + margin)
-
-        scored = cfg.scores_start(shape.n_total)  # the start is the best to beat
-        known = {}  # the start's certificate where --stop_share read it
-        if state is None and scored:
-            start = time.perf_counter()
-            # the best to beat; not a check, so `stalled` counts from the first
-            run.start_objective = keep_if_best()
-            run.elapsed_s += time.perf_counter() - start
-            run.start_rows = run.best["rows"]
-            stop_share = cfg.stop_share_of(shape.n_total)
-            if stop_share:  # timed: the stop reads it
-                start = time.perf_counter()
-                known["start"] = certificate(scoring, ground, run.start_rows)
-                share = known["start"].share_above_random()
-                run.settled = share is not None and share >= stop_share
-                run.elapsed_s += time.perf_counter() - start
-            run.start_s = run.elapsed_s
-        elif state is None:  # for the summary alone: untimed, a sample drawn from a fork
-            rows = read_off_rows(run.logits, ground.quality, shape.k_total, forked(gen),
-                                 cfg.readoff)
-            run.start_objective = value_of(rows)
-            run.start_rows = torch.as_tensor(rows)
+        known = {} if state is not None else self._score_start(run, checks, rule, gen)
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
             if log_file:  # a resumed run rewrites the steps it keeps, so the log has each step once
@@ -870,7 +933,7 @@ class MaskLearner:
                 desc=f"datamask {cfg.algorithm}",
                 disable=not progress, mininterval=0.5, initial=run.step, total=cfg.n_epochs))
             for step in bar:
-                start = time.perf_counter()
+                began = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
                 scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
                                      cfg.logprob, cfg.credit, update, cfg.step_probes())
@@ -879,19 +942,18 @@ class MaskLearner:
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],
                           "objective_max": stats[1]}
                 run.history.append(record)
-                elapsed = run.elapsed_s + time.perf_counter() - start
-                stop = bool(cfg.stop_every) and (
-                    run.step % cfg.stop_every == 0 or run.step == cfg.n_epochs
-                    or cfg.budget_check == "step" and past_budget(elapsed)) and check(
-                    record, elapsed)
-                run.elapsed_s += time.perf_counter() - start
+                stop = False
+                elapsed = run.elapsed_s + time.perf_counter() - began
+                if rule.check_due(run, elapsed):
+                    checks.check(run, record, gen)
+                    stop = rule.stops_at_check(run, elapsed)
+                run.elapsed_s += time.perf_counter() - began
                 record["elapsed_s"] = run.elapsed_s
                 if progress and step == bar.initial:  # what the steps asked for will cost
                     tqdm.write(cost_line(cfg, shape, objective, ground, (
-                        time.perf_counter() - start, run.step)), file=sys.stderr)
-                stop = stop or bool(cfg.patience) and plateaued(
-                    [r["objective_mean"] for r in run.history[-2 * cfg.patience:]],
-                    cfg.patience, cfg.min_gain, first=run.history[0]["objective_mean"])
+                        time.perf_counter() - began, run.step)), file=sys.stderr)
+                if rule.plateaued(run):
+                    stop = True
                 if evaluate is not None and eval_every and (
                         step % eval_every == 0 or step == cfg.n_epochs - 1 or stop):
                     record.update(evaluate(read_off(run.logits, ground.quality, shape, gen,
@@ -900,44 +962,70 @@ class MaskLearner:
                     log_file.write(json.dumps(record) + "\n")
                 bar.set_postfix(objective=f"{stats[0]:.3f}", lr=f"{lr:.2g}", refresh=False)
                 if checkpoint_path and checkpoint_every and run.step % checkpoint_every == 0:
-                    save()
+                    save_progress(checkpoint_path, cfg, data, run, gen, update)
                 if stop:
                     break
-        steps_taken = len(run.history)
         if checkpoint_path:
             run.step = cfg.n_epochs  # a stopped run is complete: resuming it runs no step
-            save()
+            save_progress(checkpoint_path, cfg, data, run, gen, update)
+        result = self._result(run, checks, rule, shape, known, gen)
+        if progress:
+            print(closing_line(cfg, result), file=sys.stderr)
+        return result
 
-        start = time.perf_counter()
+    def _score_start(self, run: Progress, checks: Checks, rule: StoppingRule,
+                     gen: torch.Generator) -> dict:
+        """A fresh run's start, scored: where the rule scores it (timed), the best for the checks
+        to beat, and its certificate where --stop_share reads it (returned, by name); else for
+        the summary alone (untimed, its read-off drawn from a fork of the generator)."""
+        if not rule.scores_start:
+            rows, run.start_objective = checks.read_off(run, forked(gen))
+            run.start_rows = torch.as_tensor(rows)
+            return {}
+        began = time.perf_counter()
+        rows, run.start_objective = checks.read_off(run, gen)  # not a check: no stall counts it
+        run.keep_if_best(rows, run.start_objective)
+        run.start_rows = run.best["rows"]
+        known = {}
+        if rule.stop_share:  # timed: the stop reads it
+            known["start"] = certificate(checks.scoring, checks.ground, run.start_rows)
+            run.settled = rule.settles(known["start"].share_above_random())
+        run.elapsed_s += time.perf_counter() - began
+        run.start_s = run.elapsed_s
+        return known
+
+    def _result(self, run: Progress, checks: Checks, rule: StoppingRule, shape: Shape,
+                known: dict, gen: torch.Generator) -> LearnResult:
+        """What a run that has ended writes: the best check's read-off and its logits (else the
+        last read-off and logits), why it stopped, and (untimed) the objectives and
+        certificates of its start and written selection."""
+        cfg = self.config
+        began = time.perf_counter()
         if run.best is None:
             logits = run.logits
-            rows = read_off_rows(run.logits, ground.quality, shape.k_total, gen, cfg.readoff)
+            rows = read_off_rows(run.logits, checks.ground.quality, shape.k_total, gen,
+                                 cfg.readoff)
         else:  # the stopping rule's best read-off, and the logits it was read off
-            logits = run.best["logits"].to(device)
+            logits = run.best["logits"]
             rows = run.best["rows"].numpy()
-        run.elapsed_s += time.perf_counter() - start
+        run.elapsed_s += time.perf_counter() - began
         full_logits = np.full(shape.n_total, -np.inf, dtype=np.float32)
         full_logits[shape.pool] = logits.cpu().numpy()
-        stop_reason = ("certificate" if run.settled else "steps" if steps_taken == cfg.n_epochs
-                       else "stopping_rule" if cfg.stop_every else "patience")
-        written = value_of(rows) if run.best is None else run.best["objective"]  # untimed
+        written = checks.value(rows) if run.best is None else run.best["objective"]  # untimed
         # how near the optimum start and written selection are: untimed, on the same objective
         if cfg.certificate == "on":
-            certificates = certify(scoring, ground, {"start": run.start_rows,
-                                                     "written": torch.as_tensor(rows)}, known)
+            certificates = certify(checks.scoring, checks.ground, {
+                "start": run.start_rows, "written": torch.as_tensor(rows)}, known)
         else:  # none computed for it: only the start's, where --stop_share read it
             certificates = {**known, **({"written": known["start"]} if run.settled else {})}
         certified = certificate_fields(certificates, ["start", "written"])
         if not certificates:
             certified["no_bound_reason"] = "not computed: --certificate off"
-        result = LearnResult(
-            selection_of(shape, rows), full_logits, run.history, run.elapsed_s, steps_taken,
-            best_step=None if run.best is None else run.best["step"], stop_reason=stop_reason,
-            objective_start=run.start_objective, objective_written=written,
-            certificate=certified)
-        if progress:
-            print(closing_line(cfg, result), file=sys.stderr)
-        return result
+        return LearnResult(
+            selection_of(shape, rows), full_logits, run.history, run.elapsed_s, len(run.history),
+            best_step=None if run.best is None else run.best["step"],
+            stop_reason=rule.reason(run), objective_start=run.start_objective,
+            objective_written=written, certificate=certified)
 
     def _start(self, state: dict | None, ground: GroundSet, shape: Shape, metric: SetFunction,
                gen: torch.Generator) -> Progress:

@@ -3,6 +3,7 @@ greedy's gain and time and a verdict that follows them, and the table is written
 
 import json
 
+import numpy as np
 import pytest
 
 from reproduce.bench import defaults
@@ -23,7 +24,7 @@ def test_each_cell_compares_select_with_the_best_greedy(tmp_path):
     assert all(r["steps_run"] <= 100 for r in rows)  # --set reaches select
     saved = json.loads((tmp_path / "defaults.json").read_text())
     assert saved["rows"] == json.loads(json.dumps(rows))
-    assert "| synth-32d-30c | 300 | Pair_simi | 0.5 |" in (tmp_path / "defaults.md").read_text()
+    assert "| synth-32d-30c | 300 | 0.1 | Pair_simi | 0.5 |" in (tmp_path / "defaults.md").read_text()
 
 
 def test_reference_greedies_follow_the_plan():
@@ -80,3 +81,17 @@ def test_a_greedy_below_random_shows_no_ratio():
     text = defaults.table([{**row, "gain_ratio": -1.8, "greedy_gain": -2.0},
                            {**row, "gain_ratio": 1.25, "greedy_gain": 2.0}])
     assert "| greedy below random |" in text and "| 1.250 |" in text and "-1.8" not in text
+
+
+def test_the_paper_family_has_unit_rows_and_whole_quality_and_skip_leaves_a_greedy_out():
+    """paper-768d-30c: unit rows and integer scores, as the paper's users bring them; --ratios
+    reaches select and the report, --skip leaves the named greedy out and the cell says so."""
+    data = defaults.paper_rows(200, 768, 30, seed=0)
+    assert np.allclose(np.linalg.norm(data.features, axis=1), 1, atol=1e-5)
+    assert np.array_equal(data.quality, np.rint(data.quality)) and data.quality.max() <= 5
+    rows = defaults.main(["--families", "synth-32d-30c", "--sizes", "300", "--metrics", "DiSF",
+                          "--lambs", "0.5", "--ratios", "0.3", "--set", "n_epochs=50",
+                          "--skip", "DiSF:joint-greedy"])
+    assert rows[0]["ratio"] == 0.3 and rows[0]["greedy"] == "disf-greedy-fast"
+    assert rows[0]["greedies_not_run"] == ["joint-greedy"]
+    assert "(joint-greedy not run)" in defaults.table(rows)

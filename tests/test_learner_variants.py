@@ -745,7 +745,9 @@ def test_give_up_after_stops_at_the_first_check_past_its_time_budget_unless_beat
                                          give_up_grace=0.0)).fit(data, progress=False)
     assert unscored.steps_taken > 10
     assert [LearnerConfig(algorithm=a).give_up_after_of() for a in ("Facility", "Pair_simi",
-                                                                    "DiSF")] == [0.25, 0, 0]
+                                                                    "DiSF")] == [
+        0.25, 0, learner.DISF_JOINT_GIVE_UP_AFTER]
+    assert learner.DISF_JOINT_GIVE_UP_AFTER > 0  # DiSF with quality has a budget too
     assert [LearnerConfig(algorithm=a, lamb=0.0).give_up_after_of()
             for a in ("Facility", "Pair_simi", "DiSF")] == [0.25, 0, 0.25]
 
@@ -884,3 +886,29 @@ def test_start_scale_sampled_is_the_reports_scale_from_its_first_masks():
             for scale in ("sampled", "input")}
     assert runs["sampled"].objective_written != pytest.approx(runs["input"].objective_written,
                                                               rel=1e-6)
+
+
+def test_the_stopping_rule_is_resolved_once_and_says_when_and_why_a_run_stops():
+    """StoppingRule.of resolves every stopping setting for one input: the start's rules only
+    where the start is scored; a check falls every --stop_every steps and at the cap; the time
+    budget is spent only past its time with the start unbeaten by more than the tolerance;
+    the reason names the certificate, the cap, or the rule."""
+    disf = LearnerConfig(algorithm="DiSF", lamb=0.5, n_epochs=120)
+    rule = learner.StoppingRule.of(disf, 300)
+    assert (rule.scores_start, rule.give_up, rule.give_up_after, rule.stop_share) == (
+        True, 0, disf.give_up_after_of(), 0.0)
+    unscored = learner.StoppingRule.of(replace(disf, init="same"), 300)
+    assert (unscored.scores_start, unscored.give_up, unscored.give_up_after) == (False, 0, 0.0)
+    run = learner.Progress(torch.zeros(3), TermScale(0.0, 1.0, 0.0, 1.0), start_s=2.0,
+                           start_objective=10.0, history=[{"step": s} for s in range(100)])
+    run.best = {"step": 0, "objective": 10.05}
+    budget = rule.give_up_after * 2.0 + rule.grace
+    assert not rule.past_budget(run, 2.0 + budget - 0.01)
+    assert rule.past_budget(run, 2.0 + budget + 0.01)
+    run.best["objective"] = 10.2  # beaten by more than 1% of the start: the budget is void
+    assert not rule.past_budget(run, 1e9)
+    assert [step for step in range(1, 121) if rule.check_due(replace(run, step=step), 0.0)] == [
+        50, 100, 120]
+    assert rule.reason(run) == "stopping_rule" and rule.reason(replace(run, settled=True)) == (
+        "certificate")
+    assert rule.reason(replace(run, history=[{}] * 120)) == "steps"

@@ -4,9 +4,10 @@ family by family (reproduce/results/defaults/plan.md)?
     python -m reproduce.bench.defaults [--families synth-32d-30c pool ...] [--metrics ...]
         [--lambs 0 0.5] [--pool runs/pool/prepared] [--bbc runs/pipeline-demo/prepared]
         [--set start_optimizer=lazy Pair_simi:give_up=4 ...] [--repeats 3]
+        [--ratios 0.1 0.3] [--skip DiSF:joint-greedy]
         [--output reproduce/results/defaults/screen]
 
-For each family, size, lamb and metric, select at its defaults (with --set's overrides) and each
+For each family, size, ratio, lamb and metric, select at its defaults (with --set's overrides) and each
 reference greedy run back to back in this process on the same rows; `datamask.report.Report`
 scores every selection on the run's joint objective over all rows, beside a random selection's.
 With --repeats N, select and each greedy run N times in turn, and each time is the median of
@@ -15,23 +16,27 @@ select gains at least 0.99 of the best greedy's gain over random, in at most tha
 from 20,000 rows up and at most its time plus one second below. Beside the
 verdict: how near the optimum select's start and written selection are (the share of the room
 between a random selection and the certificate's upper bound, or "no bound") and the time of the
-whole select call seen from here. Printed as a table; with --output also written as
+whole select call seen from here. --skip leaves a reference greedy out (its cells are then held
+against the greedies that ran, and say so). Printed as a table; with --output also written as
 defaults.json and defaults.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 import time
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
 
-from datamask.data import read_dataset, write_text_atomic
+from datamask.data import Dataset, read_dataset, write_text_atomic
 from datamask.examples.synthetic import synthetic_dataset
 from datamask.report import Report
 from datamask.selectors import make_selector
@@ -49,6 +54,8 @@ SYNTHETIC = {  # family -> (dim, clusters, sizes); the first two are the default
     "synth-384d-16c": (384, 16, (20_000, 100_000)), "synth-128d-40c": (128, 40, (3_000, 20_000)),
     # held out from every round up to DiSF's sampled start (defaults/disf-sampled-start/plan.md)
     "synth-48d-36c": (48, 36, (3_000, 20_000)), "synth-192d-12c": (192, 12, (3_000, 20_000))}
+# the shapes users bring from the paper: 768-d unit rows (E5-base's), integer quality scores
+PAPER = {"paper-768d-30c": (768, 30, (20_000,))}
 PREPARED = ("pool", "bbc")  # real text: a folder of prepared rows (--pool, --bbc)
 
 
@@ -66,13 +73,22 @@ def references(metric: str, lamb: float, n: int) -> list[tuple[str, dict]]:
     return [joint, ("disf-greedy-fast", {})] if metric == "DiSF" else [joint]
 
 
+def paper_rows(n: int, dim: int, clusters: int, seed: int) -> Dataset:
+    """A PAPER family's rows: the synthetic clusters, each row scaled to unit length, each
+    quality score rounded to a whole number (0 to 5), as a classifier's integer scores."""
+    data = synthetic_dataset(n, dim, clusters, seed=seed)
+    features = data.features / np.linalg.norm(data.features, axis=1, keepdims=True)
+    return Dataset(ids=data.ids, quality=np.rint(data.quality), features=features)
+
+
 def datasets(args) -> list[tuple[str, object]]:
     """(family, dataset) for each family and size asked for."""
     out = []
     for family in args.families:
-        if family in SYNTHETIC:
-            dim, clusters, sizes = SYNTHETIC[family]
-            out += [(family, synthetic_dataset(n, dim, clusters, seed=args.seed))
+        if family in SYNTHETIC or family in PAPER:
+            make = synthetic_dataset if family in SYNTHETIC else paper_rows
+            dim, clusters, sizes = {**SYNTHETIC, **PAPER}[family]
+            out += [(family, make(n, dim, clusters, seed=args.seed))
                     for n in (args.sizes or sizes)]
         else:
             folder = getattr(args, family)
@@ -82,25 +98,42 @@ def datasets(args) -> list[tuple[str, object]]:
     return out
 
 
-def cell(family: str, data, metric: str, lamb: float, report: Report, random_value: dict,
-         overrides: dict, seed: int, repeats: int = 1) -> dict:
+@dataclass(frozen=True)
+class Settings:
+    """What every cell of one bench run shares: --set's overrides per metric, --skip's
+    reference greedies left out, the seed and --repeats."""
+
+    overrides: dict[str, dict]
+    skip: tuple[str, ...] = ()  # METRIC:NAME
+    seed: int = 0
+    repeats: int = 1
+
+    def references(self, metric: str, lamb: float, n: int) -> tuple[list, list[str]]:
+        """The reference greedies a cell runs, and those --skip leaves out."""
+        specs = references(metric, lamb, n)
+        left_out = [name for name, _ in specs if f"{metric}:{name}" in self.skip]
+        return [s for s in specs if s[0] not in left_out], left_out
+
+
+def cell(family: str, data, metric: str, lamb: float, ratio: float, report: Report,
+         random_value: dict, settings: Settings) -> dict:
     """Select at its defaults and each reference greedy on `data`, `repeats` times in turn
     (select, then each greedy, then again); each one's time and gain on the joint are the
     medians of its runs (a seeded run repeats its selection, unless a time budget ends it at
     another step, so each distinct selection is scored once)."""
-    objective = f"joint_{metric}"
-    greedy_specs = references(metric, lamb, len(data))
+    objective, seed = f"joint_{metric}", settings.seed
+    greedy_specs, left_out = settings.references(metric, lamb, len(data))
     runs = {name: [] for name in ["datamask", *(name for name, _ in greedy_specs)]}
     outer = []  # select's whole call: the scale fit and the untimed scoring included
-    for _ in range(repeats):
+    for _ in range(settings.repeats):
         began = time.perf_counter()
         runs["datamask"].append(make_selector(
             "datamask", algorithm=metric, lamb=lamb, seed=seed, device="cpu",
-            **overrides).select(data, RATIO))
+            **settings.overrides[metric]).select(data, ratio))
         outer.append(time.perf_counter() - began)
         for name, options in greedy_specs:
             runs[name].append(make_selector(name, device="cpu", seed=seed, **options).select(
-                data, RATIO))
+                data, ratio))
     scored = {}  # a selection's bytes -> its gain over random
 
     def gain_of(run) -> float:
@@ -114,10 +147,12 @@ def cell(family: str, data, metric: str, lamb: float, report: Report, random_val
     gain = float(np.median(gains["datamask"]))
     greedies = [(name, float(np.median(seconds[name])), float(np.median(gains[name])))
                 for name, _ in greedy_specs]
-    row = {"family": family, "rows": len(data), "metric": metric, "lamb": lamb,
+    row = {"family": family, "rows": len(data), "ratio": ratio, "metric": metric, "lamb": lamb,
            "select_s": float(np.median(seconds["datamask"])),
            "select_call_s": float(np.median(outer)), **runs["datamask"][0].run}
-    if repeats > 1:
+    if left_out:
+        row["greedies_not_run"] = left_out
+    if settings.repeats > 1:
         row.update(repeats=seconds, repeat_gains=gains)
     if greedies:
         name, wall, best = max(greedies, key=lambda g: g[2])
@@ -172,8 +207,13 @@ def metric_overrides(items: list[str], metrics: list[str]) -> dict[str, dict]:
 def table(rows: list[dict]) -> str:
     frame = pd.DataFrame(rows)
     shown = pd.DataFrame({
-        "family": frame.family, "rows": frame.rows.map("{:,}".format), "metric": frame.metric,
-        "lamb": frame.lamb.map("{:g}".format), "greedy": frame.get("greedy", "-"),
+        "family": frame.family, "rows": frame.rows.map("{:,}".format),
+        "ratio": frame.get("ratio", pd.Series(RATIO, frame.index)).map("{:g}".format),
+        "metric": frame.metric, "lamb": frame.lamb.map("{:g}".format),
+        "greedy": [g if not isinstance(skipped, list) else f"{g} ({', '.join(skipped)} not run)"
+                   for g, skipped in zip(frame.get("greedy", pd.Series("-", frame.index)),
+                                         frame.get("greedies_not_run",
+                                                   pd.Series(None, frame.index)))],
         "gain ratio": [gain_ratio_text(r, g) for r, g in zip(
             frame.get("gain_ratio", pd.Series(np.nan, frame.index)),
             frame.get("greedy_gain", pd.Series(None, frame.index)))],
@@ -207,12 +247,17 @@ def positive_int(value: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=list(SYNTHETIC)[:2],
-                        choices=[*SYNTHETIC, *PREPARED])
+                        choices=[*SYNTHETIC, *PAPER, *PREPARED])
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="rows of the synthetic families (default: each family's own)")
     parser.add_argument("--metrics", nargs="+", default=["Pair_simi", "Facility", "DiSF"],
                         choices=["Pair_simi", "Facility", "DiSF"])
     parser.add_argument("--lambs", type=float, nargs="+", default=[0.0, 0.5])
+    parser.add_argument("--ratios", type=float, nargs="+", default=[RATIO],
+                        help="select ratios (default: %(default)s)")
+    parser.add_argument("--skip", nargs="*", default=[], metavar="METRIC:GREEDY",
+                        help="reference greedies not to run, e.g. DiSF:joint-greedy (its naive "
+                             "greedy takes hours at 20,000 rows of 768-d)")
     parser.add_argument("--pool", default="runs/pool/prepared",
                         help="prepared rows of the pool (make pool)")
     parser.add_argument("--bbc", default="runs/pipeline-demo/prepared",
@@ -232,23 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     overrides = metric_overrides(args.set, args.metrics)
+    settings = Settings(overrides, tuple(args.skip), args.seed, args.repeats)
     warm = synthetic_dataset(300, 16, 4, seed=args.seed)  # first calls pay for torch's set-up
     for metric in args.metrics:
         make_selector("datamask", algorithm=metric, seed=args.seed, device="cpu",
                       **overrides[metric]).select(warm, RATIO)
     rows = []
-    for family, data in datasets(args):
-        for lamb in args.lambs:
-            report = Report(data, RATIO, lamb, seed=args.seed)
-            random_value = report(make_selector("random", seed=args.seed).select(
-                data, RATIO).selected)
-            for metric in args.metrics:
-                rows.append(cell(family, data, metric, lamb, report, random_value,
-                                 overrides[metric], args.seed, args.repeats))
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
+    for (family, data), ratio, lamb in itertools.product(datasets(args), args.ratios, args.lambs):
+        report = Report(data, ratio, lamb, seed=args.seed)
+        random_value = report(make_selector("random", seed=args.seed).select(
+            data, ratio).selected)
+        for metric in args.metrics:
+            rows.append(cell(family, data, metric, lamb, ratio, report, random_value, settings))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
     timed = f", each time the median of {args.repeats} runs" if args.repeats > 1 else ""
     text = (f"select's defaults{' with ' + ' '.join(args.set) if args.set else ''} against the "
-            f"best reference greedy{timed}, ratio {RATIO}, seed {args.seed}, "
+            f"best reference greedy{timed}, seed {args.seed}, "
             f"{torch.get_num_threads()} torch threads\n\n" + table(rows))
     print("\n" + text)
     if args.output:
