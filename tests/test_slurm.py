@@ -1,8 +1,9 @@
 """The data stages on a real one-node Slurm cluster: tests/slurm/stages_on_slurm.sh starts munged,
 slurmctld and slurmd in namespaces of their own, submits `pipeline select --executor slurm` with
 its merge round (scatter, blocks, planning task, the union's parts and the merge: five jobs, each
-after the one before), then the chain prepare -> dedup -> select -> tokenize the same way, and compares every
-output with the local executor's (dedup's keep-list among them). The process running the merge round's second part, and in the
+after the one before), then the chain prepare -> dedup -> select -> tokenize -> export the same
+way, and compares every output with the local executor's (dedup's keep-list and export's Parquet
+files among them). The process running the merge round's second part, and in the
 chain the one running prepare's second task, is killed mid-task (SIGKILL): its job fails, the merge
 waits for good and is cancelled, no process is left, and the rerun submits that task alone. Runs where Slurm and munge are
 installed and the suite runs as root; `make test-slurm` installs them. The chain embeds with the
@@ -45,5 +46,6 @@ def test_the_data_stages_on_slurm_equal_the_local_executor(small_static):
     assert "Slurm's keep-list equals the local executor's, row for row" in run.stdout
     assert "the chain's selection on Slurm equals the local one, row for row" in run.stdout
     assert "Slurm's token files equal the local executor's, byte for byte" in run.stdout
+    assert "Slurm's exported Parquet files equal the local executor's, byte for byte" in run.stdout
     assert run.stdout.count("afterok:") >= 4  # each stage's merge was queued behind its tasks
     assert "cluster stopped" in run.stdout
