@@ -189,17 +189,18 @@ def test_a_stage_is_done_only_where_an_earlier_run_wrote_its_output_for_these_se
     """A selection of another spec, or of the other arm, is made again; a score file without the
     target outside the pool is scored again."""
     out = tmp_path / "select" / "random"
-    select = partial(downstream.Select, tmp_path, ratio=0.3, block_size=0, seed=0, output=out)
-    assert not select("random", False).finished()
+    select = partial(downstream.Select, pool=tmp_path, ratio=0.3, block_size=0, seed=0, output=out)
+    assert not select(spec="random", stratify=False).finished()
     out.mkdir(parents=True)
     (out / "summary.json").write_text(json.dumps({"method": "random"}))
-    assert select("random", False).finished()
-    assert not select("random:seed=1", False).finished() and not select("random", True).finished()
+    assert select(spec="random", stratify=False).finished()
+    assert not select(spec="random:seed=1", stratify=False).finished()
+    assert not select(spec="random", stratify=True).finished()
     scores = tmp_path / "eval" / "random.seed0.json"
     scores.parent.mkdir()
     scores.write_text(json.dumps({"bpb": 1.0}))
-    evaluate = partial(downstream.Evaluate, tmp_path / "train" / "random" / "seed0", tmp_path, [],
-                       heldout_docs=None, output=scores)
+    evaluate = partial(downstream.Evaluate, checkpoint=tmp_path / "train" / "random" / "seed0",
+                       pool=tmp_path, tasks=[], heldout_docs=None, output=scores)
     assert evaluate(outside=None).finished()
     assert not evaluate(outside=tmp_path / "outside").finished()
     assert evaluate(outside=None).argv()[-1] == str(scores.parent)

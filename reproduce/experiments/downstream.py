@@ -155,7 +155,7 @@ POOL_MAX_SEQ_LENGTH = 128  # the tokens of a pool document that its embedding re
 
 def prepare_pool(pool: Path, logs: Path) -> None:
     """`Prepare` in a process of its own (the proxy's probes share it before they run)."""
-    stage = Prepare(pool)
+    stage = Prepare(pool=pool)
     python("reproduce", *stage.argv(), threads=stage.threads, log=logs / "prepare.log")
 
 
@@ -235,7 +235,7 @@ class Stage:
         return (self.output / "summary.json").is_file()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prepare(Stage):
     """The pool's shards -> pool/prepared (id, quality, embedding), on two threads. Never
     finished here: prepare itself keeps what an earlier run prepared (it is incremental)."""
@@ -255,42 +255,45 @@ class Prepare(Stage):
         return False
 
 
-@dataclass(frozen=True)
-class Control(Stage):
-    """The old positive control (reproduce/pool/control.py) from the pool's prepared rows."""
+@dataclass(frozen=True, kw_only=True)
+class PoolSelection(Stage):
+    """A selection the pool's own code makes of its prepared rows (the control, a calibration
+    dose), `ratio` of them, seeded."""
 
     pool: Path
     ratio: float
     seed: int
     output: Path
 
+    def rows(self) -> list[str]:
+        """The flags naming the pool, its prepared rows and the share selected."""
+        return ["--pool", str(self.pool), "--prepared", str(self.pool / "prepared"),
+                "--select_ratio", str(self.ratio)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Control(PoolSelection):
+    """The old positive control (reproduce/pool/control.py) from the pool's prepared rows."""
+
     def argv(self) -> list[str]:
-        return ["control", "--pool", str(self.pool), "--prepared", str(self.pool / "prepared"),
-                "--select_ratio", str(self.ratio), "--output", str(self.output), "--seed",
-                str(self.seed)]
+        return ["control", *self.rows(), "--output", str(self.output), "--seed", str(self.seed)]
 
 
-@dataclass(frozen=True)
-class Calibrate(Stage):
+@dataclass(frozen=True, kw_only=True)
+class Calibrate(PoolSelection):
     """A dose of a calibration series (reproduce/pool/calibration.py), built from `base`, the
     selection of random."""
 
-    pool: Path
-    ratio: float
     series: str
     dose: float
-    seed: int
     base: Path
-    output: Path
 
     def argv(self) -> list[str]:
-        return ["calibrate", "--pool", str(self.pool), "--prepared", str(self.pool / "prepared"),
-                "--select_ratio", str(self.ratio), "--series", self.series, "--dose",
-                str(self.dose), "--seed", str(self.seed), "--base", str(self.base), "--output",
-                str(self.output)]
+        return ["calibrate", *self.rows(), "--series", self.series, "--dose", str(self.dose),
+                "--seed", str(self.seed), "--base", str(self.base), "--output", str(self.output)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Select(Stage):
     """A method's selection of the prepared rows (stratified: within the pool's domains), on two
     threads; finished where an earlier run selected with the same spec in the same arm."""
@@ -317,7 +320,7 @@ class Select(Stage):
         return summary.get("method") == self.spec and ("strata" in summary) == self.stratify
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tokenizer(Stage):
     """One BPE tokenizer trained on the whole pool (`output`: its tokenizer.json)."""
 
@@ -333,7 +336,7 @@ class Tokenizer(Stage):
         return self.output.is_file()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tokenize(Stage):
     """A selection's documents as tokens (datatrove)."""
 
@@ -348,7 +351,7 @@ class Tokenize(Stage):
                 str(self.output)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Train(Stage):
     """One model on a token set, one torch thread, the config with `sets` on top."""
 
@@ -367,7 +370,7 @@ class Train(Stage):
                 *overrides]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evaluate(Stage):
     """A checkpoint's scores (`output`, one JSON file): held-out bits per byte, the tasks, and
     the target `outside` the pool where one is given (a file scored without it is scored
@@ -425,12 +428,13 @@ class Chain:
         random's selection) or a method's."""
         plan, out, s = self.runs[label], self.output / "select" / label, self.settings
         if "control" in plan:
-            return Control(self.pool, s.ratio, s.select_seed, out)
+            return Control(pool=self.pool, ratio=s.ratio, seed=s.select_seed, output=out)
         if "series" in plan:
-            return Calibrate(self.pool, s.ratio, plan["series"], plan["dose"], s.select_seed,
-                             self.output / "select" / "random" / "selection.parquet", out)
-        return Select(self.pool, plan["spec"], plan["stratify"], s.ratio, s.block_size,
-                      s.select_seed, out)
+            return Calibrate(pool=self.pool, ratio=s.ratio, series=plan["series"],
+                             dose=plan["dose"], seed=s.select_seed, output=out,
+                             base=self.output / "select" / "random" / "selection.parquet")
+        return Select(pool=self.pool, spec=plan["spec"], stratify=plan["stratify"],
+                      ratio=s.ratio, block_size=s.block_size, seed=s.select_seed, output=out)
 
     def select(self) -> None:
         """The methods one at a time, each on two torch threads (a selection depends on the
@@ -449,13 +453,15 @@ class Chain:
 
     def tokenize(self) -> None:
         """The tokenizer, then every selection's token set, --jobs at a time."""
-        self.do([Tokenizer(self.pool, self.settings.vocab_size, self.tokenizer)],
+        self.do([Tokenizer(pool=self.pool, vocab_size=self.settings.vocab_size,
+                           output=self.tokenizer)],
                 self.logs / "tokenizer.log")
         progress = Progress("tokenize", len(self.runs))
 
         def one(label: str) -> None:
-            stage = Tokenize(self.pool, self.output / "select" / label / "selection.parquet",
-                             self.tokenizer, self.output / "tokens" / label)
+            stage = Tokenize(pool=self.pool, tokenizer=self.tokenizer,
+                             selection=self.output / "select" / label / "selection.parquet",
+                             output=self.output / "tokens" / label)
             progress.tick(label, self.do([stage], self.logs / f"tokenize.{label}.log"))
         in_parallel([partial(one, label) for label in self.runs], self.settings.jobs)
 
@@ -471,10 +477,11 @@ class Chain:
 
         def one(label: str, seed: int) -> None:
             checkpoint = self.output / "train" / label / f"seed{seed}"
-            stages = [Train(self.output / "tokens" / label, self.tokenizer, s.config, seed,
-                            s.sets, checkpoint),
-                      Evaluate(checkpoint, self.pool, s.tasks, s.outside, s.heldout_docs,
-                               self.output / "eval" / f"{label}.seed{seed}.json")]
+            stages = [Train(tokens=self.output / "tokens" / label, tokenizer=self.tokenizer,
+                            config=s.config, seed=seed, sets=s.sets, output=checkpoint),
+                      Evaluate(checkpoint=checkpoint, pool=self.pool, tasks=s.tasks,
+                               outside=s.outside, heldout_docs=s.heldout_docs,
+                               output=self.output / "eval" / f"{label}.seed{seed}.json")]
             progress.tick(f"{label} seed {seed}", self.do(stages,
                                                           self.logs / f"{label}.seed{seed}.log"))
         in_parallel([partial(one, label, seed) for seed in s.seeds for label in self.runs],
