@@ -138,6 +138,23 @@ def test_a_rerun_redoes_nothing(run, pool, small_static, capsys):
             k: out["libraries"][name][k] for k in ("kinds", "distinct")}
 
 
+def test_one_library_alone_is_timed_without_the_comparison(run, pool, small_static, capsys,
+                                                           tmp_path):
+    """--minhash rensa on the same work: its stages are done before, the results hold its
+    library alone, and neither the libraries' comparison nor the plan's verdict is claimed."""
+    work, out = run
+    assert bench.main(flags(pool[0], work, "--static_model", f"static:{small_static}",
+                            "--minhash", "rensa", "--results", str(tmp_path / "one"))) == 0
+    assert "bench-dedup: dedup-rensa: done before" in capsys.readouterr().out
+    alone = json.loads((tmp_path / "one" / "results.json").read_text())
+    assert set(alone["libraries"]) == {"rensa"} and set(alone["stages"]) == {"prepare",
+                                                                            "dedup-rensa"}
+    assert alone["verdict"] is None and alone["between"] is None and alone["shingles"] is None
+    assert alone["libraries"]["rensa"]["kinds"] == out["libraries"]["rensa"]["kinds"]
+    text = (tmp_path / "one" / "results.md").read_text()
+    assert "no verdict" in text and "Verdict" not in text
+
+
 def test_a_rerun_with_other_copies_is_refused_before_any_work(run, pool, capsys):
     work, _ = run
     before = sorted(p.name for p in work.iterdir())

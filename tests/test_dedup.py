@@ -17,9 +17,9 @@ from test_adversarial import refused
 from datamask.data import budget, write_dataset
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
-from reproduce.pipeline.dedup import (KEEP_FILE, MANIFEST, REMOVALS_FILE, FindPairs,
-                                      PlanRegions, guest_margin, keep_first, run_dedup,
-                                      similar_pairs)
+from reproduce.pipeline.dedup import (BOUND_DIMS, KEEP_FILE, MANIFEST, REMOVALS_FILE,
+                                      FindPairs, PlanRegions, bound_vectors, guest_margin,
+                                      keep_first, principal_basis, run_dedup, similar_pairs)
 from reproduce.pipeline.minhash import (BACKENDS, DEFAULT_BACKEND, shingle_hashes, simplified,
                                        split_words)
 from reproduce.pipeline.select import SelectConfig, run_select
@@ -258,7 +258,52 @@ def test_the_keep_list_does_not_depend_on_the_tasks(clusters, tasks, minhash):
 
 def one_region(ids, quality, features, threshold):
     """SemDeDup's rule over every pair of the rows at once."""
-    return keep_first(ids, quality, *similar_pairs(features, features, threshold))
+    return keep_first(ids, quality, *similar_pairs(features, np.arange(len(features)),
+                                                   threshold))
+
+
+def test_the_bound_is_never_below_a_cosine():
+    """bound_vectors on a few leading directions: for every pair of unit rows the bound's dot
+    product is at least their cosine, and it is the cosine where the basis holds the rows."""
+    rng = np.random.default_rng(4)
+    rows = unit(rng.standard_normal((300, 40))).astype(np.float32)
+    cosine = rows.astype(np.float64) @ rows.astype(np.float64).T
+    for dims in (1, 5, 20):
+        bound = bound_vectors(rows, principal_basis(rows, dims)).astype(np.float64)
+        assert (bound @ bound.T >= cosine - 1e-6).all(), dims
+    flat = unit(np.hstack([rng.standard_normal((50, 3)), np.zeros((50, 37))])).astype(np.float32)
+    bound = bound_vectors(flat, principal_basis(flat, 3)).astype(np.float64)
+    assert np.allclose(bound @ bound.T, flat.astype(np.float64) @ flat.T, atol=1e-5)
+
+
+def test_the_bounded_pairs_are_those_of_comparing_every_pair(monkeypatch):
+    """Rows of 64 dimensions in tight clusters, about half their pairs within a cluster above
+    the threshold: with the bound on 2, 8 or BOUND_DIMS directions the pairs and cosines are
+    those of comparing every pair in full (a row with itself no pair), for any split and order
+    of the own rows."""
+    rng = np.random.default_rng(5)
+    centres = unit(rng.standard_normal((20, 64)))
+    rows = unit(np.repeat(centres, 30, axis=0)
+                + rng.normal(0, 0.012, (600, 64))).astype(np.float32)
+    full = rows.astype(np.float64) @ rows.astype(np.float64).T
+    threshold = 0.99 + 1e-9  # no pair within float64 rounding of it
+    assert not (np.abs(full - threshold) < 1e-12).any()
+    np.fill_diagonal(full, 0)  # a row is no pair of itself
+    expected = set(zip(*np.nonzero(full[:250] >= threshold)))
+    assert 300 < len(expected) < (full[:250] > 0.9).sum()  # pairs on both sides
+    for dims in (2, 8, BOUND_DIMS):
+        first, second, cosine = similar_pairs(rows, np.arange(250), threshold, bound_dims=dims)
+        assert set(zip(first, second)) == expected, dims
+        assert np.allclose(cosine, full[first, second], atol=1e-6)
+    import reproduce.pipeline.dedup as dedup  # small tiles: most hold no pair and are skipped
+    monkeypatch.setattr(dedup, "TILE_ROWS", 16)
+    monkeypatch.setattr(dedup, "TILE_AMONG", 64)
+    assert set(zip(*similar_pairs(rows, np.arange(250), threshold)[:2])) == expected
+    order = np.random.default_rng(6).permutation(250)  # own rows in any order, any split
+    halves = [(order[a:b], similar_pairs(rows, order[a:b], threshold))
+              for a, b in ((0, 100), (100, 250))]
+    assert set(zip(np.concatenate([own[first] for own, (first, _, _) in halves]),
+                   np.concatenate([second for _, (_, second, _) in halves]))) == expected
 
 
 def test_the_copy_of_higher_quality_stays_and_ties_keep_the_smaller_id():

@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     from reproduce.bench.corpus import corpus_arguments
     from reproduce.cli import StageParser
     from reproduce.pipeline.common import POSITIVE
+    from reproduce.pipeline.minhash import BACKENDS
 
     parser = StageParser(prog="python -m reproduce.bench.dedup",
                          description=__doc__.splitlines()[0])
@@ -79,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dedup's --region_pairs (default: %(default)s, dedup's)")
     parser.add_argument("--workers", type=POSITIVE, default=2,
                         help="local executor workers of prepare and dedup (default: %(default)s)")
+    parser.add_argument("--minhash", nargs="+", choices=BACKENDS, default=list(BACKENDS),
+                        help="the MinHash libraries dedup runs with, one stage each; the "
+                             "libraries' comparison and the plan's verdict need both (default: "
+                             "%(default)s)")
     parser.set_defaults(func=run)
     return parser
 
@@ -290,7 +295,6 @@ def round_seconds(logs: Path) -> dict[str, float]:
 def stages(args: argparse.Namespace, work: Path, rows: int):
     """prepare, then one dedup stage per MinHash library, {library: stage}."""
     from reproduce.bench.corpus import Stage
-    from reproduce.pipeline.minhash import BACKENDS
 
     text, prepared, planted = work / "input" / "fineweb", work / "prepared", work / "planted"
     workers = ["--workers", str(args.workers)]
@@ -301,7 +305,7 @@ def stages(args: argparse.Namespace, work: Path, rows: int):
                     lambda: [p.stem for p in prepared.glob("*.parquet")],
                     len(list(text.glob("*.parquet"))), "shard")
     dedups = {}
-    for backend in BACKENDS:
+    for backend in dict.fromkeys(args.minhash):
         out = work / f"dedup-{backend}"
         dedups[backend] = Stage(
             f"dedup-{backend}", ["dedup", "--input", str(text), "--prepared", str(planted),
@@ -443,7 +447,8 @@ def run(args: argparse.Namespace) -> None:
                                or keep(stage.name, work, run_stage(stage, work, COMMAND)))
         libraries[backend] = library_results(plants, work, backend, results[stage.name],
                                              args.project)
-    found = between(plants, work)
+    both = len(libraries) == 2  # the libraries compared, the plan's verdict
+    found = between(plants, work) if both else None
     out = {"flags": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                      if k != "func"},
            "machine": machine(), "load_average_end": os.getloadavg(),
@@ -452,9 +457,10 @@ def run(args: argparse.Namespace) -> None:
            "corpus": {k: plants[k] for k in ("corpus_documents", "eligible", "text_repeated",
                                              "distinct")},
            "rows": rows, "stages": results, "libraries": libraries, "between": found,
-           "shingles": shingle_agreement(sorted(corpus.glob("*.parquet")), 5, args.seed),
+           "shingles": (shingle_agreement(sorted(corpus.glob("*.parquet")), 5, args.seed)
+                        if both else None),
            "goal_distinct_removed": GOAL_DISTINCT_REMOVED,
-           "verdict": verdict(libraries, found)}
+           "verdict": verdict(libraries, found) if both else None}
     text_md = markdown(out)
     for folder in [work] + ([args.results] if args.results else []):
         folder.mkdir(parents=True, exist_ok=True)
@@ -492,16 +498,18 @@ def markdown(out: dict) -> str:
         lines.append(f"| {name} | {lib['signature_documents_per_task_s']:,.1f} | "
                      f"{', '.join(f'{k} {t:,.1f}' for k, t in d['round_task_s'].items())} | "
                      f"{d['regions']} | {d['routed_rows']:,} |")
+    apart = (" | removed by datatrove's run only | removed by rensa's run only |" if found
+             else " |")
     lines += ["", "| copy | planted | " + " | ".join(f"both kept, {n} (goal 0)" for n in names)
-              + " | removed by datatrove's run only | removed by rensa's run only |",
-              "|---|---:|" + "---:|" * (len(names) + 2)]
+              + apart, "|---|---:|" + "---:|" * (len(names) + (2 if found else 0))]
     for at, kind in enumerate(KINDS):
         rows = [lib["kinds"][at] for lib in libraries.values()]
-        pair = found["kinds"][at]
-        lines.append(f"| {kind} | {rows[0]['planted']:,} | "
-                     + " | ".join(f"{r['both_kept']:,}" for r in rows)
-                     + f" | {pair['found_by_datatrove_only']:,} | "
-                       f"{pair['found_by_rensa_only']:,} |")
+        line = (f"| {kind} | {rows[0]['planted']:,} | "
+                + " | ".join(f"{r['both_kept']:,}" for r in rows) + " |")
+        if found:
+            pair = found["kinds"][at]
+            line += f" {pair['found_by_datatrove_only']:,} | {pair['found_by_rensa_only']:,} |"
+        lines.append(line)
     lines.append("")
     for name, lib in libraries.items():
         d = lib["distinct"]
@@ -514,6 +522,9 @@ def markdown(out: dict) -> str:
                      f"{removed}. Projection (computed from the stage's measured rate, not run): "
                      f"{p['documents']:.0e} documents at {p['dedup_documents_per_s']:,.1f} "
                      f"rows/s take {p['node_hours']:,.1f} node-hours on nodes like this one.")
+    if not found:
+        return "\n".join(lines + ["", f"One library ({', '.join(names)}): no comparison of "
+                                       f"the libraries and no verdict of backends/plan.md.", ""])
     lines += [f"- MinHash removals: {found['minhash_removed_by_both']:,} by both runs, "
               f"{found['minhash_removed_by_datatrove_only']:,} by datatrove's only, "
               f"{found['minhash_removed_by_rensa_only']:,} by rensa's only.",

@@ -71,7 +71,11 @@ PAIRS = "pairs"  # each pair task's pairs at the threshold
 REGION_PLAN = "plan.json"  # in regions/: the rows routed, guests included
 SAMPLE_FLOOR = 100_000  # rows the default sample holds at least (all where fewer)
 SAMPLE_PER_REGION = 50  # and per region, so that deep cuts are fitted on enough rows
-SIMILARITY_BYTES = 64 * 2**20  # a region's similarities computed at once
+TILE_ROWS, TILE_AMONG = 256, 4_096  # a region's pair bounds computed at once (4 MB)
+BOUND_DIMS = 48  # leading directions of a region's rows in the bound that filters its pairs
+BOUND_SAMPLE = 8_192  # rows those directions are fitted on
+BOUND_SLACK = 1e-4  # below the threshold: the float32 bound's rounding never drops a pair
+BOUND_CHUNK = 65_536  # rows projected at once
 REGION_PAIRS = ("all", "inside")
 PAIR_SCHEMA = pa.schema([("id", pa.string()), ("other", pa.string()), ("similarity", pa.float32()),
                          ("quality", pa.float64()), ("other_quality", pa.float64())])
@@ -152,18 +156,59 @@ def guest_margin(threshold: float, fraction: float) -> float:
     return fraction * np.sqrt(2 * (1 - threshold)) + FLOAT_SLACK
 
 
-def similar_pairs(rows: np.ndarray, among: np.ndarray,
-                  threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs of a row of `rows` and a row of `among` (unit rows) whose cosine is at least
-    `threshold`: (index into rows, index into among, cosine), in blocks of SIMILARITY_BYTES."""
-    found = []
-    step = max(1, SIMILARITY_BYTES // (4 * max(len(among), 1)))
-    for start in range(0, len(rows), step):
-        sims = rows[start:start + step] @ among.T
-        first, second = np.nonzero(sims >= threshold)
-        found.append((first + start, second, sims[first, second]))
-    if not found:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+def bound_vectors(rows: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """Each unit row as its coordinates on the orthonormal columns of `basis` and, last, the
+    length of what they leave out: the dot product of two such vectors bounds the rows' cosine
+    from above (the left-out parts' dot product is at most the product of their lengths)."""
+    out = np.empty((len(rows), basis.shape[1] + 1), np.float32)
+    for start in range(0, len(rows), BOUND_CHUNK):
+        part = rows[start:start + BOUND_CHUNK].astype(np.float32)
+        projection = part @ basis
+        out[start:start + len(part), :-1] = projection
+        out[start:start + len(part), -1] = np.linalg.norm(part - projection @ basis.T, axis=1)
+    return out
+
+
+def principal_basis(among: np.ndarray, dims: int) -> np.ndarray:
+    """The `dims` leading directions of the rows (uncentred, so a region's mean direction comes
+    first), fitted on a seeded sample of BOUND_SAMPLE of them: (dimension, dims)."""
+    rng = np.random.default_rng(0)
+    sample = among[np.sort(rng.choice(len(among), min(BOUND_SAMPLE, len(among)), replace=False))]
+    _, _, directions = np.linalg.svd(sample.astype(np.float64), full_matrices=False)
+    return np.ascontiguousarray(directions[:dims].T, dtype=np.float32)
+
+
+def similar_pairs(among: np.ndarray, own: np.ndarray, threshold: float,
+                  bound_dims: int = BOUND_DIMS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs of a row among[own[i]] and another row of `among` (unit rows) whose cosine is at
+    least `threshold`: (index into own, index into among, cosine). Every pair is first bounded in
+    `bound_dims` + 1 dimensions (bound_vectors on the rows' leading directions), a tile of
+    TILE_ROWS x TILE_AMONG at a time, a tile whose largest bound is BOUND_SLACK below the
+    threshold skipped whole, and only the pairs the bound leaves are compared in full, in
+    float64: the pairs a full comparison of every pair finds, at a fraction of its arithmetic
+    where near copies are rare. A pair's cosine depends on its two rows alone, not on the region
+    it is found in."""
+    if bound_dims + 1 < among.shape[1]:
+        bounds = bound_vectors(among, principal_basis(among, min(bound_dims, len(among))))
+    else:  # a bound no cheaper than the cosine itself: the cosine, in float32
+        bounds = among.astype(np.float32)
+    low = threshold - BOUND_SLACK
+    found = [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))]
+    for start in range(0, len(own), TILE_ROWS):
+        selves = own[start:start + TILE_ROWS]
+        block = bounds[selves]
+        for at in range(0, len(among), TILE_AMONG):
+            tile = block @ bounds[at:at + TILE_AMONG].T
+            mine = np.flatnonzero((selves >= at) & (selves < at + TILE_AMONG))
+            tile[mine, selves[mine] - at] = -np.inf  # a row is no pair of itself
+            if tile.max() < low:
+                continue
+            first, second = np.nonzero(tile >= low)
+            first, second = first + start, second + at
+            cosine = np.einsum("ij,ij->i", among[own[first]].astype(np.float64),
+                               among[second].astype(np.float64))
+            near = cosine >= threshold
+            found.append((first[near], second[near], cosine[near].astype(np.float32)))
     return tuple(np.concatenate(part) for part in zip(*found))
 
 
@@ -418,7 +463,7 @@ class FindPairs(datatrove_base.PipelineStep):
             features = vectors.flatten().to_numpy().reshape(len(table), vectors.type.list_size)
             own = np.flatnonzero(table.column("home").to_numpy())
             with self.track_time("region"):
-                first, second, sims = similar_pairs(features[own], features, self.threshold)
+                first, second, sims = similar_pairs(features, own, self.threshold)
             ids, quality = table.column("id"), table.column("quality")
             found.append(pa.table({
                 "id": ids.take(own[first]), "other": ids.take(second),
