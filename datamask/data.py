@@ -144,6 +144,21 @@ class NeighbourhoodTree:
         grow(np.arange(len(sample)), n_blocks)
         return cls(cuts)
 
+    def save(self, path: Path) -> None:
+        """The cuts as one .npz file (written whole), for `load` in another process."""
+        arrays = {"directions": np.array([c[0] for c in self.cuts], np.float64),
+                  "thresholds": np.array([c[1] for c in self.cuts], np.float64),
+                  "children": np.array([c[2:] for c in self.cuts], np.int64).reshape(-1, 2)}
+        with atomic_output(path) as tmp, open(tmp, "wb") as file:
+            np.savez(file, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> "NeighbourhoodTree":
+        with np.load(path) as arrays:
+            return cls([(direction, float(threshold), int(low), int(high))
+                        for direction, threshold, (low, high) in zip(
+                            arrays["directions"], arrays["thresholds"], arrays["children"])])
+
     def route(self, features: np.ndarray) -> np.ndarray:
         """Each row's block (int64), one matrix-vector product per cut."""
         return self.spill(features, -1.0)[1]
@@ -519,9 +534,10 @@ def atomic_output(path: str | os.PathLike):
         tmp.unlink(missing_ok=True)
 
 
-def write_table_atomic(table: pa.Table, path: str | os.PathLike) -> None:
+def write_table_atomic(table: pa.Table, path: str | os.PathLike, **options) -> None:
+    """pq.write_table(table, path, **options), the file complete or absent."""
     with atomic_output(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, **options)
 
 
 def write_text_atomic(text: str, path: str | os.PathLike) -> None:

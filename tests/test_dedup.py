@@ -7,6 +7,8 @@ import json
 import shutil
 import sys
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,8 +20,9 @@ from datamask.data import budget, write_dataset
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
 from reproduce.pipeline.dedup import (BOUND_DIMS, KEEP_FILE, MANIFEST, REMOVALS_FILE,
-                                      FindPairs, PlanRegions, bound_vectors, guest_margin,
-                                      keep_first, principal_basis, run_dedup, similar_pairs)
+                                      FindPairs, PlanRegions, RouteRows, bound_vectors,
+                                      guest_margin, keep_first, principal_basis, routed_rows,
+                                      run_dedup, similar_pairs)
 from reproduce.pipeline.minhash import (BACKENDS, DEFAULT_BACKEND, shingle_hashes, simplified,
                                        split_words)
 from reproduce.pipeline.select import SelectConfig, run_select
@@ -378,20 +381,31 @@ def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path
 
 def test_a_pair_task_holds_one_region_at_a_time(tmp_path, monkeypatch):
     """The guests make the routed rows many times the input (26 per row at a million rows in 100
-    regions), so the plan writes a folder per region, every input row the own row of exactly one,
-    and pair task r of N reads the folders r, r + N, ... one after the other, finding together
-    the pairs one task finds."""
+    regions), so the route tasks write a folder per region, every input row the own row of
+    exactly one, the same files from two tasks as from one, and pair task r of N reads the
+    folders r, r + N, ... one after the other, finding together the pairs one task finds."""
     ids, _, _ = near_copies(tmp_path)
-    out = tmp_path / "out"
-    list(PlanRegions([str(tmp_path / "prepared" / "00000.parquet")], str(out), False, 15,
-                     len(ids), 0, guest_margin(0.99, 1.0)).run())
+    table = pq.read_table(tmp_path / "prepared" / "00000.parquet")
+    shards = []
+    for index, (start, stop) in enumerate(((0, 150), (150, 300), (300, len(table)))):
+        shards.append(str(tmp_path / "shards" / f"{index:05d}.parquet"))
+        Path(shards[-1]).parent.mkdir(exist_ok=True)
+        pq.write_table(table.slice(start, stop - start), shards[-1])
+    for out, tasks in ((tmp_path / "one", 1), (tmp_path / "out", 2)):
+        list(PlanRegions(shards, str(out), False, 15, len(ids), 0).run())
+        for rank in range(tasks):
+            list(RouteRows(shards, str(out), False, guest_margin(0.99, 1.0)).run(
+                rank=rank, world_size=tasks))
+    files = sorted(f.relative_to(out) for f in (out / "regions").rglob("*.parquet"))
+    assert files == sorted(f.relative_to(tmp_path / "one")
+                           for f in (tmp_path / "one" / "regions").rglob("*.parquet"))
+    assert all(pq.read_table(out / f).equals(pq.read_table(tmp_path / "one" / f)) for f in files)
     folders = sorted(f for f in (out / "regions").iterdir() if f.is_dir())
     tables = [pq.read_table(f) for folder in folders for f in folder.glob("*.parquet")]
     own = pa.concat_tables(tables).filter(pc.field("home")).column("id").to_pylist()
     assert len(folders) == 15 and sorted(own) == sorted(ids)
-    plan = json.loads((out / "regions" / "plan.json").read_text())
-    assert plan == {"rows": len(ids), "routed": sum(len(t) for t in tables)}
-    assert plan["routed"] > len(ids)
+    assert routed_rows(out) == {"rows": len(ids), "routed": sum(len(t) for t in tables)}
+    assert routed_rows(out)["routed"] > len(ids)
     read = []
     spied = pq.read_table
     monkeypatch.setattr(pq, "read_table",

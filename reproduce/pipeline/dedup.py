@@ -68,7 +68,9 @@ MINHASH = "minhash"  # signatures/, buckets/, clusters/, removed/, kept/, remova
 MINHASH_REMOVALS = "removals.parquet"  # in minhash/: (id, duplicates), each cluster's copy kept
 REGIONS = "regions"  # each pair task's rows, written by the region plan
 PAIRS = "pairs"  # each pair task's pairs at the threshold
-REGION_PLAN = "plan.json"  # in regions/: the rows routed, guests included
+REGION_PLAN = "plan.json"  # in regions/: the rows the plan cut into regions
+TREE_FILE = "tree.npz"  # in regions/: the plan's cuts
+ROUTED = ".routed.json"  # regions/SHARD.routed.json: the copies that shard's route task wrote
 SAMPLE_FLOOR = 100_000  # rows the default sample holds at least (all where fewer)
 SAMPLE_PER_REGION = 50  # and per region, so that deep cuts are fitted on enough rows
 TILE_ROWS, TILE_AMONG = 256, 4_096  # a region's pair bounds computed at once (4 MB)
@@ -388,44 +390,67 @@ def text_removed(output: Path, text: bool) -> pa.Array:
 
 class PlanRegions(datatrove_base.PipelineStep):
     """One task: the cuts into `regions` regions fitted on a seeded sample of the rows the text
-    step kept, then every such row routed, shard by shard, with the guests of those within
-    `margin` of a cut (none for a negative margin), and written to regions/REGION/SHARD.parquet,
-    so that a pair task holds one region at a time; then regions/plan.json."""
+    step kept, written to regions/tree.npz, and regions/plan.json (the rows); the route tasks
+    then route every row by them."""
 
     name = "plan the regions"
     type = "🫂 - DEDUP"
 
     def __init__(self, prepared: list[str], output: str, text: bool, regions: int, sample: int,
-                 seed: int, margin: float):
+                 seed: int):
         super().__init__()
         self.prepared, self.output, self.text = prepared, output, text
         self.regions, self.sample, self.seed = regions, sample, seed
-        self.margin = margin
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output) / REGIONS
-        shutil.rmtree(out, ignore_errors=True)  # what a killed plan left: it is written whole
+        shutil.rmtree(out, ignore_errors=True)  # what a killed plan or route left
+        out.mkdir(parents=True)
         removed = text_removed(Path(self.output), self.text)
         alive = [pc.sum(pc.invert(pc.is_in(pq.read_table(p, columns=["id"]).column("id")
                                            .cast(pa.string()), value_set=removed))).as_py() or 0
                  for p in self.prepared]
         total = sum(alive)
-        if not total:  # the text step removed every row: no region, no pair
-            write_json_atomic({"rows": 0, "routed": 0}, out / REGION_PLAN)
+        if total:  # else the text step removed every row: no region, no pair
+            rng = np.random.default_rng(self.seed)
+            chosen = np.sort(rng.choice(total, min(self.sample, total), replace=False))
+            sample, offset = [], 0
+            for path, count in zip(self.prepared, alive):
+                mine = chosen[(chosen >= offset) & (chosen < offset + count)] - offset
+                if len(mine):
+                    sample.append(prepared_survivors(path, removed)[2][mine])
+                offset += count
+            with self.track_time("fit"):
+                tree = NeighbourhoodTree.fit(np.concatenate(sample), self.regions)
+            tree.save(out / TREE_FILE)
+        write_json_atomic({"rows": total}, out / REGION_PLAN)
+        yield from data or ()
+
+
+class RouteRows(datatrove_base.PipelineStep):
+    """Task r of N = the prepared shards r, r + N, ...: each shard's rows the text step kept,
+    routed by the plan's cuts with the guests of those within `margin` of a cut (none for a
+    negative margin), written to regions/REGION/SHARD.parquet (uncompressed: the pair tasks
+    read them at once), so that a pair task holds one region at a time; then
+    regions/SHARD.routed.json, the copies written."""
+
+    name = "route the rows to their regions"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, prepared: list[str], output: str, text: bool, margin: float):
+        super().__init__()
+        self.prepared, self.output, self.text, self.margin = prepared, output, text, margin
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        out = Path(self.output) / REGIONS
+        if not (out / TREE_FILE).is_file():  # no row left to route
             return
-        rng = np.random.default_rng(self.seed)
-        chosen = np.sort(rng.choice(total, min(self.sample, total), replace=False))
-        sample, offset = [], 0
-        for path, count in zip(self.prepared, alive):
-            mine = chosen[(chosen >= offset) & (chosen < offset + count)] - offset
-            if len(mine):
-                sample.append(prepared_survivors(path, removed)[2][mine])
-            offset += count
-        tree = NeighbourhoodTree.fit(np.concatenate(sample), self.regions)
-        routed = 0
-        for index, path in enumerate(self.prepared):
-            ids, quality, features = prepared_survivors(path, removed)
-            rows, region, home = tree.spill(features, self.margin)
+        tree = NeighbourhoodTree.load(out / TREE_FILE)
+        removed = text_removed(Path(self.output), self.text)
+        for index in range(rank, len(self.prepared), world_size):
+            ids, quality, features = prepared_survivors(self.prepared[index], removed)
+            with self.track_time("route"):
+                rows, region, home = tree.spill(features, self.margin)
             for value in np.unique(region):
                 mine = region == value
                 (out / f"{value:05d}").mkdir(parents=True, exist_ok=True)
@@ -434,11 +459,21 @@ class PlanRegions(datatrove_base.PipelineStep):
                     "id": pa.array(ids[rows[mine]], pa.string()), "quality": quality[rows[mine]],
                     "features": pa.FixedSizeListArray.from_arrays(flat, features.shape[1]),
                     "home": home[mine]}),
-                    out / f"{value:05d}" / f"{index:05d}.parquet")
-            routed += len(rows)
+                    out / f"{value:05d}" / f"{index:05d}.parquet", compression="none",
+                    use_dictionary=["id"])
+            write_json_atomic({"routed": len(rows)}, out / f"{index:05d}{ROUTED}")
             self.stat_update("rows", value=len(ids))
-        write_json_atomic({"rows": total, "routed": routed}, out / REGION_PLAN)
         yield from data or ()
+
+
+def routed_rows(output: Path) -> dict | None:
+    """The embedding step's rows and the copies the route tasks wrote, guests included (None
+    where the step did not run)."""
+    plan = output / REGIONS / REGION_PLAN
+    if not plan.is_file():
+        return None
+    return {**json.loads(plan.read_text()), "routed": sum(
+        json.loads(f.read_text())["routed"] for f in (output / REGIONS).glob(f"*{ROUTED}"))}
 
 
 class FindPairs(datatrove_base.PipelineStep):
@@ -500,7 +535,7 @@ def remove_working_files(output: Path) -> None:
     the markers of the rounds that wrote them: a later rerun that finds a task's output missing
     writes them again."""
     for folder in (MINHASH + "/signatures", REGIONS, "logs/signatures/completions",
-                   "logs/region_plans/completions"):
+                   "logs/region_plans/completions", "logs/routes/completions"):
         shutil.rmtree(output / folder, ignore_errors=True)
 
 
@@ -557,10 +592,8 @@ class WriteKeepList(datatrove_base.PipelineStep):
             write_table_atomic(pa.table({"id": ids, "keep": keep}), out / KEEP_FILE)
             write_table_atomic(removals, out / REMOVALS_FILE)
             reasons = removals.column("reason").to_pylist()
-            plan = out / REGIONS / REGION_PLAN
-            routed = json.loads(plan.read_text()) if plan.is_file() else None
             manifest = {**self.manifest, "kept": len(ids) - len(removals),
-                        "routed": routed,
+                        "routed": routed_rows(out),
                         "removed": {r: reasons.count(r) for r in ("minhash", "embedding")},
                         "stage_wall_s": round(time.time() - self.manifest["started_at"], 3)}
             write_json_atomic(manifest, out / MANIFEST)
@@ -633,7 +666,8 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
                     "tasks": text_tasks} if fineweb is not None else None,
         "embedding": {"threshold": threshold, "region_rows": region_rows, "regions": regions,
                       "region_pairs": region_pairs, "guest_margin": margin,
-                      "sample": sample, "seed": seed, "tasks": pair_tasks}
+                      "sample": sample, "seed": seed, "tasks": pair_tasks,
+                      "route_tasks": min(tasks, len(prepared_files))}
         if prepared is not None else None}
     config = {"inputs": file_stats(text_files + prepared_files), **settings}
     manifest = {"input": {"text": str(Path(fineweb).absolute()) if fineweb else None,
@@ -675,8 +709,9 @@ def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, se
         margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
                   if embedding["region_pairs"] == "all" else -1.0)
         rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
-                                 embedding["sample"], embedding["seed"], margin)],
-                    1, "region_plan"),
+                                 embedding["sample"], embedding["seed"])], 1, "region_plan"),
+                   ([RouteRows(prepared, str(out), bool(text), margin)],
+                    embedding["route_tasks"], "route"),
                    ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
     merge = WriteKeepList(text_paths or prepared,
                           "--input" if text else "--prepared", str(out), bool(text),
