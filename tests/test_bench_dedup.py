@@ -198,14 +198,18 @@ def test_bad_flags_are_refused_in_one_line_before_any_work(pool, tmp_path, capsy
 def test_routing_counts_the_guests_and_finds_every_pair_at_the_full_margin(run, tmp_path,
                                                                            capsys):
     """On the run's rows: one region routes each row once and separates nothing; with more
-    regions the full margin leaves no planted pair apart, and a smaller one routes fewer rows."""
+    regions the full margin leaves no planted pair apart, and a smaller one routes fewer rows;
+    the pair search with the bound finds what comparing in full finds."""
     from reproduce.bench import routing
 
     work, out = run
     assert routing.main(["--work", str(work), "--regions", "1", "2", "4", "--margins", "1",
-                         "0.25", "--results", str(tmp_path / "routing")]) == 0
+                         "0.25", "--pair_regions", "2", "--results", str(tmp_path / "routing")]) == 0
     found = json.loads((tmp_path / "routing" / "results.json").read_text())
     assert found["rows"] == out["rows"]
+    (search,) = found["rows_by_region"][0]["pair_search"]  # one region: every row its own
+    assert search["own_rows"] == search["rows"] == out["rows"] and search["same_pairs"]
+    assert search["pairs"] >= 2 * 10  # the exact and embedding copies, each pair both ways
     one, *more = found["rows_by_region"]
     assert one["split"] == 0 and [m["routed_per_row"] for m in one["margins"]] == [1.0, 1.0]
     for row in more:

@@ -40,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the planted pairs counted, those at or above --threshold "
                              "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="the cuts' sample's seed")
+    parser.add_argument("--pair_regions", type=int, default=0,
+                        help="at the first region count and margin, time a pair task's search "
+                             "in this many of the largest regions, with the bound dedup filters "
+                             "pairs by and comparing every pair in full, one after the other "
+                             "(default: %(default)s, none)")
     parser.add_argument("--results", type=Path, help="also write results.json and results.md here")
     parser.set_defaults(func=run)
     return parser
@@ -81,9 +86,10 @@ def planted_rows(work: Path, kind: str, threshold: float):
 
 
 def measure(features, pairs, regions: int, margins: list[float], threshold: float,
-            seed: int) -> dict:
-    """One region count: the pairs a cut separates, and per margin the rows routed per row and
-    the pairs that share no region."""
+            seed: int, pair_regions: int = 0) -> dict:
+    """One region count: the pairs a cut separates, per margin the rows routed per row and
+    the pairs that share no region, and at the first margin the pair search's times in the
+    `pair_regions` largest regions."""
     import numpy as np
 
     from datamask.data import NeighbourhoodTree
@@ -98,7 +104,7 @@ def measure(features, pairs, regions: int, margins: list[float], threshold: floa
            "split": int((home[pairs[:, 0]] != home[pairs[:, 1]]).sum()), "margins": []}
     for margin in margins:
         started = time.time()
-        rows, blocks, _ = tree.spill(features, guest_margin(threshold, margin))
+        rows, blocks, own = tree.spill(features, guest_margin(threshold, margin))
         present = rows * regions + blocks  # a row's copy in a block, as one number
         first, second = pairs[:, 0], pairs[:, 1]
         met = (np.isin(first * regions + home[second], present)
@@ -106,7 +112,38 @@ def measure(features, pairs, regions: int, margins: list[float], threshold: floa
         row["margins"].append({"margin": margin, "routed_per_row": round(len(rows) / len(home), 2),
                                "pairs_apart": int(len(pairs) - met.sum()),
                                "route_s": round(time.time() - started, 1)})
+        if pair_regions and margin == margins[0]:
+            row["pair_search"] = pair_times(features, rows, blocks, own, threshold,
+                                            pair_regions)
     return row
+
+
+def pair_times(features, rows, blocks, own, threshold: float, count: int) -> list[dict]:
+    """In each of the `count` largest regions, dedup's pair search (similar_pairs) timed with
+    its bound and comparing every pair in full (a bound of all the dimensions), one after the
+    other, and whether both found the same pairs."""
+    import numpy as np
+
+    from reproduce.pipeline.dedup import similar_pairs
+
+    found = []
+    for region in np.argsort(-np.bincount(blocks), kind="stable")[:count]:
+        mine = blocks == region
+        among = np.ascontiguousarray(features[rows[mine]])
+        home = np.flatnonzero(own[mine])
+        times, pairs = {}, {}
+        for name, dims in (("bound", None), ("full", among.shape[1])):
+            started = time.perf_counter()
+            first, second, _ = (similar_pairs(among, home, threshold) if dims is None
+                                else similar_pairs(among, home, threshold, bound_dims=dims))
+            times[name] = time.perf_counter() - started
+            pairs[name] = set(zip(first.tolist(), second.tolist()))
+        found.append({"region": int(region), "own_rows": len(home), "rows": len(among),
+                      "bound_s": round(times["bound"], 2), "full_s": round(times["full"], 2),
+                      "full_over_bound": round(times["full"] / times["bound"], 2),
+                      "pairs": len(pairs["bound"]), "same_pairs": pairs["bound"] == pairs["full"]})
+        print(f"{COMMAND}: pair search {json.dumps(found[-1])}", flush=True)
+    return found
 
 
 def markdown(out: dict) -> str:
@@ -121,6 +158,17 @@ def markdown(out: dict) -> str:
         for m in r["margins"]:
             lines.append(f"| {r['regions']} | {r['split']:,} | {m['margin']:g} | "
                          f"{m['routed_per_row']:,.2f} | {m['pairs_apart']:,} |")
+    searched = [r for r in out["rows_by_region"] if r.get("pair_search")]
+    for r in searched:
+        lines += ["", f"A pair task's search at {r['regions']} regions, guest margin "
+                      f"{r['margins'][0]['margin']:g}, with the bound and comparing every pair in "
+                      f"full, one after the other in one process:", "",
+                  "| region | own rows | rows | bound s | full s | full / bound | pairs | same "
+                  "pairs |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for p in r["pair_search"]:
+            lines.append(f"| {p['region']} | {p['own_rows']:,} | {p['rows']:,} | "
+                         f"{p['bound_s']:,.2f} | {p['full_s']:,.2f} | {p['full_over_bound']:.2f} "
+                         f"| {p['pairs']:,} | {'yes' if p['same_pairs'] else 'no'} |")
     return "\n".join(lines + [""])
 
 
@@ -136,7 +184,8 @@ def run(args: argparse.Namespace) -> None:
                         f"{len(features)} rows of {args.work / 'planted'}")
     found = []
     for regions in args.regions:
-        found.append(measure(features, pairs, regions, args.margins, args.threshold, args.seed))
+        found.append(measure(features, pairs, regions, args.margins, args.threshold, args.seed,
+                             args.pair_regions if regions == args.regions[0] else 0))
         print(f"{COMMAND}: {json.dumps(found[-1])}", flush=True)
     out = {"work": str(args.work), "rows": len(features), "threshold": args.threshold,
            "kind": args.kind, "planted": planted, "seed": args.seed, "machine": machine(),
