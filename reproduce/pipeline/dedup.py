@@ -13,8 +13,10 @@ every other member is removed as a duplicate of it (one more task, after the fil
 
 Embedding (--prepared, prepare's rows; those the text step kept): SemDeDup's rule, with the pair
 work inside neighbourhoods. The rows, at unit length, are cut into regions of about --region_rows
-rows by principal-direction cuts fitted on a seeded sample and then routed shard by shard
-(datamask.data.NeighbourhoodTree); each region's own rows are compared with every row in it, and
+rows by principal-direction cuts fitted on a seeded sample by one task, then routed by one task
+per group of shards (datamask.data.NeighbourhoodTree); each region's own rows are compared with
+every row in it (each pair bounded first on the region's leading directions, and compared in
+full only where the bound reaches the threshold: the same pairs, less arithmetic), and
 the pairs whose cosine reaches --threshold are resolved at the end, all at once: taken by quality
 (higher first, ties: the smaller id), a row paired with a row kept before it is removed as a
 duplicate of the most similar such row. So every embedding removal names a row that stays, the
