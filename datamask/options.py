@@ -197,14 +197,17 @@ def flag_arguments(field: dataclasses.Field, kind) -> dict:
 
 
 def add_flags(group, cls, skip: tuple = (), original: bool | None = None,
-              defaults: dict | None = None) -> None:
+              defaults: dict | None = None, only: tuple | None = None) -> None:
     """One flag per field of `cls` (those not in `skip`; with `original` set, only the fields
-    whose `original` mark equals it), help ending in the default. `defaults` replaces some:
+    whose `original` mark equals it; with `only`, only those named, so that one class's flags
+    can be spread over argument groups), help ending in the default. `defaults` replaces some:
     those flags count as given with that value, and their help shows it."""
     defaults = defaults or {}
     for field, kind in fields_of(cls):
         meta = field.metadata
         if not meta.get("flag", True) or field.name in skip:
+            continue
+        if only is not None and field.name not in only:
             continue
         if original is not None and meta.get("original", False) != original:
             continue

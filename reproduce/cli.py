@@ -69,15 +69,12 @@ def cmd_distil(args) -> None:
 
 
 def cmd_dedup(args) -> None:
-    from .pipeline.dedup import run_dedup
+    from datamask.options import given
+
+    from .pipeline.dedup import DedupConfig, run_dedup
     from .pipeline.engines import cluster_flags
 
-    _print(run_dedup(Path(args.input) if args.input else None,
-                     Path(args.prepared) if args.prepared else None, Path(args.output),
-                     args.threshold, args.n_grams, args.num_buckets, args.hashes_per_bucket,
-                     args.hash_precision, args.region_rows, args.region_pairs, args.guest_margin,
-                     args.sample, args.seed, args.tasks, args.workers, args.executor,
-                     cluster_flags(args), args.minhash))
+    _print(run_dedup(DedupConfig(**given(args, DedupConfig), cluster=cluster_flags(args))))
 
 
 def cmd_select(args) -> None:
@@ -220,6 +217,7 @@ def add_stage_parsers(sub) -> None:
     from datamask.options import add_flags
 
     from .pipeline.common import POSITIVE, SEED
+    from .pipeline.dedup import EMBEDDING_SETTINGS, MINHASH_SETTINGS, DedupConfig
     from .pipeline.embedders import PRECISIONS
     from .pipeline.engines import add_executor_flags
     from .pipeline.export import Export
@@ -280,42 +278,11 @@ def add_stage_parsers(sub) -> None:
 
     p = sub.add_parser("dedup", help="near-duplicates by MinHash (text) and by embedding, as a "
                                      "keep-list that select and tokenize honour (--keep)")
-    p.add_argument("--input", help="folder of FineWeb Parquet shards: MinHash on their text")
-    p.add_argument("--prepared", help="folder of prepared rows (of those shards): near-duplicate "
-                                      "embeddings among the rows MinHash kept")
-    p.add_argument("--output", required=True, help="folder for the keep-list")
-    group = p.add_argument_group("minhash (datatrove's steps; FineWeb's settings by default)")
-    group.add_argument("--minhash", choices=("datatrove", "rensa"), default="rensa",
-                       help="the library of the signatures: rensa's RMinHash (22x datatrove's "
-                            "per core, measured), or datatrove's own, over the same word n-grams "
-                            "and into datatrove's files (default: %(default)s)")
-    group.add_argument("--n_grams", type=POSITIVE, default=5,
-                       help="words per shingle (default: %(default)s)")
-    group.add_argument("--num_buckets", type=POSITIVE, default=14,
-                       help="LSH bands; a pair sharing one band's hashes is a match (default: "
-                            "%(default)s)")
-    group.add_argument("--hashes_per_bucket", type=POSITIVE, default=8,
-                       help="hashes per band (default: %(default)s)")
-    group.add_argument("--hash_precision", type=int, choices=(32, 64),
-                       help="bits per hash (default: the library's, datatrove 64, rensa 32)")
-    group = p.add_argument_group("embedding (SemDeDup's rule inside neighbourhoods)")
-    group.add_argument("--threshold", type=float, default=0.99,
-                       help="cosine at or above which the row of lower quality is removed, in "
-                            "(0, 1] (default: %(default)s, SemDeDup's eps 0.01)")
-    group.add_argument("--region_rows", type=POSITIVE, default=10_000,
-                       help="rows per neighbourhood whose pairs are compared (default: "
-                            "%(default)s)")
-    group.add_argument("--region_pairs", choices=("all", "inside"), default="all",
-                       help="all: rows near a cut are compared on both sides too, so every "
-                            "pair is found, as in one region; inside: cheaper, a copy a cut "
-                            "separates stays (default: %(default)s)")
-    group.add_argument("--guest_margin", type=float, default=1.0,
-                       help="with all: the far side's margin, a fraction of a pair's distance at "
-                            "the threshold; below 1 fewer guests, not exact (default: %(default)s)")
-    group.add_argument("--sample", type=POSITIVE,
-                       help="rows the neighbourhood cuts are fitted on (default: 50 per "
-                            "neighbourhood, at least 100,000, at most every row)")
-    group.add_argument("--seed", type=SEED, default=0, help="seed of that sample")
+    add_flags(p, DedupConfig, skip=MINHASH_SETTINGS + EMBEDDING_SETTINGS)
+    add_flags(p.add_argument_group("minhash (datatrove's steps; FineWeb's settings by default)"),
+              DedupConfig, only=MINHASH_SETTINGS)
+    add_flags(p.add_argument_group("embedding (SemDeDup's rule inside neighbourhoods)"),
+              DedupConfig, only=EMBEDDING_SETTINGS)
     add_executor_flags(p, "dedup tasks", tasks=True)
     p.set_defaults(func=cmd_dedup)
 

@@ -3,6 +3,7 @@ words changed (MinHash, on the text), and a near-copy of an embedding with a new
 (SemDeDup's rule inside neighbourhoods); the keep-list, its resumption, its refusals, and
 select and tokenize honouring it."""
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -17,12 +18,13 @@ import pytest
 from test_adversarial import refused
 
 from datamask.data import budget, write_dataset
+from datamask.errors import UserError
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
-from reproduce.pipeline.dedup import (BOUND_DIMS, KEEP_FILE, MANIFEST, REMOVALS_FILE,
-                                      FindPairs, PlanRegions, RouteRows, bound_vectors,
-                                      guest_margin, keep_first, principal_basis, routed_rows,
-                                      run_dedup, similar_pairs)
+from reproduce.pipeline.dedup import (BOUND_DIMS, EMBEDDING_SETTINGS, KEEP_FILE, MANIFEST,
+                                      MINHASH_SETTINGS, REMOVALS_FILE, DedupConfig, FindPairs,
+                                      PlanRegions, RouteRows, bound_vectors, keep_first,
+                                      principal_basis, routed_rows, run_dedup, similar_pairs)
 from reproduce.pipeline.minhash import (BACKENDS, DEFAULT_BACKEND, shingle_hashes, simplified,
                                        split_words)
 from reproduce.pipeline.select import SelectConfig, run_select
@@ -88,8 +90,8 @@ def corpus(tmp_path_factory):
 
 
 def dedup(root, output, **flags) -> dict:
-    return run_dedup(root / "fineweb", root / "prepared", output,
-                     **{"tasks": TASKS, **flags})
+    return run_dedup(DedupConfig(input=root / "fineweb", prepared=root / "prepared",
+                                 output=output, **{"tasks": TASKS, **flags}))
 
 
 @pytest.fixture(scope="module")
@@ -147,14 +149,16 @@ def test_the_keep_list_holds_every_input_id_once_in_input_order(deduped, corpus)
 
 @pytest.mark.parametrize("minhash", BACKENDS)
 def test_either_step_alone_finds_its_own_copies(corpus, tmp_path, minhash):
-    text = run_dedup(corpus / "fineweb", None, tmp_path / "text", tasks=TASKS, minhash=minhash)
+    text = run_dedup(DedupConfig(input=corpus / "fineweb", output=tmp_path / "text", tasks=TASKS,
+                                 minhash=minhash))
     assert text["removed"] == {"minhash": 2, "embedding": 0}
     assert text["minhash"]["backend"] == minhash
     order = input_ids(corpus)  # without --prepared, the first in input order stays
     for copy, original in (("exact-copy", "s1-4"), ("edited-copy", "s0-6")):
         kept, gone = sorted((copy, original), key=order.index)
         assert removals(tmp_path / "text")[gone] == ("minhash", kept)
-    embedding = run_dedup(None, corpus / "prepared", tmp_path / "embedding", tasks=TASKS)
+    embedding = run_dedup(DedupConfig(prepared=corpus / "prepared", output=tmp_path / "embedding",
+                                      tasks=TASKS))
     assert embedding["removed"] == {"minhash": 0, "embedding": 1}
     assert removals(tmp_path / "embedding") == {"embedding-copy": ("embedding", "s2-9")}
 
@@ -240,11 +244,11 @@ def test_the_keep_list_does_not_depend_on_the_tasks(clusters, tasks, minhash):
     cluster the copy of highest quality stays, ties to the first in input order."""
     one = clusters / f"{minhash}-tasks-1"
     if not one.exists():
-        run_dedup(clusters / "fineweb", clusters / "prepared", one, region_rows=20, tasks=1,
-                  minhash=minhash)
+        run_dedup(DedupConfig(input=clusters / "fineweb", prepared=clusters / "prepared",
+                              output=one, region_rows=20, tasks=1, minhash=minhash))
     out = clusters / f"{minhash}-tasks-{tasks}"
-    manifest = run_dedup(clusters / "fineweb", clusters / "prepared", out, region_rows=20,
-                         tasks=tasks, minhash=minhash)
+    manifest = run_dedup(DedupConfig(input=clusters / "fineweb", prepared=clusters / "prepared",
+                                     output=out, region_rows=20, tasks=tasks, minhash=minhash))
     assert manifest["embedding"]["regions"] == 5 and manifest["minhash"]["tasks"] == tasks
     for name in (KEEP_FILE, REMOVALS_FILE):
         assert pq.read_table(out / name).equals(pq.read_table(one / name)), name
@@ -362,16 +366,19 @@ def test_regions_with_guests_remove_what_one_region_of_all_rows_removes(tmp_path
     removal's reasons are those of a single region; inside the regions only, the copies a cut
     separates from every row they copy stay; a quarter margin routes fewer guests."""
     ids, quality, rows = near_copies(tmp_path)
-    whole = run_dedup(None, tmp_path / "prepared", tmp_path / "whole", region_rows=len(rows))
-    found = {pairs: run_dedup(None, tmp_path / "prepared", tmp_path / pairs, region_rows=30,
-                              region_pairs=pairs, tasks=2) for pairs in ("all", "inside")}
+    prepared = tmp_path / "prepared"
+    whole = run_dedup(DedupConfig(prepared=prepared, output=tmp_path / "whole",
+                                  region_rows=len(rows)))
+    found = {pairs: run_dedup(DedupConfig(prepared=prepared, output=tmp_path / pairs,
+                                          region_rows=30, region_pairs=pairs, tasks=2))
+             for pairs in ("all", "inside")}
     assert whole["embedding"]["regions"] == 1 and found["all"]["embedding"]["regions"] == 15
     assert found["all"]["routed"]["routed"] > found["inside"]["routed"]["routed"] == len(rows)
     for name in (KEEP_FILE, REMOVALS_FILE):
         assert pq.read_table(tmp_path / "all" / name).equals(pq.read_table(tmp_path / "whole" / name))
     assert found["inside"]["removed"]["embedding"] < whole["removed"]["embedding"]
-    fewer = run_dedup(None, tmp_path / "prepared", tmp_path / "quarter", region_rows=30,
-                      margin=0.25, tasks=2)
+    fewer = run_dedup(DedupConfig(prepared=prepared, output=tmp_path / "quarter", region_rows=30,
+                                  guest_margin=0.25, tasks=2))
     assert len(rows) < fewer["routed"]["routed"] < found["all"]["routed"]["routed"]
     assert fewer["embedding"]["guest_margin"] == 0.25
     gone, copied, _ = one_region(ids, quality, rows.astype(np.float32), 0.99)
@@ -392,10 +399,10 @@ def test_a_pair_task_holds_one_region_at_a_time(tmp_path, monkeypatch):
         Path(shards[-1]).parent.mkdir(exist_ok=True)
         pq.write_table(table.slice(start, stop - start), shards[-1])
     for out, tasks in ((tmp_path / "one", 1), (tmp_path / "out", 2)):
-        list(PlanRegions(shards, str(out), False, 15, len(ids), 0).run())
+        config = DedupConfig(prepared=tmp_path / "shards", output=out)
+        list(PlanRegions(config, shards, 15, len(ids)).run())
         for rank in range(tasks):
-            list(RouteRows(shards, str(out), False, guest_margin(0.99, 1.0)).run(
-                rank=rank, world_size=tasks))
+            list(RouteRows(config, shards).run(rank=rank, world_size=tasks))
     files = sorted(f.relative_to(out) for f in (out / "regions").rglob("*.parquet"))
     assert files == sorted(f.relative_to(tmp_path / "one")
                            for f in (tmp_path / "one" / "regions").rglob("*.parquet"))
@@ -518,7 +525,7 @@ def other_keep_list(corpus, tmp_path_factory):
     (root / "fineweb").mkdir()
     for path in sorted((corpus / "fineweb").glob("*.parquet"))[1:]:
         shutil.copy(path, root / "fineweb")
-    run_dedup(root / "fineweb", None, root / "keep")
+    run_dedup(DedupConfig(input=root / "fineweb", output=root / "keep"))
     return root / "keep"
 
 
@@ -596,6 +603,43 @@ def test_rensa_shingles_the_words_of_datatrove_s_simplified_text(pool):
     assert shingle_hashes("b a c d e", 5)[0] != shingle_hashes("a b c d e", 5)[0]
     assert len(shingle_hashes("a b c d", 5)) == 0 and len(shingle_hashes("", 5)) == 0
     assert shingle_hashes("a b c d e", 5)[0] == shingle_hashes("x a b c d e", 5)[1]
+
+
+CONFIG_REFUSALS = [
+    ({"threshold": 1.5}, "--threshold must lie in (0, 1], got 1.5"),
+    ({"guest_margin": 0.0}, "--guest_margin must lie in (0, 1], got 0"),
+    ({"region_pairs": "near"}, "--region_pairs must be one of all, inside"),
+    ({"minhash": "simhash"}, "--minhash must be one of datatrove, rensa"),
+    ({"hash_precision": 16}, "--hash_precision must be one of 32, 64"),
+    ({"n_grams": 0}, "--n_grams must be at least 1"),
+    ({"tasks": 0}, "--tasks must be at least 1"),
+    ({"minhash": "rensa", "hash_precision": 64}, "--hash_precision 64: rensa's hashes are 32"),
+    ({"region_pairs": "inside", "guest_margin": 0.5}, "--guest_margin 0.5: sizes the guests"),
+    ({"prepared": None}, "give --input"),
+]
+
+
+@pytest.mark.parametrize("change,message", CONFIG_REFUSALS, ids=[m for _, m in CONFIG_REFUSALS])
+def test_a_dedup_config_refuses_a_bad_value_naming_its_flag_when_made(tmp_path, change, message):
+    """From Python as from the command line: the value is refused before any file is read."""
+    with pytest.raises(UserError) as refusal:
+        DedupConfig(**{"prepared": tmp_path / "none", "output": tmp_path / "out", **change})
+    assert message in str(refusal.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_dedup_help_lists_every_flag_in_its_step_s_group(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["dedup", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    minhash = text[text.index("\nminhash ("):text.index("\nembedding (")]
+    embedding = text[text.index("\nembedding ("):text.index("\nslurm / ray")]
+    assert all(f"--{name} " in minhash for name in MINHASH_SETTINGS)
+    assert all(f"--{name} " in embedding for name in EMBEDDING_SETTINGS)
+    flags = [f.name for f in dataclasses.fields(DedupConfig) if f.name != "cluster"]
+    assert all(f"--{name} " in text for name in flags)
+    assert "(default: 0.99)" in embedding and "(default: rensa)" in minhash
 
 
 def test_dedup_refuses_prepared_rows_of_other_shards_and_no_input(files, capsys):

@@ -29,7 +29,7 @@ from test_export import export as export_locally
 
 from datamask.data import read_dataset
 from datamask.errors import UserError
-from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE, run_dedup
+from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE, DedupConfig, run_dedup
 from reproduce.pipeline.export import CARD, DATA, SUMMARY
 from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
@@ -402,7 +402,8 @@ def test_dedup_on_ray_writes_the_local_executors_keep_list(ray_head, corpus, tmp
     # two LSH bands instead of FineWeb's 14 (test_dedup runs those): every MinHash round still
     # runs, with twelve Ray actors fewer in the buckets round
     local = tmp_path / "local"
-    run_dedup(corpus / "fineweb", corpus / "prepared", local, num_buckets=2, tasks=2)
+    run_dedup(DedupConfig(input=corpus / "fineweb", prepared=corpus / "prepared", output=local,
+                          num_buckets=2, tasks=2))
     finish(on_ray(ray_head, "dedup", "--input", str(corpus / "fineweb"), "--prepared",
                   str(corpus / "prepared"), "--output", str(tmp_path / "ray"), "--tasks", "2",
                   "--num_buckets", "2"))

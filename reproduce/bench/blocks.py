@@ -300,7 +300,7 @@ def deduplicated(family: Family, threshold: float, work: Path, seed: int) -> tup
     dedup's defaults), its log beside the runs'; (the keep-list's folder, its manifest). dedup
     reads one --prepared folder, so the family's files are hard-linked into one, in their order; a
     rerun with the same rows returns the finished keep-list at once."""
-    from reproduce.pipeline.dedup import run_dedup
+    from reproduce.pipeline.dedup import DedupConfig, run_dedup
 
     rows = work / "inputs" / family.name / "dedup-input"
     shutil.rmtree(rows, ignore_errors=True)
@@ -309,7 +309,8 @@ def deduplicated(family: Family, threshold: float, work: Path, seed: int) -> tup
             os.link(path, tmp / f"{i:03d}_{path.name}")
     out = work / "dedup" / family.name / f"threshold-{threshold:g}"
     with stage_log(work / "logs" / family.name / f"dedup-{threshold:g}.log"):
-        manifest = run_dedup(None, rows, out, threshold=threshold, seed=seed)
+        manifest = run_dedup(DedupConfig(prepared=rows, output=out, threshold=threshold,
+                                         seed=seed))
     return out, manifest
 
 

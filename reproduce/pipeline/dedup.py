@@ -39,6 +39,7 @@ is written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -52,14 +53,16 @@ import pyarrow.parquet as pq
 from datamask.data import (QUALITY_COLUMN, NeighbourhoodTree, block_count, read_dataset,
                            write_json_atomic, write_table_atomic)
 from datamask.errors import UserError, quoted
+from datamask.options import REQUIRED, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
 
 from .common import (check_distinct_files, check_prepared, check_text_shard, file_stats,
                      parquet_files)
-from .engines import check_executor, engine_session, run_then_merge, start_or_resume
-from .minhash import DEFAULT_BACKEND, check_backend, signature_step
+from .engines import Executed, check_executor, engine_session, run_then_merge, start_or_resume
+from .minhash import (BACKENDS, BITS, DEFAULT_BACKEND, HASH_WIDTHS, check_backend,
+                      signature_step)
 
 datatrove_base = require("datatrove.pipeline.base", "dedup")
 
@@ -84,6 +87,68 @@ REGION_PAIRS = ("all", "inside")
 PAIR_SCHEMA = pa.schema([("id", pa.string()), ("other", pa.string()), ("similarity", pa.float32()),
                          ("quality", pa.float64()), ("other_quality", pa.float64())])
 FLOAT_SLACK = 1e-4  # added to the guests' margin: cosines of float32 rows are rounded
+# the settings of each step, as `pipeline dedup --help` groups their flags
+MINHASH_SETTINGS = ("minhash", "n_grams", "num_buckets", "hashes_per_bucket", "hash_precision")
+EMBEDDING_SETTINGS = ("threshold", "region_rows", "region_pairs", "guest_margin", "sample", "seed")
+
+
+@dataclasses.dataclass(kw_only=True)
+class DedupConfig(Executed):
+    """The dedup stage's settings: `pipeline dedup`'s flags, help, choices and range checks come
+    from these fields, and a config that breaks one is refused, naming the flag, when it is made.
+    The executor's come from the shared executor flags."""
+
+    input: Path | None = option(None, "folder of FineWeb Parquet shards: MinHash on their text")
+    prepared: Path | None = option(None, "folder of prepared rows (of those shards): "
+                                         "near-duplicate embeddings among the rows MinHash kept")
+    output: Path = option(REQUIRED, "folder for the keep-list")
+    minhash: str = option(DEFAULT_BACKEND, "the library of the signatures: rensa's RMinHash (22x "
+                                           "datatrove's per core, measured), or datatrove's own, "
+                                           "over the same word n-grams and into datatrove's "
+                                           "files", choices=BACKENDS)
+    n_grams: int = option(5, "words per shingle", low=1)
+    num_buckets: int = option(14, "LSH bands; a pair sharing one band's hashes is a match", low=1)
+    hashes_per_bucket: int = option(8, "hashes per band", low=1)
+    hash_precision: int | None = option(None, "bits per hash", choices=HASH_WIDTHS,
+                                        default_text="the library's, datatrove 64, rensa 32")
+    threshold: float = option(0.99, "cosine at or above which the row of lower quality is "
+                                    "removed, in (0, 1]; SemDeDup's eps 0.01 is 0.99", low=0.0,
+                              high=1.0, open_low=True)
+    region_rows: int = option(10_000, "rows per neighbourhood whose pairs are compared", low=1)
+    region_pairs: str = option("all", "all: rows near a cut are compared on both sides too, so "
+                                      "every pair is found, as in one region; inside: cheaper, "
+                                      "a copy a cut separates stays", choices=REGION_PAIRS)
+    guest_margin: float = option(1.0, "with all: the far side's margin, a fraction of a pair's "
+                                      "distance at the threshold; below 1 fewer guests, not "
+                                      "exact", low=0.0, high=1.0, open_low=True)
+    sample: int | None = option(None, "rows the neighbourhood cuts are fitted on", low=1,
+                                default_text="50 per neighbourhood, at least 100,000, at most "
+                                             "every row")
+    seed: int = option(0, "seed of that sample")
+    tasks: int | None = option(None, "executor tasks", low=1, flag=False,
+                               default_text="--workers")
+
+    def __post_init__(self):
+        validate(self)
+
+    def check_together(self) -> None:
+        """The rules between flags, all checked before any file is read."""
+        if self.input is None and self.prepared is None:
+            raise UserError("give --input (MinHash on the FineWeb shards' text), --prepared "
+                            "(near-duplicate embeddings of prepare's rows), or both")
+        if self.region_pairs == "inside" and self.guest_margin != 1:
+            raise UserError(f"--guest_margin {self.guest_margin}: sizes the guests of "
+                            f"--region_pairs all; --region_pairs inside sends none")
+        if self.minhash == "rensa" and self.hash_precision not in (None, BITS["rensa"]):
+            raise UserError(f"--hash_precision {self.hash_precision}: rensa's hashes are 32 "
+                            f"bits; give 32 or --minhash datatrove")
+
+    def cut_margin(self) -> float:
+        """How far from a cut a row is also sent to the far side: guest_margin's distance with
+        --region_pairs all, -1 (no guest) with inside."""
+        if self.region_pairs == "all":
+            return guest_margin(self.threshold, self.guest_margin)
+        return -1.0
 
 
 def minhash_config(n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
@@ -391,18 +456,18 @@ def text_removed(output: Path, text: bool) -> pa.Array:
 
 
 class PlanRegions(datatrove_base.PipelineStep):
-    """One task: the cuts into `regions` regions fitted on a seeded sample of the rows the text
-    step kept, written to regions/tree.npz, and regions/plan.json (the rows); the route tasks
-    then route every row by them."""
+    """One task: the cuts into `regions` regions fitted on a sample of `sample` of the rows the
+    text step kept (the config's seed), written to regions/tree.npz, and regions/plan.json (the
+    rows); the route tasks then route every row by them."""
 
     name = "plan the regions"
     type = "🫂 - DEDUP"
 
-    def __init__(self, prepared: list[str], output: str, text: bool, regions: int, sample: int,
-                 seed: int):
+    def __init__(self, config: DedupConfig, prepared: list[str], regions: int, sample: int):
         super().__init__()
-        self.prepared, self.output, self.text = prepared, output, text
-        self.regions, self.sample, self.seed = regions, sample, seed
+        self.prepared, self.output = prepared, str(config.output)
+        self.text = config.input is not None
+        self.regions, self.sample, self.seed = regions, sample, config.seed
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output) / REGIONS
@@ -431,17 +496,18 @@ class PlanRegions(datatrove_base.PipelineStep):
 
 class RouteRows(datatrove_base.PipelineStep):
     """Task r of N = the prepared shards r, r + N, ...: each shard's rows the text step kept,
-    routed by the plan's cuts with the guests of those within `margin` of a cut (none for a
-    negative margin), written to regions/REGION/SHARD.parquet (uncompressed: the pair tasks
+    routed by the plan's cuts with the guests of those within the config's cut_margin of a cut
+    (none for a negative margin), written to regions/REGION/SHARD.parquet (uncompressed: the pair tasks
     read them at once), so that a pair task holds one region at a time; then
     regions/SHARD.routed.json, the copies written."""
 
     name = "route the rows to their regions"
     type = "🫂 - DEDUP"
 
-    def __init__(self, prepared: list[str], output: str, text: bool, margin: float):
+    def __init__(self, config: DedupConfig, prepared: list[str]):
         super().__init__()
-        self.prepared, self.output, self.text, self.margin = prepared, output, text, margin
+        self.prepared, self.output = prepared, str(config.output)
+        self.text, self.margin = config.input is not None, config.cut_margin()
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         out = Path(self.output) / REGIONS
@@ -556,18 +622,19 @@ def removal_rows(found: pa.Table, reason: str) -> pa.Table:
 
 
 class WriteKeepList(datatrove_base.PipelineStep):
-    """One task: keep.parquet (every input id once, in input order, and whether it stays),
-    removals.parquet (each removed id in input order, its reason and the id it duplicates), then
-    manifest.json; the working copies removed. A keep-list already written is not written
-    again."""
+    """One task: keep.parquet (every id of the input `files` once, in input order, and whether it
+    stays), removals.parquet (each removed id in input order, its reason and the id it
+    duplicates), then manifest.json (`manifest` and the counts); the working copies removed.
+    `pairs`: the pair tasks whose pairs it reads (0: no embedding step). A keep-list already
+    written is not written again."""
 
     name = "write the keep-list"
     type = "🫂 - DEDUP"
 
-    def __init__(self, files: list[str], flag: str, output: str, text: bool, pairs: int,
-                 manifest: dict):
+    def __init__(self, config: DedupConfig, files: list[str], pairs: int, manifest: dict):
         super().__init__()
-        self.files, self.flag, self.output, self.text = files, flag, output, text
+        self.text, self.output = config.input is not None, str(config.output)
+        self.files, self.flag = files, "--input" if self.text else "--prepared"
         self.pairs, self.manifest = pairs, manifest
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
@@ -604,35 +671,18 @@ class WriteKeepList(datatrove_base.PipelineStep):
         yield from data or ()
 
 
-def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, threshold: float = 0.99,
-              n_grams: int = 5, num_buckets: int = 14, hashes_per_bucket: int = 8,
-              precision: int | None = None, region_rows: int = 10_000, region_pairs: str = "all",
-              margin: float = 1.0, sample: int | None = None, seed: int = 0, tasks: int | None = None, workers: int = 1, executor: str = "local",
-              cluster: dict | None = None, minhash: str = DEFAULT_BACKEND) -> dict:
-    """MinHash on the FineWeb shards in `fineweb`, then near-duplicate embeddings among the
-    prepared rows in `prepared` that it kept (either step alone where the other's input is None),
-    written as one keep-list in `output`, in `tasks` executor tasks (None: `workers`), the
-    signatures by the library `minhash` at `precision` bits (None: its own); returns
+def run_dedup(config: DedupConfig) -> dict:
+    """MinHash on the FineWeb shards in folder `input`, then near-duplicate embeddings among the
+    prepared rows in folder `prepared` that it kept (either step alone where the other's input is
+    None), written as one keep-list in `output`, in `tasks` executor tasks (None: `workers`), the
+    signatures by the library `minhash` at `hash_precision` bits (None: its own); returns
     manifest.json's content (for Slurm, which returns at submission, the submission).
     Everything is checked before any work; a rerun of a finished run returns at once."""
-    check_executor(executor, workers, cluster)
-    if fineweb is None and prepared is None:
-        raise UserError("give --input (MinHash on the FineWeb shards' text), --prepared "
-                        "(near-duplicate embeddings of prepare's rows), or both")
-    if not 0 < threshold <= 1:
-        raise UserError(f"--threshold must be a cosine similarity above 0 and at most 1, got "
-                        f"{threshold}")
-    if region_pairs not in REGION_PAIRS:
-        raise UserError(f"--region_pairs must be one of {', '.join(REGION_PAIRS)}, got "
-                        f"{region_pairs!r}")
-    if not 0 < margin <= 1:
-        raise UserError(f"--guest_margin must be a fraction above 0 and at most 1 of the "
-                        f"threshold's distance, got {margin}")
-    if region_pairs == "inside" and margin != 1:
-        raise UserError(f"--guest_margin {margin}: sizes the guests of --region_pairs all; "
-                        f"--region_pairs inside sends none")
-    precision = check_backend(minhash, precision)
-    tasks = workers if tasks is None else tasks
+    fineweb, prepared, output, sample = (config.input, config.prepared, config.output,
+                                         config.sample)
+    check_executor(config.executor, config.workers, config.cluster)
+    precision = check_backend(config.minhash, config.hash_precision)
+    tasks = config.workers if config.tasks is None else config.tasks
     text_files, prepared_files, ids, prepared_ids, regions = [], [], None, None, 0
     if fineweb is not None:
         if not Path(fineweb).is_dir():
@@ -655,7 +705,7 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
         if sample is not None and sample > rows:
             raise UserError(f"--sample {sample}: more rows than the {rows} of --prepared "
                             f"{prepared}")
-        regions = block_count(rows, region_rows)
+        regions = block_count(rows, config.region_rows)
         sample = sample or region_sample(rows, regions)
     check_paths({"--input": [fineweb, *text_files] if fineweb else None,
                  "--prepared": [prepared, *prepared_files] if prepared else None},
@@ -663,62 +713,61 @@ def run_dedup(fineweb: Path | None, prepared: Path | None, output: Path, thresho
     text_tasks = min(tasks, len(text_files))
     pair_tasks = min(tasks, regions) if prepared is not None else 0
     settings = {
-        "minhash": {"backend": minhash, "n_grams": n_grams, "num_buckets": num_buckets,
-                    "hashes_per_bucket": hashes_per_bucket, "hash_precision": precision,
+        "minhash": {"backend": config.minhash, "n_grams": config.n_grams,
+                    "num_buckets": config.num_buckets,
+                    "hashes_per_bucket": config.hashes_per_bucket, "hash_precision": precision,
                     "tasks": text_tasks} if fineweb is not None else None,
-        "embedding": {"threshold": threshold, "region_rows": region_rows, "regions": regions,
-                      "region_pairs": region_pairs, "guest_margin": margin,
-                      "sample": sample, "seed": seed, "tasks": pair_tasks,
-                      "route_tasks": min(tasks, len(prepared_files))}
+        "embedding": {"threshold": config.threshold, "region_rows": config.region_rows,
+                      "regions": regions, "region_pairs": config.region_pairs,
+                      "guest_margin": config.guest_margin, "sample": sample, "seed": config.seed,
+                      "tasks": pair_tasks, "route_tasks": min(tasks, len(prepared_files))}
         if prepared is not None else None}
-    config = {"inputs": file_stats(text_files + prepared_files), **settings}
+    recorded = {"inputs": file_stats(text_files + prepared_files), **settings}
     manifest = {"input": {"text": str(Path(fineweb).absolute()) if fineweb else None,
                           "prepared": str(Path(prepared).absolute()) if prepared else None,
                           "rows": len(ids if ids is not None else prepared_ids)},
-                **settings, "executor": executor, "started_at": time.time(),
+                **settings, "executor": config.executor, "started_at": time.time(),
                 "output": str(output)}
     with leave_as_found([output], keep_on_interrupt=[output]):
         output.mkdir(parents=True, exist_ok=True)
-        start_or_resume(output / "config.json", config, [
+        start_or_resume(output / "config.json", recorded, [
             output / name for name in (MINHASH, REGIONS, PAIRS, "logs", KEEP_FILE,
                                        REMOVALS_FILE, MANIFEST)])
         if not finished(output):  # else a rerun of a finished run: no executor is started
-            with engine_session(executor, cluster):
-                jobs = _run_steps(text_files, prepared_files, output.absolute(), settings,
-                                  manifest, executor, workers, cluster)
+            with engine_session(config.executor, config.cluster):
+                jobs = _run_steps(config, text_files, prepared_files, settings, manifest)
             if jobs:  # Slurm: submitted; the merge job writes the keep-list
                 return {"submitted": True, **jobs, "output": str(output)}
         remove_working_files(output)
     return json.loads((output / MANIFEST).read_text())
 
 
-def _run_steps(text_files: list[Path], prepared_files: list[Path], out: Path, settings: dict,
-               manifest: dict, executor: str, workers: int, cluster: dict | None) -> dict | None:
-    """The rounds of run_dedup once everything is checked: MinHash's four, then the region plan
-    and the pair tasks, then the keep-list (absolute paths: cluster workers do not start in this
-    folder). On Slurm the job ids, by round."""
+def _run_steps(config: DedupConfig, text_files: list[Path], prepared_files: list[Path],
+               settings: dict, manifest: dict) -> dict | None:
+    """The rounds of run_dedup once everything is checked (`settings`: its defaults resolved):
+    MinHash's four, then the region plan and the pair tasks, then the keep-list (absolute paths:
+    cluster workers do not start in this folder). On Slurm the job ids, by round."""
     children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
+    config = dataclasses.replace(config, output=config.output.absolute())
+    out = config.output
     text, embedding = settings["minhash"], settings["embedding"]
     rounds = []
     text_paths, prepared = ([str(f.absolute()) for f in files]
                             for files in (text_files, prepared_files))
     if text:
-        config = minhash_config(text["n_grams"], text["num_buckets"], text["hashes_per_bucket"],
-                                text["hash_precision"])
-        rounds += minhash_rounds(text_paths, prepared, out / MINHASH, config, text["tasks"],
+        hashing = minhash_config(text["n_grams"], text["num_buckets"], text["hashes_per_bucket"],
+                                 text["hash_precision"])
+        rounds += minhash_rounds(text_paths, prepared, out / MINHASH, hashing, text["tasks"],
                                  text["backend"])
     if embedding:
-        margin = (guest_margin(embedding["threshold"], embedding["guest_margin"])
-                  if embedding["region_pairs"] == "all" else -1.0)
-        rounds += [([PlanRegions(prepared, str(out), bool(text), embedding["regions"],
-                                 embedding["sample"], embedding["seed"])], 1, "region_plan"),
-                   ([RouteRows(prepared, str(out), bool(text), margin)],
-                    embedding["route_tasks"], "route"),
+        rounds += [([PlanRegions(config, prepared, embedding["regions"], embedding["sample"])],
+                    1, "region_plan"),
+                   ([RouteRows(config, prepared)], embedding["route_tasks"], "route"),
                    ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
-    merge = WriteKeepList(text_paths or prepared,
-                          "--input" if text else "--prepared", str(out), bool(text),
-                          embedding["tasks"] if embedding else 0, manifest)
-    jobs = run_then_merge(executor, rounds, [merge], out / "logs", workers, cluster, "dedup")
+    merge = WriteKeepList(config, text_paths or prepared, embedding["tasks"] if embedding else 0,
+                          manifest)
+    jobs = run_then_merge(config.executor, rounds, [merge], out / "logs", config.workers,
+                          config.cluster, "dedup")
     if not jobs:
         return None
     ids = [jobs["tasks_job"], *jobs.get("round_jobs", [])]

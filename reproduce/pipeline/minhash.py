@@ -19,7 +19,6 @@ from functools import cache
 
 import numpy as np
 
-from datamask.errors import UserError
 from datamask.shared import require, require_installed
 
 datatrove_minhash = require("datatrove.pipeline.dedup.minhash", "dedup")
@@ -29,24 +28,18 @@ BACKENDS = ("datatrove", "rensa")
 # dedup's default, by the verdict of the plan in reproduce/results/bench/dedup/backends/
 DEFAULT_BACKEND = "rensa"
 BITS = {"datatrove": 64, "rensa": 32}  # each backend's hash width, its default --hash_precision
+HASH_WIDTHS = (32, 64)  # the hash widths datatrove's steps take
 WORD_BASE = np.uint64(0x100000001B3)  # odd: invertible modulo 2^64
 GRAM_BASE = np.uint64(0x9E3779B97F4A7C15)
 
 
 def check_backend(backend: str, precision: int | None) -> int:
-    """The hash width of `backend` at `precision` (None: the backend's own), refused in one line
-    where the backend is unknown or not installed, or cannot give that width."""
-    if backend not in BACKENDS:
-        raise UserError(f"--minhash must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    """The hash width of `backend` (a name of BACKENDS) at `precision` (None: the backend's
+    own), refused in one line, with its pip line, where the backend is not installed. The names
+    and widths a backend takes are checked by dedup's config, when it is made."""
     if backend == "rensa":
         require_installed("rensa", "dedup --minhash rensa")
-    precision = BITS[backend] if precision is None else precision
-    if precision not in (32, 64):
-        raise UserError(f"--hash_precision must be 32 or 64 (datatrove's hashes), got {precision}")
-    if backend == "rensa" and precision != 32:
-        raise UserError(f"--hash_precision {precision}: rensa's hashes are 32 bits; give 32 or "
-                        f"--minhash datatrove")
-    return precision
+    return BITS[backend] if precision is None else precision
 
 
 def signature_step(backend: str, folder: str, config):
