@@ -85,7 +85,13 @@ def add_learner_arguments(parser: argparse.ArgumentParser, defaults: dict | None
     x.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint if there is one (else start, and say so); "
                         "the result equals an uninterrupted run's. Settings and data must match")
-    x.add_argument("--no_progress", action="store_true", help="hide the progress bar")
+    add_progress_flag(x, "the progress bar")
+
+
+def add_progress_flag(group, shown: str) -> None:
+    """--no_progress, on each command that draws progress on stderr (`shown`): select's bar and
+    the lines of --report on select and on baseline."""
+    group.add_argument("--no_progress", action="store_true", help=f"hide {shown}")
 
 
 def baseline_classes() -> tuple[dict[str, type], list[str]]:
@@ -134,7 +140,7 @@ def _report(data, args, lamb: float, seed: int):
     from .report import REPORT_FLOPS, Report
 
     return Report(data, args.select_ratio, lamb, seed=seed, budget_flops=REPORT_FLOPS,
-                  progress=not getattr(args, "no_progress", False))
+                  progress=not args.no_progress)
 
 
 def _run_and_write(selector, data, args, lamb: float, seed: int, strata=None,
@@ -287,6 +293,7 @@ def build_parser(select_defaults: dict | None = None,
     p.add_argument("--lamb", type=float, default=DEFAULTS.lamb,
                    help="weight of quality: joint-greedy's, as in select; also the lamb of "
                         "--report (default: %(default)s)")
+    add_progress_flag(p, "--report's progress lines")
     classes, _ = baseline_classes()
     add_baseline_arguments(p, classes, baseline)
     p.set_defaults(func=cmd_baseline, baseline_flags=sorted(

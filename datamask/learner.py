@@ -517,13 +517,27 @@ def fitting_partial(config: LearnerConfig, quality: np.ndarray) -> float:
     return partial if partial < 1 and step_rows(partial, n_pool, k_total)[1] >= 2 else 1.0
 
 
+@dataclass(frozen=True)
+class StepVariant:
+    """How a step departs from the paper's (the defaults): `LearnerConfig`'s credit, its update
+    (an `AdaptiveAscent` for --update adam, which keeps its moments across steps, else plain
+    ascent) and the probes a step uses (`LearnerConfig.step_probes`)."""
+
+    credit: str = "mask"
+    update: AdaptiveAscent | None = None
+    probes: int = 0
+
+
+PAPER_STEP = StepVariant()
+
+
 def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape: Shape,
                 n_rollout: int, lr: float, gen: torch.Generator, logprob: str,
-                credit: str = "mask", update: "AdaptiveAscent | None" = None,
-                probes: int = 0) -> torch.Tensor:
+                variant: StepVariant = PAPER_STEP) -> torch.Tensor:
     """One step of DATAMASK, in place on `logits`; returns the objective of its G masks.
-    The defaults are the paper's step; `credit`, `update`, `probes` and `shape.n_cover` are the
-    variants of `LearnerConfig` (credit, update, probes, cover_sample)."""
+    `variant` and `shape.n_cover` are the variants of `LearnerConfig` (credit, update, probes,
+    cover_sample); the default is the paper's step."""
+    credit, update, probes = variant.credit, variant.update, variant.probes
     rows, step_ground, step_logits = None, ground, logits
     if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
         rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
@@ -923,6 +937,7 @@ class MaskLearner:
                         shape.k_total, cfg.readoff)
         rule = StoppingRule.of(cfg, shape.n_total)
         update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
+        variant = StepVariant(cfg.credit, update, cfg.step_probes())
         known = {} if state is not None else self._score_start(run, checks, rule, gen)
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
@@ -936,7 +951,7 @@ class MaskLearner:
                 began = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
                 scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
-                                     cfg.logprob, cfg.credit, update, cfg.step_probes())
+                                     cfg.logprob, variant)
                 stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
                 run.step = step + 1
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],

@@ -165,12 +165,13 @@ def cmd_tables(args) -> None:
 
 def cmd_pool(args) -> None:
     from .pool import noise
-    from .pool.build import build_pool
+    from .pool.build import PoolConfig, build_pool
 
-    rates = {kind: getattr(args, kind) for kind in noise.KINDS}
-    _print(build_pool(Path(args.output), args.seed, rates, args.heldout_chars, args.task_articles,
-                      args.shards, args.max_mb_per_domain, args.domains,
-                      Path(args.cache) if args.cache else None))
+    config = PoolConfig(seed=args.seed, rates={kind: getattr(args, kind) for kind in noise.KINDS},
+                        heldout_chars=args.heldout_chars, task_articles=args.task_articles,
+                        shards=args.shards, max_mb_per_domain=args.max_mb_per_domain,
+                        domains=args.domains)
+    _print(build_pool(Path(args.output), config, Path(args.cache) if args.cache else None))
 
 
 def cmd_outside(args) -> None:

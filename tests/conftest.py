@@ -172,10 +172,10 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
 
 
 def shared_pool(tmp_path_factory, request) -> Path:
-    from reproduce.pool.build import build_pool
+    from reproduce.pool.build import PoolConfig, build_pool
 
     return built_once(tmp_path_factory, "pool", lambda folder: build_pool(
-        folder, SEED, heldout_chars=HELDOUT, task_articles=TASKS, shards=2,
+        folder, PoolConfig(seed=SEED, heldout_chars=HELDOUT, task_articles=TASKS, shards=2),
         units=request.getfixturevalue("units")))
 
 

@@ -224,6 +224,25 @@ def test_bad_flags_are_named_and_write_nothing(tmp_path, shard, capsys, flags, m
     assert not out.exists() and not list(tmp_path.glob("out.parquet*"))
 
 
+def test_baseline_no_progress_hides_the_reports_progress_lines_as_select_does(tmp_path, shard,
+                                                                              capsys):
+    """`datamask baseline --report` prints a line as each part of the report ends; with
+    --no_progress, as on `select`, it prints none, and writes the same selection and metrics."""
+    path, _ = shard
+    printed = {}
+    for flags in ([], ["--no_progress"]):
+        out = tmp_path / f"out{len(flags)}.parquet"
+        capsys.readouterr()
+        assert main(["baseline", "random", "--input", str(path), "--output", str(out),
+                     "--select_ratio", "0.1", "--report", *flags]) == 0
+        done = capsys.readouterr()
+        printed[bool(flags)] = (done.err, json.loads(done.out)["metrics"],
+                                pq.read_table(out).column("selected").to_pylist())
+    assert "datamask: report 1/9: Pair_simi term scale" in printed[False][0]
+    assert "datamask: report" not in printed[True][0]
+    assert printed[True][1:] == printed[False][1:]
+
+
 def test_empty_file_and_unknown_baseline(tmp_path, shard, capsys):
     empty = _write(tmp_path, "empty.parquet", chunk_id=pa.array([], pa.int64()),
                    quality_score=pa.array([], pa.float32()),

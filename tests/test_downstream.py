@@ -4,6 +4,7 @@ averaged checkpoints, the tables per arm and arms.md; a second invocation trains
 and the run plan's refusals (a kill mid-training and the proxy probe: test_downstream_alone.py)."""
 
 import json
+import re
 import shutil
 import sys
 import time
@@ -302,6 +303,42 @@ def test_a_bad_flag_is_refused_in_one_line_before_anything_is_written(pool, tmp_
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and flag in err[0], err
     assert not out.exists() and listing(folder.parent) == before
+
+
+def test_settings_refuse_a_bad_value_naming_its_flag_when_made():
+    """Settings are checked when made, as the command line makes them: a range their field
+    states, and the rules between values (distinct seeds, a vocabulary train_tokenizer trains)."""
+    for given, message in (({"jobs": 0}, "--jobs must be at least 1, got 0"),
+                           ({"epochs": 0}, "--epochs must lie strictly between 0 and inf"),
+                           ({"heldout_docs": 0}, "--heldout_docs must be at least 1, got 0"),
+                           ({"arms": ("free", "both")}, "--arms must be one of free, stratified"),
+                           ({"seeds": (1, 1)}, "--seeds 1 1: must be distinct"),
+                           ({"vocab_size": 1}, "--vocab_size must be from 300")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            downstream.Settings(pool="pool", output="run", **given)
+
+
+def test_the_makefiles_command_lines_make_the_settings_they_meant():
+    """The demo's flags as the Makefile gives them (a flag alone for no doses and no tasks, --set
+    repeated) and the defaults where a flag is left out."""
+    from datamask.options import given
+
+    argv = ["--pool", "p", "--output", "o", "--methods", "datamask-Pair_simi", "random",
+            "--seeds", "0", "1", "--arms", "free", "--epochs", "4", "--set", "average_last=0",
+            "--set", "ema_decay=0.9", "--primary", "bpb macro (EMA)", "--select_ratio", "0.25",
+            "--heldout_docs", "10", "--junk", "0.5", "--dup", "--tasks"]
+    demo, plain = (downstream.Settings(**given(downstream.settings_parser().parse_args(flags),
+                                               downstream.Settings))
+                   for flags in (argv, argv[:4]))
+    assert (demo.methods, demo.seeds, demo.arms, demo.epochs, demo.set, demo.primary) == (
+        ("datamask-Pair_simi", "random"), (0, 1), ("free",), 4.0,
+        ("average_last=0", "ema_decay=0.9"), ("bpb macro (EMA)",))
+    assert (demo.select_ratio, demo.heldout_docs, demo.junk, demo.dup, demo.tasks) == (
+        0.25, 10, (0.5,), (), ())
+    assert (plain.methods, plain.junk, plain.tasks, plain.set, plain.seeds, plain.select_ratio,
+            plain.block_size, plain.vocab_size, plain.jobs, plain.outside) == (
+        tuple(METHODS), (0.05, 0.1, 0.25, 0.5), ("bbc_cloze", "bbc_headline"), (), (0, 1, 2),
+        0.1, 5000, 4096, 2, None)
 
 
 def test_the_primaries_a_run_may_name_are_the_columns_its_tables_will_have():

@@ -495,3 +495,13 @@ def test_a_template_naming_a_value_its_measure_does_not_give_is_refused_by_claim
     with pytest.raises(UserError, match="claim 'The exact update costs no more time than the "
                                         "simplified one': its measure gives no 'no_such_value'"):
         claim.finding(str(tmp_path))
+
+
+def test_a_second_measure_of_a_name_is_refused_when_it_is_registered():
+    """A claim's `decide` names one measure: registering another under a name taken is an error
+    at import, and the first stays the one claims are decided by."""
+    first = claims.MEASURES["recorded"]
+    with pytest.raises(ValueError, match="measure 'recorded' is registered twice"):
+        claims.measure("recorded")(lambda root, folder: {})
+    assert claims.MEASURES["recorded"] is first
+

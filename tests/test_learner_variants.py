@@ -13,7 +13,8 @@ import torch
 
 import datamask.learner as learner
 from datamask.errors import UserError
-from datamask.learner import AdaptiveAscent, LearnerConfig, MaskLearner, Shape, policy_step
+from datamask.learner import (AdaptiveAscent, LearnerConfig, MaskLearner, Shape, StepVariant,
+                              policy_step)
 from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairSimilarity, Quality,
                                  TermScale)
 from datamask.objectives.disf import SCALE
@@ -192,7 +193,8 @@ def one_step(algorithm: str, seed: int, lr: float, **options):
     objective = Joint(metric, 0.5, TermScale(0.0, 1.0, 0.0, 1.0))
     logits = torch.zeros(200)
     update = AdaptiveAscent(logits) if config.update == "adam" else None
-    policy_step(logits, ground, objective, shape, 16, lr, gen, "simple", config.credit, update)
+    policy_step(logits, ground, objective, shape, 16, lr, gen, "simple",
+                StepVariant(config.credit, update))
     return logits, shape, update
 
 

@@ -3,6 +3,7 @@ formats, a pool built from a few hundred documents, its labels, rates, held-out 
 positive control and the planted-kept report, and the pipeline stages reading its shards."""
 
 import json
+from dataclasses import asdict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +14,7 @@ from datamask.errors import UserError
 from reproduce.pipeline.bbc import bbc_articles
 from reproduce.cli import main
 from reproduce.pool import dedup, noise, sources
-from reproduce.pool.build import POOL_SCHEMA, build_pool
+from reproduce.pool.build import POOL_SCHEMA, PoolConfig, build_pool
 from reproduce.pool.control import control_selection, kept_fractions
 
 from conftest import HELDOUT, SEED, TASKS, TOPICS
@@ -107,17 +108,17 @@ def test_heldout_is_disjoint_from_the_pool_and_not_a_near_duplicate(pool):
 def test_ids_are_stable_for_a_seed_and_a_rebuild_is_cached(tmp_path, pool, units):
     out, summary, rows = pool
     stamp = (out / "pool.json").stat().st_mtime_ns
-    again = build_pool(out, SEED, heldout_chars=HELDOUT, task_articles=TASKS, shards=2,
-                       units=units)
+    again = build_pool(out, PoolConfig(seed=SEED, heldout_chars=HELDOUT, task_articles=TASKS,
+                                       shards=2), units=units)
     assert again["cached"] and (out / "pool.json").stat().st_mtime_ns == stamp
-    other = build_pool(tmp_path / "same", SEED, heldout_chars=HELDOUT, task_articles=TASKS,
-                       shards=3, units=units)
+    other = build_pool(tmp_path / "same", PoolConfig(seed=SEED, heldout_chars=HELDOUT,
+                                                     task_articles=TASKS, shards=3), units=units)
     same = pa.concat_tables([pq.read_table(p) for p in (tmp_path / "same" / "fineweb").glob("*")])
     assert dict(zip(same.column("id").to_pylist(), same.column("text").to_pylist())) == \
         {r["id"]: r["text"] for r in rows}
     assert other["counts"] == summary["counts"]
-    build_pool(tmp_path / "seed4", SEED + 1, heldout_chars=HELDOUT, task_articles=TASKS,
-               units=units)
+    build_pool(tmp_path / "seed4", PoolConfig(seed=SEED + 1, heldout_chars=HELDOUT,
+                                              task_articles=TASKS), units=units)
     moved = pa.concat_tables([pq.read_table(p) for p in (tmp_path / "seed4" / "fineweb").glob("*")])
     planted_ids = {r["id"] for r in rows if r["planted"] != "none"}
     assert not planted_ids & set(moved.column("id").to_pylist())
@@ -126,8 +127,8 @@ def test_ids_are_stable_for_a_seed_and_a_rebuild_is_cached(tmp_path, pool, units
 def test_more_shards_than_rows_is_refused_before_writing(tmp_path, pool, units):
     rows = len(pool[2])
     with pytest.raises(UserError, match=f"--shards {rows + 1}: more than the pool's {rows} rows"):
-        build_pool(tmp_path / "many", SEED, heldout_chars=HELDOUT, task_articles=TASKS,
-                   shards=rows + 1, units=units)
+        build_pool(tmp_path / "many", PoolConfig(seed=SEED, heldout_chars=HELDOUT,
+                                                 task_articles=TASKS, shards=rows + 1), units=units)
     assert not (tmp_path / "many").exists()
 
 
@@ -195,6 +196,19 @@ def test_bad_pool_flags_name_the_flag_and_write_nothing(tmp_path, capsys, flag, 
     code = main(["pool", "--output", str(tmp_path / "p"), flag, value])
     assert code == 2 and flag in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_a_pool_config_is_checked_when_made_and_records_as_pool_json_has_it():
+    """PoolConfig refuses a bad value naming its flag before any work; rates given in part keep
+    the other kinds' defaults, and pool.json's `config` keeps its keys in their order."""
+    with pytest.raises(UserError, match="--task_articles must be at least 8, got 3"):
+        PoolConfig(task_articles=3)
+    with pytest.raises(UserError, match="--domains must name some of"):
+        PoolConfig(domains=["books"])
+    config = PoolConfig(rates={"junk": 0.1})
+    assert config.rates == {**noise.DEFAULT_RATES, "junk": 0.1}
+    assert list(asdict(config)) == ["seed", "rates", "heldout_chars", "task_articles", "shards",
+                                    "max_mb_per_domain", "domains"]
 
 
 def test_an_output_that_is_a_file_is_refused_in_one_line_and_kept(tmp_path, capsys):

@@ -46,7 +46,7 @@ from reproduce.pipeline.prepare import HeuristicQuality, prepare
 from reproduce.pipeline.quality import HeuristicScorer, reference_score
 from reproduce.pipeline.select import SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
-from reproduce.pool.build import build_pool
+from reproduce.pool.build import PoolConfig, build_pool
 
 BACKENDS = ("onnx", "onnx-int8")
 ONNX = "the ONNX embedding backends"
@@ -309,8 +309,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
         raise UserError("--only tokenize_scale needs --tokenize_scale N1 N2")
     pool = args.pool or work / "pool"
     if not args.pool:
-        build_pool(pool, max_mb_per_domain=args.max_mb_per_domain, heldout_chars=10_000,
-                   task_articles=10)  # held-out text: not benchmarked
+        build_pool(pool, PoolConfig(max_mb_per_domain=args.max_mb_per_domain,
+                                    heldout_chars=10_000, task_articles=10))  # held-out: unused
     shards = pool / "fineweb"
     table = pa.concat_tables([pq.read_table(p, columns=["id", "text"])
                               for p in parquet_files([str(shards)])])

@@ -51,7 +51,7 @@ from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import STATIC, Embedder, StaticEmbedder
 from reproduce.pipeline.prepare import HeuristicQuality, prepare
-from reproduce.pool.build import build_pool
+from reproduce.pool.build import PoolConfig, build_pool
 
 LAMB = 0.5  # the reference's trade-off, and the report's
 GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)  # a route's frontier
@@ -201,14 +201,14 @@ def families(work: Path, names: list[str], pool: Path | None, bbc_limit: int,
     if "pool" in names:
         if pool is None:
             pool = work / "pool"
-            build_pool(pool, seeds[0], **POOL_FLAGS)
+            build_pool(pool, PoolConfig(seed=seeds[0], **POOL_FLAGS))
         found["pool"] = pool / "fineweb"
     if "BBC" in names:
         write_bbc_fineweb(work / "bbc", work / "bbc-tasks", limit=bbc_limit, seed=seeds[1])
         found["BBC"] = work / "bbc"
     if "docs" in names:  # a pool needs news for its tasks: built with it, its news rows dropped
-        build_pool(work / "docs-pool", seeds[2], domains=["news", "docs", "reference"],
-                   **POOL_FLAGS)
+        docs_pool = PoolConfig(seed=seeds[2], domains=["news", "docs", "reference"], **POOL_FLAGS)
+        build_pool(work / "docs-pool", docs_pool)
         (work / "docs").mkdir()
         for shard in parquet_files([str(work / "docs-pool" / "fineweb")]):
             rows = pq.read_table(shard)

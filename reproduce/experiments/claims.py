@@ -256,8 +256,12 @@ MEASURES = {}  # each measure by the name a claim's `decide` gives, as `measure`
 
 
 def measure(name: str, each_metric: bool = False):
-    """Register the function as the measure `name`; `each_metric`: one of a metric's rows."""
+    """Register the function as the measure `name`; `each_metric`: one of a metric's rows. A
+    second measure of a name is refused when it is registered: a claim's `decide` names one."""
     def register(function):
+        if name in MEASURES:
+            raise ValueError(f"measure {name!r} is registered twice: {function.__qualname__} "
+                             f"and the one before it")
         MEASURES[name] = per_metric(function) if each_metric else function
         return MEASURES[name]
     return register
@@ -704,10 +708,22 @@ def recorded(root: str, folder: str, file: str) -> dict:
     return needed(table_json(root, folder, file))
 
 
-@measure("bench_blocks")
-def bench_blocks(root: str, folder: str, verdict: str, **rule) -> dict | list:
-    """`make bench-blocks`' runs judged by its plan's rule, `verdict` in reproduce.bench.blocks."""
-    return needed(getattr(blocks, verdict)(recorded(root, folder, "results.json")["runs"], **rule))
+def bench_blocks_runs(root: str, folder: str) -> list[dict]:
+    """The runs `make bench-blocks` recorded in `folder`."""
+    return recorded(root, folder, "results.json")["runs"]
+
+
+@measure("bench_blocks_merge")
+def bench_blocks_merge(root: str, folder: str, **rule) -> dict:
+    """`make bench-blocks`' runs judged by the merge round's plan (blocks.merge_verdict)."""
+    return needed(blocks.merge_verdict(bench_blocks_runs(root, folder), **rule))
+
+
+@measure("bench_blocks_partition")
+def bench_blocks_partition(root: str, folder: str) -> list:
+    """`make bench-blocks`' runs judged by the neighbourhood partition's plan
+    (blocks.partition_verdict)."""
+    return needed(blocks.partition_verdict(bench_blocks_runs(root, folder)))
 
 
 @measure("instrument")

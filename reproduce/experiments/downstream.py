@@ -53,9 +53,10 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from datamask.data import check_ratio, write_json_atomic
+from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from datamask.options import SEED_MAX
+from datamask.options import (REQUIRED, SEED_MAX, add_flags, fields_of, flag_arguments, given,
+                              option, shown_default, validate)
 from datamask.paths import check_paths
 from eval.calibration import NULL, dose_label
 from eval.draws import draw_label
@@ -190,33 +191,140 @@ def in_parallel(tasks: list, jobs: int) -> None:
             raise
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True)
 class Settings:
-    """The run's settings as check_flags passed them, which its stages are given. With `epochs`,
-    every run trains for the steps that read that many passes over random's selection (the same
-    token budget for all); `tasks`: the multiple-choice tasks scored beside bits per byte."""
+    """The run's settings: the flags of `python -m reproduce.experiments.downstream`, their help
+    and their range checks generated from these fields (datamask.options), so a settings object
+    that breaks one is refused, naming the flag, when it is made; `check_inputs` then checks
+    what needs files read. With `epochs`, every run trains for the steps that read that many
+    passes over random's selection (the same token budget for all); `tasks`: the multiple-choice
+    tasks scored beside bits per byte. The fields `flag=False` are the flags add_flags cannot
+    make (`list_flags`)."""
 
-    seeds: list[int]
-    config: str
-    ratio: float
-    block_size: int
-    vocab_size: int
-    jobs: int
-    heldout_docs: int | None
-    select_seed: int
-    sets: list[str]
-    epochs: float | None
-    primary: list[str]
-    outside: Path | None
-    tasks: list[str]
+    pool: Path = option(REQUIRED, "pool folder (make pool)")
+    output: Path = option(REQUIRED, "run folder")
+    methods: tuple[str, ...] = option(
+        tuple(METHODS), "labels, or label=selector:key=value,...; `control`, the old positive "
+                        "control, on request")
+    arms: tuple[str, ...] = option(
+        ARMS, "free: each method picks its own domain mix; stratified: each picks within the "
+              "pool's domains in proportion (`<method>@strat`, against random@strat)",
+        choices=ARMS)
+    no_null: bool = option(False, f"leave out the null, {NULL}: a second random selection "
+                                  "(selection seed + 1) whose difference with random must come "
+                                  "out unresolved")
+    draws: tuple[str, ...] = option(
+        (), "select METHOD N times, with selection seeds select_seed + 0..N-1, so that intervals "
+            "hold the spread between selections; random=N replaces the null "
+            "(docs/downstream.md)", metavar="METHOD=N", flag=False)
+    junk: tuple[float, ...] = option(
+        DOSES, "doses of the junk series, junk-D: random's selection with a fraction D replaced "
+               "by junk of the same domain and length; none: give the flag alone", metavar="D",
+        flag=False)
+    dup: tuple[float, ...] = option(
+        DOSES, "doses of the duplicate series, dup-D: the fraction D replaced by copies of other "
+               "selected documents", metavar="D", flag=False)
+    primary: tuple[str, ...] = option(
+        (PRIMARY,), "the column(s) the verdicts read (proxy-plan.md: the variant its sweep "
+                    "chooses, e.g. 'bpb macro (EMA)'; third-design-plan.md adds 'bpb outside "
+                    "macro (EMA)' with --outside)")
+    epochs: float | None = option(
+        None, "train every run for the steps that read this many passes over random's "
+              "selection (overrides the config's max_steps)", low=0.0, high=math.inf,
+        open_low=True, open_high=True, default_text="the config's")
+    seeds: tuple[int, ...] = option((0, 1, 2), "training seeds, distinct")
+    config: str = option("downstream", "train config")
+    set: tuple[str, ...] = option((), "override a train/model setting for every run",
+                                  metavar="KEY=VALUE", flag=False)
+    select_ratio: float = option(0.10, "the share of the pool each selection keeps: the paper's "
+                                       "FineWeb-Mask ratio; point C of "
+                                       "reproduce/results/downstream/sweep-plan.md",
+                                 low=0.0, high=1.0, open_low=True, open_high=True)
+    block_size: int = option(5000, "select's rows per block, 0 for one block", low=0)
+    select_seed: int = option(0, "seed of every selection (block plan, seeded selectors, the "
+                                 "control)")
+    vocab_size: int = option(4096, "entries of the BPE tokenizer trained on the pool")
+    jobs: int = option(2, "calibration, tokenizing and training processes at once", low=1)
+    heldout_docs: int | None = option(None, "score only each domain's first N held-out "
+                                            "documents", low=1, default_text="all")
+    tasks: tuple[str, ...] = option(
+        tuple(TASKS), "multiple-choice tasks scored beside bits per byte; they decide nothing; "
+                      "none: give the flag alone", flag=False)
+    outside: Path | None = option(
+        None, "held-out text from outside the pool (`python -m reproduce outside`): a second "
+              "bits-per-byte target, scored on every run (docs/downstream.md)")
 
-    @classmethod
-    def of(cls, args: argparse.Namespace) -> Settings:
-        return cls(seeds=args.seeds, config=args.config, ratio=args.select_ratio,
-                   block_size=args.block_size, vocab_size=args.vocab_size, jobs=args.jobs,
-                   heldout_docs=args.heldout_docs, select_seed=args.select_seed, sets=args.set,
-                   epochs=args.epochs, primary=args.primary,
-                   outside=Path(args.outside) if args.outside else None, tasks=args.tasks)
+    def __post_init__(self):
+        validate(self)
+
+    def check_together(self) -> None:
+        """The rules the fields' ranges do not state, all checked before any file is read."""
+        from ..pipeline.tokenize import check_vocab_size
+
+        for flag, value, ok, allowed in (
+                ("--select_seed", self.select_seed, 0 <= self.select_seed <= SEED_MAX,
+                 "from 0 to 2^63 - 1"),
+                ("--seeds", " ".join(map(str, self.seeds)),
+                 len(set(self.seeds)) == len(self.seeds)
+                 and all(0 <= seed <= SEED_MAX for seed in self.seeds),
+                 "distinct, each from 0 to 2^63 - 1")):
+            if not ok:
+                raise UserError(f"{flag} {value}: must be {allowed}")
+        check_vocab_size(self.vocab_size)
+
+    def check_inputs(self) -> None:
+        """Refuse what the files say is bad before any stage runs: a run takes hours, and a value
+        its stages refuse (or a --primary its tables lack) would stop it late, or write into the
+        pool. The folders, the config, the tasks and the primary."""
+        from eval.bpb import read_heldout
+        from eval.run import known_tasks
+        from eval.tables import AVERAGED_BPB, lower_is_better_columns, task_metrics
+
+        from ..pipeline.train import load_config
+
+        if not (self.pool / "pool.json").is_file():
+            raise UserError(f"--pool {self.pool}: no pool.json (build it with `make pool`)")
+        if self.outside is not None and not (self.outside / "outside.json").is_file():
+            raise UserError(f"--outside {self.outside}: no outside.json (build it with `python -m "
+                            f"reproduce outside --output {self.outside}`)")
+        check_paths({"--pool": self.pool, "--outside": self.outside},
+                    folders={"--output": self.output})
+        _, train = load_config(self.config, parse_sets(self.set))
+        metrics = task_metrics()
+        unknown = [t for t in self.tasks if t not in metrics]
+        if unknown:
+            raise UserError(f"--tasks {' '.join(unknown)}: the tables have no column for it; "
+                            f"choose from {', '.join(metrics)}")
+        if self.tasks:
+            known_tasks(str(self.pool / "tasks"), list(self.tasks))
+        domains = list(read_heldout(self.pool / "heldout", self.heldout_docs))
+        sources = (list(read_heldout(self.outside, self.heldout_docs, "--outside"))
+                   if self.outside else None)
+        # the averaging checkpoints train keeps (average_last: last/ and averaged/; ema_decay:
+        # ema/) as the result keys evaluate scores them under
+        averaged = [AVERAGED_BPB["last mean"], AVERAGED_BPB["weight avg"]] * bool(
+            train.average_last) + [AVERAGED_BPB["EMA"]] * bool(train.ema_decay)
+        allowed = lower_is_better_columns(list(self.tasks), domains, averaged, sources)
+        for name in self.primary:
+            if name not in allowed:
+                raise UserError(f"--primary {name}: not a bits-per-byte column of this run's "
+                                f"tables; choose from {', '.join(allowed)} (the averaged ones "
+                                f"need the config's average_last or ema_decay, 'bpb outside' "
+                                f"ones --outside)")
+
+
+def list_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of Settings that add_flags cannot make, from their fields: --draws, --junk,
+    --dup and --tasks take any number of values, none given by the flag alone; --set one value
+    a flag, the flag repeated."""
+    for field, kind in fields_of(Settings):
+        if field.metadata["flag"]:
+            continue
+        form = {"action": "append", "nargs": None} if field.name == "set" else {"nargs": "*"}
+        shown = shown_default(field)
+        help_text = field.metadata["help"] + (f" (default: {shown})" if shown else "")
+        parser.add_argument(f"--{field.name}", help=help_text.replace("%", "%%"),
+                            **{**flag_arguments(field, kind), **form})
 
 
 class Stage:
@@ -399,10 +507,11 @@ class Chain:
     """The stages of one run over its folders, phase by phase (module docstring): each phase
     builds its stages, runs in a stage worker those an earlier run did not finish, and is timed."""
 
-    def __init__(self, pool: Path, output: Path, runs: dict[str, dict], settings: Settings):
-        self.pool, self.output, self.runs, self.settings = pool, output, runs, settings
-        self.logs = output / "logs"
-        self.tokenizer = output / "tokenizer" / "tokenizer.json"
+    def __init__(self, runs: dict[str, dict], settings: Settings):
+        self.pool, self.output, self.runs, self.settings = (settings.pool, settings.output, runs,
+                                                            settings)
+        self.logs = self.output / "logs"
+        self.tokenizer = self.output / "tokenizer" / "tokenizer.json"
         self.workers, self.stamp = StageWorkers(), {}
 
     def do(self, stages: list[Stage], log: Path) -> bool:
@@ -428,13 +537,13 @@ class Chain:
         random's selection) or a method's."""
         plan, out, s = self.runs[label], self.output / "select" / label, self.settings
         if "control" in plan:
-            return Control(pool=self.pool, ratio=s.ratio, seed=s.select_seed, output=out)
+            return Control(pool=self.pool, ratio=s.select_ratio, seed=s.select_seed, output=out)
         if "series" in plan:
-            return Calibrate(pool=self.pool, ratio=s.ratio, series=plan["series"],
+            return Calibrate(pool=self.pool, ratio=s.select_ratio, series=plan["series"],
                              dose=plan["dose"], seed=s.select_seed, output=out,
                              base=self.output / "select" / "random" / "selection.parquet")
         return Select(pool=self.pool, spec=plan["spec"], stratify=plan["stratify"],
-                      ratio=s.ratio, block_size=s.block_size, seed=s.select_seed, output=out)
+                      ratio=s.select_ratio, block_size=s.block_size, seed=s.select_seed, output=out)
 
     def select(self) -> None:
         """The methods one at a time, each on two torch threads (a selection depends on the
@@ -471,14 +580,14 @@ class Chain:
         --epochs, first the steps of that many passes over random's selection, for all."""
         s = self.settings
         if s.epochs is not None:
-            s = self.settings = replace(s, sets=[*s.sets, *epoch_settings(
-                self.output, s.config, s.sets, s.epochs)])
+            s = self.settings = replace(s, set=(*s.set, *epoch_settings(
+                self.output, s.config, s.set, s.epochs)))
         progress = Progress("train+evaluate", len(self.runs) * len(s.seeds))
 
         def one(label: str, seed: int) -> None:
             checkpoint = self.output / "train" / label / f"seed{seed}"
             stages = [Train(tokens=self.output / "tokens" / label, tokenizer=self.tokenizer,
-                            config=s.config, seed=seed, sets=s.sets, output=checkpoint),
+                            config=s.config, seed=seed, sets=s.set, output=checkpoint),
                       Evaluate(checkpoint=checkpoint, pool=self.pool, tasks=s.tasks,
                                outside=s.outside, heldout_docs=s.heldout_docs,
                                output=self.output / "eval" / f"{label}.seed{seed}.json")]
@@ -512,11 +621,12 @@ class Chain:
                str(self.output / "figures"), log=self.logs / "tables.log")
 
 
-def run(pool: Path, output: Path, runs: dict[str, dict], settings: Settings) -> dict:
+def run(runs: dict[str, dict], settings: Settings) -> dict:
     """Every stage of the chain for `runs` (as plan_runs gives them), then arms.md, the run's
     record (downstream.json) and the verdict, printed last."""
     started = time.time()
-    chain = Chain(pool, output, runs, settings)
+    pool, output = settings.pool, settings.output
+    chain = Chain(runs, settings)
     chain.logs.mkdir(parents=True, exist_ok=True)
     print(f"downstream: {len(runs)} selections, {len(runs) * len(settings.seeds)} training runs "
           f"({len(settings.seeds)} seeds each), {settings.jobs} at a time", flush=True)
@@ -527,7 +637,8 @@ def run(pool: Path, output: Path, runs: dict[str, dict], settings: Settings) -> 
     arms_markdown(output)
     s = chain.settings
     record = {"pool": str(pool), "runs": runs, "seeds": s.seeds, "config": s.config,
-              "set": s.sets, "epochs": s.epochs, "primary": s.primary, "select_ratio": s.ratio,
+              "set": s.set, "epochs": s.epochs, "primary": s.primary,
+              "select_ratio": s.select_ratio,
               "block_size": s.block_size, "vocab_size": s.vocab_size, "jobs": s.jobs,
               "heldout_docs": s.heldout_docs, "outside": str(s.outside) if s.outside else None,
               "select_seed": s.select_seed, "stage_wall_s": chain.stamp,
@@ -554,128 +665,31 @@ def epoch_settings(output: Path, config: str, sets: list[str], epochs: float) ->
 
 
 
-def check_flags(args: argparse.Namespace) -> None:
-    """Refuse a bad flag before any stage runs: a run takes hours, and a value its stages refuse
-    (or a --primary its tables lack) would stop it late, or write into the pool. The flags that
-    need nothing read first; then the folders, the config, the tasks and the primary."""
-    from eval.bpb import read_heldout
-    from eval.run import known_tasks
-    from eval.tables import AVERAGED_BPB, lower_is_better_columns, task_metrics
+def settings_parser() -> argparse.ArgumentParser:
+    """The command's parser: one flag per field of Settings."""
+    p = argparse.ArgumentParser(prog="python -m reproduce.experiments.downstream",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_flags(p, Settings)
+    list_flags(p)
+    return p
 
-    from ..pipeline.tokenize import check_vocab_size
-    from ..pipeline.train import load_config
 
-    for flag, value, ok, allowed in (
-            ("--jobs", args.jobs, args.jobs >= 1, "at least 1"),
-            ("--epochs", args.epochs, args.epochs is None or 0 < args.epochs < math.inf,
-             "a number greater than 0"),
-            ("--block_size", args.block_size, args.block_size >= 0, "at least 0 (0: one block)"),
-            ("--select_seed", args.select_seed, 0 <= args.select_seed <= SEED_MAX,
-             "from 0 to 2^63 - 1"),
-            ("--seeds", " ".join(map(str, args.seeds)), len(set(args.seeds)) == len(args.seeds)
-             and all(0 <= seed <= SEED_MAX for seed in args.seeds),
-             "distinct, each from 0 to 2^63 - 1")):
-        if not ok:
-            raise UserError(f"{flag} {value}: must be {allowed}")
-    check_ratio(args.select_ratio)
-    check_vocab_size(args.vocab_size)
-    pool, outside = Path(args.pool), Path(args.outside) if args.outside else None
-    if not (pool / "pool.json").is_file():
-        raise UserError(f"--pool {pool}: no pool.json (build it with `make pool`)")
-    if outside is not None and not (outside / "outside.json").is_file():
-        raise UserError(f"--outside {outside}: no outside.json (build it with `python -m "
-                        f"reproduce outside --output {outside}`)")
-    check_paths({"--pool": pool, "--outside": outside}, folders={"--output": args.output})
-    _, train = load_config(args.config, parse_sets(args.set))
-    metrics = task_metrics()
-    unknown = [t for t in args.tasks if t not in metrics]
-    if unknown:
-        raise UserError(f"--tasks {' '.join(unknown)}: the tables have no column for it; choose "
-                        f"from {', '.join(metrics)}")
-    if args.tasks:
-        known_tasks(str(pool / "tasks"), args.tasks)
-    domains = list(read_heldout(pool / "heldout", args.heldout_docs))
-    sources = list(read_heldout(outside, args.heldout_docs, "--outside")) if outside else None
-    # the averaging checkpoints train keeps (average_last: last/ and averaged/; ema_decay: ema/)
-    # as the result keys evaluate scores them under
-    averaged = [AVERAGED_BPB["last mean"], AVERAGED_BPB["weight avg"]] * bool(train.average_last) \
-        + [AVERAGED_BPB["EMA"]] * bool(train.ema_decay)
-    allowed = lower_is_better_columns(args.tasks, domains, averaged, sources)
-    for name in args.primary:
-        if name not in allowed:
-            raise UserError(f"--primary {name}: not a bits-per-byte column of this run's tables; "
-                            f"choose from {', '.join(allowed)} (the averaged ones need the "
-                            f"config's average_last or ema_decay, 'bpb outside' ones --outside)")
+def command(args: argparse.Namespace) -> None:
+    """Every flag checked (the settings, the files they name, the methods, the plan), then the
+    run."""
+    settings = Settings(**given(args, Settings))
+    settings.check_inputs()
+    methods = parse_methods(settings.methods)
+    runs = plan_runs(methods, settings.arms, not settings.no_null, settings.junk, settings.dup,
+                     settings.select_seed, parse_draws(settings.draws, methods))
+    run(runs, settings)
 
 
 def main(argv: list[str] | None = None) -> int:
     from datamask.errors import run_command
 
-    p = argparse.ArgumentParser(prog="python -m reproduce.experiments.downstream",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pool", required=True, help="pool folder (make pool)")
-    p.add_argument("--output", required=True, help="run folder")
-    p.add_argument("--methods", nargs="+", default=list(METHODS),
-                   help="labels (default: all of %(default)s; `control`, the old positive control, "
-                        "on request) or label=selector:key=value,...")
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS,
-                   help="free: each method picks its own domain mix; stratified: each picks "
-                        "within the pool's domains in proportion (`<method>@strat`, against "
-                        "random@strat) (default: both)")
-    p.add_argument("--no_null", action="store_true",
-                   help=f"leave out the null, {NULL}: a second random selection (selection seed "
-                        "+ 1) whose difference with random must come out unresolved")
-    p.add_argument("--draws", nargs="*", default=[], metavar="METHOD=N",
-                   help="select METHOD N times, with selection seeds select_seed + 0..N-1, so "
-                        "that intervals hold the spread between selections; random=N replaces "
-                        "the null (docs/downstream.md)")
-    p.add_argument("--junk", nargs="*", type=float, default=list(DOSES), metavar="D",
-                   help="doses of the junk series, junk-D: random's selection with a fraction D "
-                        "replaced by junk of the same domain and length (default: %(default)s; "
-                        "none: give the flag alone)")
-    p.add_argument("--dup", nargs="*", type=float, default=list(DOSES), metavar="D",
-                   help="doses of the duplicate series, dup-D: the fraction D replaced by copies "
-                        "of other selected documents (default: %(default)s)")
-    p.add_argument("--primary", nargs="+", default=[PRIMARY],
-                   help="the column(s) the verdicts read (proxy-plan.md: the variant its sweep "
-                        "chooses, e.g. 'bpb macro (EMA)'; third-design-plan.md adds 'bpb outside "
-                        "macro (EMA)' with --outside) (default: %(default)s)")
-    p.add_argument("--epochs", type=float,
-                   help="train every run for the steps that read this many passes over random's "
-                        "selection (overrides the config's max_steps; default: the config's)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
-                   help="training seeds (default: %(default)s)")
-    p.add_argument("--config", default="downstream", help="train config (default: %(default)s)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a train/model setting for every run")
-    p.add_argument("--select_ratio", type=float, default=0.10,
-                   help="(default: %(default)s, the paper's FineWeb-Mask ratio; point C of "
-                   "reproduce/results/downstream/sweep-plan.md)")
-    p.add_argument("--block_size", type=int, default=5000,
-                   help="select's rows per block (default: %(default)s)")
-    p.add_argument("--select_seed", type=int, default=0,
-                   help="seed of every selection (block plan, seeded selectors, the control)")
-    p.add_argument("--vocab_size", type=int, default=4096, help="(default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=2,
-                   help="calibration, tokenizing and training processes at once (default: "
-                        "%(default)s)")
-    p.add_argument("--heldout_docs", type=int,
-                   help="score only each domain's first N held-out documents")
-    p.add_argument("--tasks", nargs="*", default=TASKS,
-                   help="multiple-choice tasks scored beside bits per byte; they decide nothing "
-                        "(default: %(default)s; none: give the flag alone)")
-    p.add_argument("--outside",
-                   help="held-out text from outside the pool (`python -m reproduce outside`): "
-                        "a second bits-per-byte target, scored on every run (docs/downstream.md)")
-
-    def command(args):
-        check_flags(args)
-        methods = parse_methods(args.methods)
-        runs = plan_runs(methods, args.arms, not args.no_null, args.junk, args.dup,
-                         args.select_seed, parse_draws(args.draws, methods))
-        run(Path(args.pool), Path(args.output), runs, Settings.of(args))
-
+    p = settings_parser()
     p.set_defaults(func=command)
     return run_command(p, argv, "reproduce.experiments.downstream")
 

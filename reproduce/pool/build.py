@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,50 +48,59 @@ def cache_folder(cache: Path | None) -> Path:
     return cache
 
 
-def check_config(seed: int, rates: dict, heldout_chars: int, task_articles: int, shards: int,
-                 max_mb_per_domain: float | None, domains: list[str]) -> None:
-    """Every flag checked before any work."""
-    for kind, rate in rates.items():
-        if not 0.0 <= rate < 1.0:
-            raise UserError(f"--{kind} must lie in [0, 1), got {rate}")
-    if sum(rates.values()) > 1.0:
-        raise UserError(f"--exact_dup + --near_dup + --boilerplate + --junk must be at most 1, got "
-                        f"{sum(rates.values()):.3f}")
-    if heldout_chars < 1_000:
-        raise UserError(f"--heldout_chars must be at least 1000, got {heldout_chars}")
-    if task_articles < 2 * 4:
-        raise UserError(f"--task_articles must be at least 8, got {task_articles}")
-    if shards < 1:
-        raise UserError(f"--shards must be at least 1, got {shards}")
-    if max_mb_per_domain is not None and max_mb_per_domain <= 0:
-        raise UserError(f"--max_mb_per_domain must be positive, got {max_mb_per_domain}")
-    unknown = sorted(set(domains) - set(sources.DOMAINS))
-    if unknown or not domains or "news" not in domains:
-        raise UserError(f"--domains must name some of {sources.DOMAINS}, news included (the tasks "
-                        f"come from it), got {domains}")
-    if seed < 0:
-        raise UserError(f"--seed must be non-negative, got {seed}")
+@dataclass(kw_only=True)
+class PoolConfig:
+    """What a pool is built from, `pool`'s flags but --output and --cache, and pool.json's
+    `config` (with where the sources came from): checked when made, before any work. `rates`
+    given in part keep noise's defaults for the other kinds; `domains` None is every domain of
+    the sources (build_pool resolves it)."""
+
+    seed: int = 0
+    rates: dict[str, float] | None = None
+    heldout_chars: int = HELDOUT_CHARS
+    task_articles: int = TASK_ARTICLES
+    shards: int = 8
+    max_mb_per_domain: float | None = None
+    domains: list[str] | None = None
+
+    def __post_init__(self):
+        self.rates = {**noise.DEFAULT_RATES, **(self.rates or {})}
+        for kind, rate in self.rates.items():
+            if not 0.0 <= rate < 1.0:
+                raise UserError(f"--{kind} must lie in [0, 1), got {rate}")
+        if sum(self.rates.values()) > 1.0:
+            raise UserError(f"--exact_dup + --near_dup + --boilerplate + --junk must be at most "
+                            f"1, got {sum(self.rates.values()):.3f}")
+        if self.heldout_chars < 1_000:
+            raise UserError(f"--heldout_chars must be at least 1000, got {self.heldout_chars}")
+        if self.task_articles < 2 * 4:
+            raise UserError(f"--task_articles must be at least 8, got {self.task_articles}")
+        if self.shards < 1:
+            raise UserError(f"--shards must be at least 1, got {self.shards}")
+        if self.max_mb_per_domain is not None and self.max_mb_per_domain <= 0:
+            raise UserError(f"--max_mb_per_domain must be positive, got {self.max_mb_per_domain}")
+        if self.domains is not None:
+            unknown = sorted(set(self.domains) - set(sources.DOMAINS))
+            if unknown or not self.domains or "news" not in self.domains:
+                raise UserError(f"--domains must name some of {sources.DOMAINS}, news included "
+                                f"(the tasks come from it), got {self.domains}")
+        if self.seed < 0:
+            raise UserError(f"--seed must be non-negative, got {self.seed}")
 
 
-def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
-               heldout_chars: int = HELDOUT_CHARS, task_articles: int = TASK_ARTICLES,
-               shards: int = 8, max_mb_per_domain: float | None = None,
-               domains: list[str] | None = None, cache: Path | None = None,
+def build_pool(output: Path, config: PoolConfig, cache: Path | None = None,
                units: dict[str, list[sources.Unit]] | None = None,
                provenance: dict | None = None) -> dict:
     """Build (or find cached) the pool; returns pool.json's content. `units` replaces the real
     sources (tests pass small slices)."""
-    rates = {**noise.DEFAULT_RATES, **(rates or {})}
-    domains = list(domains or (units.keys() if units else sources.DOMAINS))
-    check_config(seed, rates, heldout_chars, task_articles, shards, max_mb_per_domain, domains)
+    if config.domains is None:
+        config = replace(config, domains=list(units.keys() if units else sources.DOMAINS))
+    seed, rates, domains = config.seed, config.rates, list(config.domains)
     check_folder_output("--output", output)  # a file there is refused before any fetch
     cache = cache_folder(cache)
-    config = {"seed": seed, "rates": rates, "heldout_chars": heldout_chars,
-              "task_articles": task_articles, "shards": shards,
-              "max_mb_per_domain": max_mb_per_domain, "domains": domains,
-              "sources": "given" if units else "packages"}
+    recorded = {**asdict(config), "sources": "given" if units else "packages"}
     manifest = output / "pool.json"
-    if manifest.exists() and json.loads(manifest.read_text()).get("config") == config:
+    if manifest.exists() and json.loads(manifest.read_text()).get("config") == recorded:
         return {**json.loads(manifest.read_text()), "cached": True}
     started = time.time()
     if units is None:
@@ -100,16 +110,17 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
     docs = {d: dedupe_exact([doc for u in units[d] for doc in sources.cut_documents(u)])
             for d in domains}
     raw_chars = {d: sum(len(doc.text) for doc in docs[d]) for d in domains}
-    if max_mb_per_domain is not None:
-        docs = {d: cap_chars(docs[d], int(max_mb_per_domain * 1e6), seed) for d in domains}
-    heldout, pool = split_heldout(docs, heldout_chars, task_articles, seed)
+    if config.max_mb_per_domain is not None:
+        docs = {d: cap_chars(docs[d], int(config.max_mb_per_domain * 1e6), seed)
+                for d in domains}
+    heldout, pool = split_heldout(docs, config.heldout_chars, config.task_articles, seed)
     clean = [doc for d in domains for doc in pool[d]]
     planted = noise.plant(clean, rates, seed)
     rows = [(doc, "none") for doc in clean] + planted
     order = np.random.default_rng([seed, 18]).permutation(len(rows))
 
     summary = {
-        "config": config,
+        "config": recorded,
         "sources": {d: {**provenance[d], "documents_cut": len(docs[d]),
                         "chars_before_cap": raw_chars[d]} for d in domains},
         "documents": {"rule": f"paragraph boundaries, {sources.MIN_CHARS}-{sources.MAX_CHARS} "
@@ -119,8 +130,8 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
                       "planted_rows": len(planted)},
         "counts": counts(rows, domains),
         "chars": {d: sum(len(doc.text) for doc, _ in rows if doc.domain == d) for d in domains},
-        "heldout": {"rule": f"seeded draw of whole documents per domain until {heldout_chars} "
-                            f"characters; a candidate with an exact copy or more than "
+        "heldout": {"rule": f"seeded draw of whole documents per domain until "
+                            f"{config.heldout_chars} characters; a candidate with an exact copy or more than "
                             f"{NEAR_DUP_CONTAINMENT:.0%} of its {dedup.SHINGLE_WORDS}-word "
                             "shingles found in another document stays in the pool",
                     "documents": {d: len(h) for d, h in heldout.items()},
@@ -129,11 +140,11 @@ def build_pool(output: Path, seed: int = 0, rates: dict | None = None,
         "noise": {"rates_of_clean_rows": rates, "word_edit_rate": noise.WORD_EDIT_RATE,
                   "planted_share_of_rows": round(len(planted) / len(rows), 4)},
     }
-    if shards > len(rows):  # an empty shard, which prepare refuses
-        raise UserError(f"--shards {shards}: more than the pool's {len(rows)} rows")
+    if config.shards > len(rows):  # an empty shard, which prepare refuses
+        raise UserError(f"--shards {config.shards}: more than the pool's {len(rows)} rows")
     with atomic_folder(output) as tmp:
         (tmp / "fineweb").mkdir()
-        for shard, part in enumerate(np.array_split(order, shards)):
+        for shard, part in enumerate(np.array_split(order, config.shards)):
             table = pa.Table.from_pylist([fineweb_row(*rows[i], seed) for i in part],
                                          schema=POOL_SCHEMA)
             write_table_atomic(table, tmp / "fineweb" / f"000_{shard:05d}.parquet")
