@@ -129,12 +129,10 @@ def cmd_train(args) -> None:
 
 
 def cmd_evaluate(args) -> None:
-    from eval.run import evaluate
+    from datamask.options import given
+    from eval.run import EvaluateConfig, evaluate
 
-    records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
-                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot,
-                       Path(args.heldout) if args.heldout else None, args.heldout_docs,
-                       Path(args.outside) if args.outside else None)
+    records = evaluate(EvaluateConfig(**given(args, EvaluateConfig)))
     _print({f"{r['method']}.seed{r['seed']}": {k: r[k] for k in ("results", "continuous", "bpb")
                                                 if k in r} for r in records})
 
@@ -207,6 +205,7 @@ def cmd_planted(args) -> None:
 
 def add_stage_parsers(sub) -> None:
     from datamask.options import add_flags
+    from eval.run import EvaluateConfig
 
     from .pipeline.common import POSITIVE, SEED
     from .pipeline.engines import add_executor_flags
@@ -320,27 +319,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="lm-eval simple_evaluate on checkpoints")
-    p.add_argument("--checkpoints", nargs="+", required=True, help="save_pretrained folders")
-    p.add_argument("--tasks", nargs="*", default=[],
-                   help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
-    p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
-                                     "per domain and their macro average (eval/bpb.py)")
-    p.add_argument("--outside", help="a second held-out folder, text from outside the pool "
-                                     "(`datamask pipeline outside`): its bits per byte on the "
-                                     "final checkpoint and the EMA")
-    p.add_argument("--heldout_docs", type=int,
-                   help="score only each domain's first N held-out documents (quick runs)")
-    p.add_argument("--output", required=True,
-                   help="folder; one <method>.seed<S>.json per checkpoint (a checkpoint "
-                        "<method>/seed<S>, else <folder name> and summary.json's train.seed)")
-    p.add_argument("--data_dir", help="folder of bbc_*.jsonl for the local demo tasks")
-    p.add_argument("--batch_size", type=int, default=32, help="(default: %(default)s)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu, cuda or cuda:N (default: %(default)s, as every pipeline stage, so "
-                        "that the scores do not depend on the machine; `datamask select` takes "
-                        "auto)")
-    p.add_argument("--limit", type=int, help="documents per task (for quick checks)")
-    p.add_argument("--num_fewshot", type=int)
+    add_flags(p, EvaluateConfig)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("tables", help="Table 2 with 95%% CIs over seeds, paired differences with "

@@ -83,12 +83,13 @@ def checkpoints(work, selections, tokenizer):
 
 @pytest.fixture(scope="module")
 def results(work, checkpoints):
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
 
     root, _ = work
-    return evaluate([root / "train" / m for m in checkpoints],
-                    ["bbc_cloze", "bbc_headline", "bbc_heldout"],
-                    root / "eval", data_dir=str(root / "tasks"), batch_size=8, limit=3)
+    return evaluate(EvaluateConfig(checkpoints=[root / "train" / m for m in checkpoints],
+                                   tasks=["bbc_cloze", "bbc_headline", "bbc_heldout"],
+                                   output=root / "eval", data_dir=root / "tasks", batch_size=8,
+                                   limit=3))
 
 
 def test_data_writes_fineweb_shards_and_keeps_tasks_out_of_the_pool(work):
@@ -426,7 +427,7 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
                                                                          monkeypatch):
     """Run tokenize -> train -> evaluate with relative paths from the work folder, then follow
     the result file's chain (checkpoint -> tokens -> selection) from another folder."""
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
     from eval.tables import stage_summaries
 
     root, _ = work
@@ -437,8 +438,9 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
     model_cfg, cfg = load_config("demo", {"max_steps": 1, "batch_size": 2, "seq_len": 32})
     train(Path("relative/tokens"), tokenizer, Path("relative/train/random"), model_cfg, cfg,
           progress=False)
-    [record] = evaluate([Path("relative/train/random")], ["bbc_heldout"], Path("relative/eval"),
-                        data_dir=str(root / "tasks"), batch_size=8, limit=2)
+    [record] = evaluate(EvaluateConfig(checkpoints=[Path("relative/train/random")],
+                                       tasks=["bbc_heldout"], output=Path("relative/eval"),
+                                       data_dir=root / "tasks", batch_size=8, limit=2))
     monkeypatch.chdir(tmp_path)
     chain = stage_summaries(record)
     assert record["checkpoint"] == str(root / "relative" / "train" / "random")
