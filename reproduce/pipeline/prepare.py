@@ -414,10 +414,11 @@ def prepare(config: PrepareConfig, *, embedder: Embedder | None = None,
     executor, workers, cluster, output = (config.executor, config.workers, config.cluster,
                                           config.output)
     check_executor(executor, workers, cluster)
-    files = check_inputs(config.input, output, None if scorer else config.quality)
-    embedder = embedder or embedder_of(config)
-    scorer = scorer or make_scorer(config.quality, files, config.quality_model,
-                                   config.quality_label)
+    files = check_inputs(config.input, output, config.quality if scorer is None else None)
+    if embedder is None:
+        embedder = embedder_of(config)
+    if scorer is None:
+        scorer = make_scorer(config.quality, files, config.quality_model, config.quality_label)
     check_shards(files, scorer)
     tasks = min(workers if config.tasks is None else config.tasks, len(files))
     shard_config = {"embedder": embedder.identity, "quality": scorer.name}
