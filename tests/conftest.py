@@ -195,11 +195,10 @@ def prepare_locally(fineweb: Path, output: Path, max_seq_length: int = 32,
     """`fineweb`'s shards through the real prepare stage in one process (all-MiniLM-L6-v2, or
     prepare's `--embedding_model`, cut to `max_seq_length` tokens; heuristic quality) into
     `output`."""
-    from reproduce.pipeline.embedders import make_embedder
-    from reproduce.pipeline.prepare import HeuristicQuality, prepare
+    from reproduce.pipeline.prepare import PrepareConfig, prepare
 
-    prepare([str(fineweb)], output, make_embedder(embedding_model, max_seq_length=max_seq_length),
-            HeuristicQuality(), progress=False)
+    prepare(PrepareConfig(input=[fineweb], output=output, embedding_model=embedding_model,
+                          max_seq_length=max_seq_length, quality="heuristic", no_progress=True))
     return output
 
 

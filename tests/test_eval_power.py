@@ -175,14 +175,15 @@ def test_the_continuous_metric_agrees_with_lm_evals_acc_norm_per_sample(checkpoi
 
 
 def test_evaluate_writes_one_file_per_method_and_seed(checkpoint, bbc_tasks, tmp_path):
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
 
     path, heldout = checkpoint[0], checkpoint[1]
     run = tmp_path / "train" / "quality-topk" / "seed4"
     run.parent.mkdir(parents=True)
     run.symlink_to(path)
-    records = evaluate([path, run], ["bbc_headline"], tmp_path / "eval", data_dir=str(bbc_tasks),
-                       batch_size=8, limit=3, heldout=heldout)
+    records = evaluate(EvaluateConfig(checkpoints=[path, run], tasks=["bbc_headline"],
+                                      output=tmp_path / "eval", data_dir=bbc_tasks, batch_size=8,
+                                      limit=3, heldout=heldout))
     assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == \
         ["model.seed3.json", "quality-topk.seed4.json"]  # seed3: from summary.json's train.seed
     record = json.loads((tmp_path / "eval" / "quality-topk.seed4.json").read_text())
@@ -192,9 +193,10 @@ def test_evaluate_writes_one_file_per_method_and_seed(checkpoint, bbc_tasks, tmp
     assert sorted(record["bpb"]["domains"]) == ["docs", "news"]
     assert record["bpb"]["macro"] == pytest.approx(records[0]["bpb"]["macro"])
     with pytest.raises(UserError, match="both method model, seed 3"):
-        evaluate([path, path], [], tmp_path / "again", heldout=heldout)
+        evaluate(EvaluateConfig(checkpoints=[path, path], output=tmp_path / "again",
+                                heldout=heldout))
     with pytest.raises(UserError, match="give --tasks, --heldout or both"):
-        evaluate([path], [], tmp_path / "again")
+        evaluate(EvaluateConfig(checkpoints=[path], output=tmp_path / "again"))
 
 
 def test_t_interval_equals_scipys():

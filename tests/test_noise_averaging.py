@@ -104,12 +104,13 @@ def test_kept_steps_end_at_the_last_step_and_bad_settings_are_refused():
 
 def test_evaluate_scores_every_averaging_checkpoint_and_tables_load_old_and_new(work):
     from eval.bpb import bits_per_byte
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
     from eval.tables import load_results
 
     root, _ = work
-    records = evaluate([root / "train" / "averaging" / "seed4", root / "train" / "plain" / "seed4"],
-                       [], root / "eval", batch_size=4, device="cpu", heldout=root / "heldout")
+    records = evaluate(EvaluateConfig(
+        checkpoints=[root / "train" / "averaging" / "seed4", root / "train" / "plain" / "seed4"],
+        output=root / "eval", batch_size=4, device="cpu", heldout=root / "heldout"))
     new, old = records
     assert not {"bpb_last", "bpb_last_mean", "bpb_last_sd", "bpb_averaged", "bpb_ema"} & set(old)
     last = new["bpb_last"]
@@ -145,12 +146,13 @@ def test_evaluate_scores_every_averaging_checkpoint_and_tables_load_old_and_new(
 def test_evaluate_refuses_a_broken_averaging_checkpoint_before_scoring(work, tmp_path):
     import shutil
 
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
 
     root, _ = work
     broken = tmp_path / "broken" / "seed4"
     shutil.copytree(root / "train" / "averaging" / "seed4", broken)
     (broken / "ema" / "config.json").unlink()
     with pytest.raises(UserError, match="ema: not a save_pretrained folder"):
-        evaluate([broken], [], tmp_path / "eval", device="cpu", heldout=root / "heldout")
+        evaluate(EvaluateConfig(checkpoints=[broken], output=tmp_path / "eval", device="cpu",
+                                heldout=root / "heldout"))
     assert not (tmp_path / "eval").exists()

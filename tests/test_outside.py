@@ -107,10 +107,11 @@ def test_outside_scores_become_their_own_columns():
 
 
 def test_evaluate_refuses_an_outside_target_without_the_pool_heldout(tmp_path):
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
 
     with pytest.raises(UserError, match="--outside .*--heldout"):
-        evaluate([], ["bbc_cloze"], tmp_path / "eval", outside=tmp_path)
+        evaluate(EvaluateConfig(checkpoints=[], tasks=["bbc_cloze"], output=tmp_path / "eval",
+                                outside=tmp_path))
     assert not (tmp_path / "eval").exists()
 
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from eval.run import TASKS_DIR, evaluate, task_manager
+from eval.run import TASKS_DIR, EvaluateConfig, evaluate, task_manager
 from reproduce.pipeline.tokenize import EOS
 
 RACE_ARTICLE = ("Mia's class planted a garden behind the school in March. Each student looked "
@@ -132,8 +132,8 @@ def test_paper_tasks_score_through_the_evaluate_stage(tmp_path):
     write_kqapro(data)
     texts = [RACE_ARTICLE] + [q for q, _, _ in RACE_ROWS + KQA_ROWS]
     ckpt = tiny_checkpoint(tmp_path / "tiny" / "seed0", texts)
-    [record] = evaluate([ckpt], ["race_m", "kqapro"], tmp_path / "results", data_dir=str(data),
-                        batch_size=4)
+    [record] = evaluate(EvaluateConfig(checkpoints=[ckpt], tasks=["race_m", "kqapro"],
+                                       output=tmp_path / "results", data_dir=data, batch_size=4))
     assert record["n-samples"]["race_m"]["effective"] == len(RACE_ROWS)
     assert record["n-samples"]["kqapro"]["effective"] == len(KQA_ROWS)
     for task, n in (("race_m", len(RACE_ROWS)), ("kqapro", len(KQA_ROWS))):

@@ -18,7 +18,7 @@ from datamask.stratify import largest_remainder
 from reproduce.pipeline.bbc import FINEWEB_SCHEMA, write_bbc_fineweb
 from reproduce.cli import main
 from reproduce.pipeline.embedders import Embedder, model_identity
-from reproduce.pipeline.prepare import HeuristicQuality, chunk_id, prepare
+from reproduce.pipeline.prepare import HeuristicQuality, PrepareConfig, chunk_id, prepare
 from reproduce.pipeline.select import SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from reproduce.pipeline.train import load_config, token_budget, train, window_order
@@ -38,11 +38,16 @@ def embedder():
     return Embedder()
 
 
+def of_fineweb(root: Path, output: Path) -> PrepareConfig:
+    """prepare's config for the work folder's FineWeb shards into `output`, without bars."""
+    return PrepareConfig(input=[root / "fineweb"], output=output, no_progress=True)
+
+
 @pytest.fixture(scope="module")
 def prepared(work, embedder):
     root, _ = work
-    summary = prepare([str(root / "fineweb")], root / "prepared", embedder, HeuristicQuality(),
-                      progress=False)
+    summary = prepare(of_fineweb(root, root / "prepared"), embedder=embedder,
+                      scorer=HeuristicQuality())
     return root / "prepared", summary
 
 
@@ -78,12 +83,13 @@ def checkpoints(work, selections, tokenizer):
 
 @pytest.fixture(scope="module")
 def results(work, checkpoints):
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
 
     root, _ = work
-    return evaluate([root / "train" / m for m in checkpoints],
-                    ["bbc_cloze", "bbc_headline", "bbc_heldout"],
-                    root / "eval", data_dir=str(root / "tasks"), batch_size=8, limit=3)
+    return evaluate(EvaluateConfig(checkpoints=[root / "train" / m for m in checkpoints],
+                                   tasks=["bbc_cloze", "bbc_headline", "bbc_heldout"],
+                                   output=root / "eval", data_dir=root / "tasks", batch_size=8,
+                                   limit=3))
 
 
 def test_data_writes_fineweb_shards_and_keeps_tasks_out_of_the_pool(work):
@@ -115,7 +121,7 @@ def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared
     assert summary["embedded"] == summary["rows"] == len(data)
 
     stamps = [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))]
-    again = prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
+    again = prepare(of_fineweb(root, folder), embedder=embedder, scorer=HeuristicQuality())
     assert again["embedded"] == 0 and again["rows"] == len(data)
     assert [p.stat().st_mtime_ns for p in sorted(folder.glob("*.parquet"))] == stamps
 
@@ -124,7 +130,7 @@ def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared
     shutil.copytree(embedder.model_name, moved)
     assert Embedder(str(moved)).identity == embedder.identity
     fresh = Embedder(str(moved))
-    again = prepare([str(root / "fineweb")], folder, fresh, HeuristicQuality(), progress=False)
+    again = prepare(of_fineweb(root, folder), embedder=fresh, scorer=HeuristicQuality())
     assert again["embedded"] == 0
     assert "model" not in vars(fresh)  # up to date: the model was never loaded
     assert fresh.identity["max_seq_length"] == embedder.model.max_seq_length  # read, not loaded
@@ -139,8 +145,8 @@ def test_prepare_keeps_every_id_in_order_and_reuses_prepared_rows(work, prepared
     table = pq.read_table(first).slice(0, 3)
     copies = [[i + "-copy" for i in table.column("id").to_pylist()]]
     pq.write_table(table.set_column(1, "id", copies), extra)
-    grown = prepare([str(root / "fineweb"), str(extra)], folder, embedder, HeuristicQuality(),
-                    progress=False)
+    grown = prepare(PrepareConfig(input=[root / "fineweb", extra], output=folder,
+                                  no_progress=True), embedder=embedder, scorer=HeuristicQuality())
     assert grown["embedded"] == 3 and grown["rows"] == len(data) + 3
     added = read_dataset([folder / "extra.parquet"])
     assert np.allclose(added.features, data.features[:3], atol=1e-5)
@@ -159,7 +165,7 @@ def test_a_rerun_on_unchanged_inputs_loads_no_model_and_a_touched_input_does(wor
 
     monkeypatch.setattr(Embedder, "load", load)
     quality = HeuristicQuality()
-    again = prepare([str(root / "fineweb")], folder, embedder, quality, progress=False)
+    again = prepare(of_fineweb(root, folder), embedder=embedder, scorer=quality)
     assert again["embedded"] == 0 and again["rows"] == sum(f["reused"]
                                                           for f in again["files"].values())
     assert "scorer" not in vars(quality)  # nor spaCy and the filters: nothing was scored
@@ -167,17 +173,18 @@ def test_a_rerun_on_unchanged_inputs_loads_no_model_and_a_touched_input_does(wor
     shard = sorted((root / "fineweb").glob("*.parquet"))[0]
     shard.touch()  # the same bytes, a new modification time: its rows are checked again
     with pytest.raises(AssertionError, match="the model was loaded"):
-        prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(), progress=False)
+        prepare(of_fineweb(root, folder), embedder=embedder, scorer=HeuristicQuality())
     monkeypatch.undo()
-    assert prepare([str(root / "fineweb")], folder, embedder, HeuristicQuality(),
-                   progress=False)["embedded"] == 0
+    assert prepare(of_fineweb(root, folder), embedder=embedder,
+                   scorer=HeuristicQuality())["embedded"] == 0
 
 def test_prepare_names_the_file_and_column_of_bad_input(tmp_path, work, embedder):
     table = pq.read_table(sorted((work[0] / "fineweb").glob("*.parquet"))[0])
     bad = tmp_path / "bad.parquet"
     pq.write_table(table.drop_columns(["text"]), bad)
     with pytest.raises(UserError, match=r"bad\.parquet.*'text'"):
-        prepare([str(bad)], tmp_path / "out", embedder, HeuristicQuality(), progress=False)
+        prepare(PrepareConfig(input=[bad], output=tmp_path / "out", no_progress=True),
+                embedder=embedder, scorer=HeuristicQuality())
 
 
 def test_select_in_blocks_keeps_every_id_once_and_selects_per_block(prepared, selections, work):
@@ -420,7 +427,7 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
                                                                          monkeypatch):
     """Run tokenize -> train -> evaluate with relative paths from the work folder, then follow
     the result file's chain (checkpoint -> tokens -> selection) from another folder."""
-    from eval.run import evaluate
+    from eval.run import EvaluateConfig, evaluate
     from eval.tables import stage_summaries
 
     root, _ = work
@@ -431,8 +438,9 @@ def test_stage_links_are_absolute_so_tables_follow_them_from_any_folder(work, to
     model_cfg, cfg = load_config("demo", {"max_steps": 1, "batch_size": 2, "seq_len": 32})
     train(Path("relative/tokens"), tokenizer, Path("relative/train/random"), model_cfg, cfg,
           progress=False)
-    [record] = evaluate([Path("relative/train/random")], ["bbc_heldout"], Path("relative/eval"),
-                        data_dir=str(root / "tasks"), batch_size=8, limit=2)
+    [record] = evaluate(EvaluateConfig(checkpoints=[Path("relative/train/random")],
+                                       tasks=["bbc_heldout"], output=Path("relative/eval"),
+                                       data_dir=root / "tasks", batch_size=8, limit=2))
     monkeypatch.chdir(tmp_path)
     chain = stage_summaries(record)
     assert record["checkpoint"] == str(root / "relative" / "train" / "random")

