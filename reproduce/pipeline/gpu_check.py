@@ -142,10 +142,14 @@ SELECT_MAX_STEPS = 500  # the paper's 5,000 steps would make the CPU side of the
 
 
 def select_row(data, device: torch.device, label: str) -> np.ndarray:
+    """The row's selection, its time budget after the start off (give_up_after 0): a budget in
+    wall seconds stops two runs at other steps when the machine is loaded, and the check compares
+    the devices, not the clock."""
     name, params = parse_method(METHODS[label])
     if params.get("n_epochs", 0) > SELECT_MAX_STEPS:
         params["n_epochs"] = SELECT_MAX_STEPS
-    selector = make_selector(name, **params, device=str(device), seed=0, progress=False)
+    selector = make_selector(name, **{**params, "give_up_after": 0}, device=str(device), seed=0,
+                             progress=False)
     return selector.select(data, SELECT_RATIO).selected
 
 
