@@ -124,7 +124,7 @@ def pair_times(features, rows, blocks, own, threshold: float, count: int) -> lis
     other, and whether both found the same pairs."""
     import numpy as np
 
-    from reproduce.pipeline.dedup import similar_pairs
+    from reproduce.pipeline.dedup import BOUND_DIMS, similar_pairs
 
     found = []
     for region in np.argsort(-np.bincount(blocks), kind="stable")[:count]:
@@ -132,10 +132,9 @@ def pair_times(features, rows, blocks, own, threshold: float, count: int) -> lis
         among = np.ascontiguousarray(features[rows[mine]])
         home = np.flatnonzero(own[mine])
         times, pairs = {}, {}
-        for name, dims in (("bound", None), ("full", among.shape[1])):
+        for name, dims in (("bound", BOUND_DIMS), ("full", among.shape[1])):
             started = time.perf_counter()
-            first, second, _ = (similar_pairs(among, home, threshold) if dims is None
-                                else similar_pairs(among, home, threshold, bound_dims=dims))
+            first, second, _ = similar_pairs(among, home, threshold, bound_dims=dims)
             times[name] = time.perf_counter() - started
             pairs[name] = set(zip(first.tolist(), second.tolist()))
         found.append({"region": int(region), "own_rows": len(home), "rows": len(among),

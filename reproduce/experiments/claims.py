@@ -708,22 +708,17 @@ def recorded(root: str, folder: str, file: str) -> dict:
     return needed(table_json(root, folder, file))
 
 
-def bench_blocks_runs(root: str, folder: str) -> list[dict]:
-    """The runs `make bench-blocks` recorded in `folder`."""
-    return recorded(root, folder, "results.json")["runs"]
-
-
 @measure("bench_blocks_merge")
 def bench_blocks_merge(root: str, folder: str, **rule) -> dict:
     """`make bench-blocks`' runs judged by the merge round's plan (blocks.merge_verdict)."""
-    return needed(blocks.merge_verdict(bench_blocks_runs(root, folder), **rule))
+    return needed(blocks.merge_verdict(recorded(root, folder, "results.json")["runs"], **rule))
 
 
 @measure("bench_blocks_partition")
 def bench_blocks_partition(root: str, folder: str) -> list:
     """`make bench-blocks`' runs judged by the neighbourhood partition's plan
     (blocks.partition_verdict)."""
-    return needed(blocks.partition_verdict(bench_blocks_runs(root, folder)))
+    return needed(blocks.partition_verdict(recorded(root, folder, "results.json")["runs"]))
 
 
 @measure("instrument")
