@@ -165,11 +165,13 @@ class NeighbourhoodTree:
 
     def spill(self, features: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:
-        """Each row to its own block and, as a guest, to every block on the far side of a cut it
-        lies within `margin` of (a guest is routed on by the same rule): two rows at most
-        `margin` apart (Euclidean) then share the home block of each, since a unit direction
-        shortens no distance. (row index, block, home?) per copy, the home copies first in row
-        order; a negative margin sends no guest."""
+        """Each row to its own block and, as a guest, to the far side of a cut it lies within
+        `margin` of: on its own path only from a cut's second side to its first, a guest on to
+        either side by the same rule. Two rows at most `margin` apart (Euclidean) then meet in
+        the home block of the one on the first side of the first cut between them, the other
+        there as a guest, since a unit direction shortens no distance; sending guests both ways
+        from the own path too would bring them together twice. (row index, block, home?) per
+        copy, the home copies first in row order; a negative margin sends no guest."""
         rows = np.arange(len(features))
         node = np.zeros(len(features), np.int64)
         home = np.ones(len(features), bool)
@@ -180,7 +182,7 @@ class NeighbourhoodTree:
             projection = features[rows[mine]].astype(np.float64) @ direction
             below = projection < threshold
             node[mine] = np.where(below, low, high)
-            near = np.abs(projection - threshold) <= margin
+            near = (np.abs(projection - threshold) <= margin) & ~(home[mine] & below)
             if near.any():  # route sends none: no copy of the whole arrays per cut
                 rows = np.concatenate([rows, rows[mine[near]]])
                 node = np.concatenate([node, np.where(below[near], high, low)])

@@ -21,8 +21,9 @@ the pairs whose cosine reaches --threshold are resolved at the end, all at once:
 (higher first, ties: the smaller id), a row paired with a row kept before it is removed as a
 duplicate of the most similar such row. So every embedding removal names a row that stays, the
 copy of higher quality. With --region_pairs all (the default) a row within the threshold's
-distance, sqrt(2 (1 - threshold)), of a cut is also sent as a guest to the far side, so that every
-pair meets in some region and the keep-list is the one a single region of all rows gives, at the
+distance, sqrt(2 (1 - threshold)), of a cut is also sent as a guest to the far side (from the
+cut's second side to its first only, where the cut is on the row's own path), so that every pair
+meets once, in the home region of one of its rows, and the keep-list is the one a single region of all rows gives, at the
 cost of the guests' pair work (the manifest counts the routed rows; it grows with the number of
 regions), or within --guest_margin times that distance, fewer guests and no longer exact; with
 inside, only pairs inside one region are found, as SemDeDup and NeMo Curator do after k-means,
