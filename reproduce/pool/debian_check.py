@@ -25,8 +25,8 @@ VERSION_FILE = ".version"  # in a package's unpacked folder: the mark of a compl
 
 def default_cache() -> Path:
     """~/.cache/datamask/pool-sources ($XDG_CACHE_HOME/datamask/...), as build.default_cache."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datamask" / \
-        "pool-sources"
+    cache_home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache_home) / "datamask" / "pool-sources"
 
 
 def has_apt() -> bool:
