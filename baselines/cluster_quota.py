@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 from datamask.stratify import largest_remainder
 
@@ -63,7 +63,7 @@ def quotas(sizes, k: int, balance: str = "proportional") -> np.ndarray:
 
 @dataclass
 class ClusterQuotaOptions:
-    n_clusters: int = option(64, "spherical k-means clusters", low=1)
+    n_clusters: int = option(64, "spherical k-means clusters", within=Range(1))
     balance: str = option("proportional", "quota per cluster by its size, or equal",
                           choices=BALANCE)
     seed: int = option(0, "seed of the k-means initialisation")

@@ -14,7 +14,7 @@ from datamask.data import Dataset
 from datamask.errors import UserError
 from datamask.greedy import BATCHED_ROUNDS, STOCHASTIC_EPSILON
 from datamask.objectives import GroundSet
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.shared import resolve_device
 
 
@@ -33,13 +33,13 @@ def epsilon_option():
     """The --epsilon field of a greedy that offers the stochastic optimiser."""
     return option(STOCHASTIC_EPSILON, "stochastic optimiser: each step scores a random "
                   "(N / k) ln(1 / epsilon) of the remaining rows, within 1 - 1/e - epsilon",
-                  low=0.0, high=1.0, open_low=True, open_high=True)
+                  within=Range(0.0, 1.0, open_low=True, open_high=True))
 
 
 def rounds_option():
     """The --rounds field of a greedy that offers the batched optimiser."""
     return option(BATCHED_ROUNDS, "batched optimiser: this many rounds, each taking the best "
-                  "ceil(k / rounds) rows of one full pass at once", low=1)
+                  "ceil(k / rounds) rows of one full pass at once", within=Range(1))
 
 
 def optimiser_arguments(options, device: torch.device) -> dict:

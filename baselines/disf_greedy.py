@@ -31,7 +31,7 @@ import torch
 from datamask.data import Dataset
 from datamask.greedy import greedy
 from datamask.objectives import collapse_score
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 
 from .common import check, device_option, first_picks, ground_set, picks_output, seed_option
@@ -63,10 +63,11 @@ def batch_plan(n: int, k: int, batch_size: int, picks_per_batch: int | None) -> 
 
 @dataclass
 class DisfOptions:
-    batch_size: int = option(1024, "rows per consecutive batch (reference: 1024)", low=2)
+    batch_size: int = option(1024, "rows per consecutive batch (reference: 1024)", within=Range(2))
     picks_per_batch: int | None = option(None, "picks per full batch (reference: 16); the last "
                                                "partial batch takes the rest of the budget",
-                                         low=1, default_text="the batch's share of the ratio")
+                                         within=Range(1),
+                                         default_text="the batch's share of the ratio")
     seed: int = seed_option()
     device: str = device_option()
 

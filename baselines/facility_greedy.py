@@ -29,7 +29,7 @@ from datamask.greedy import BATCHED_ROUNDS, OPTIMIZERS, STOCHASTIC_EPSILON, gree
 from datamask.objectives import (CoverageGains, FacilityLocation, GroundSet, clipped_cosine,
                                  kernel_rows)
 from datamask.objectives.facility import Rows
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 
 from .common import (check, device_option, epsilon_option, ground_set, optimiser_arguments,
@@ -96,8 +96,8 @@ def optimizer_option():
 
 
 def memory_option(past: str):
-    return option(8.0, f"largest N x N float32 kernel to hold (GB), else {past}", low=0.0,
-                  open_low=True)
+    return option(8.0, f"largest N x N float32 kernel to hold (GB), else {past}",
+                  within=Range(0.0, open_low=True))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from datamask.data import Dataset
 from datamask.greedy import greedy
 from datamask.objectives import SparseFacilityLocation, knn_kernel
 from datamask.objectives.sparse_facility import INDEXES
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 
 from .common import (
@@ -36,12 +36,12 @@ from .facility_greedy import optimizer_option
 @dataclass
 class FacilityKnnGreedyOptions:
     neighbours: int = option(20, "similarities kept per row (its nearest rows, itself included)",
-                             low=1)
+                             within=Range(1))
     index: str = option("flat", "faiss search: flat (exact) or ivf (inverted lists, approximate, "
                         "for 100k+ rows)", choices=INDEXES)
-    nlist: int | None = option(None, "ivf: lists the rows are clustered into", low=1,
+    nlist: int | None = option(None, "ivf: lists the rows are clustered into", within=Range(1),
                                default_text="4 sqrt(N), at most N / 39")
-    nprobe: int = option(16, "ivf: lists searched per row", low=1)
+    nprobe: int = option(16, "ivf: lists searched per row", within=Range(1))
     optimizer: str = optimizer_option()
     epsilon: float = epsilon_option()
     rounds: int = rounds_option()

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 from datamask.shared import top_rows
 
@@ -65,9 +65,10 @@ def knn_density(unit: torch.Tensor, neighbors: int) -> tuple[np.ndarray, str]:
 
 @dataclass
 class KnnDensityOptions:
-    neighbors: int = option(10, "nearest neighbours whose mean cosine is the density", low=1)
+    neighbors: int = option(10, "nearest neighbours whose mean cosine is the density",
+                            within=Range(1))
     penalty: float = option(1.0, "weight of the density z-score against quality's",
-                            low=0.0, high=float("inf"), open_high=True)
+                            within=Range(0.0, float("inf"), open_high=True))
 
 
 class KnnDensity(Selector):

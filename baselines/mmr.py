@@ -22,7 +22,7 @@ import torch
 
 from datamask.data import Dataset
 from datamask.greedy import greedy
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 
 from .common import device_option, ground_set, picks_output
@@ -31,7 +31,7 @@ from .common import device_option, ground_set, picks_output
 @dataclass
 class MMROptions:
     trade_off: float = option(0.5, "weight of quality against the max cosine to picked rows",
-                              low=0.0, high=1.0)
+                              within=Range(0.0, 1.0))
     device: str = device_option()
 
 

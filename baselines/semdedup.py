@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from datamask.data import Dataset
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 
 from .common import check
@@ -91,7 +91,7 @@ def removal_eps(unit: torch.Tensor, labels: torch.Tensor, keep: str, seed: int) 
 
 @dataclass
 class SemDeDupOptions:
-    n_clusters: int | None = option(None, "spherical k-means clusters", low=1,
+    n_clusters: int | None = option(None, "spherical k-means clusters", within=Range(1),
                                     default_text="round(sqrt(N))")
     keep: str = option("hard", "order inside a cluster, whose first row of a duplicate group is "
                                "kept: farthest from the centroid first, nearest first, or random",
@@ -99,7 +99,7 @@ class SemDeDupOptions:
     eps: tuple[float, ...] = option((0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3),
                                     "eps values whose removal counts the history reports; the eps "
                                     "used is found by bisection to meet --select_ratio",
-                                    low=0.0, high=2.0)
+                                    within=Range(0.0, 2.0))
     seed: int = option(0, "seed of the k-means initialisation and of --keep random")
 
 

@@ -25,7 +25,7 @@ from .api import (BASELINE_SEED, COMMON_BASELINE_OPTIONS, baseline_options, fit_
                   learner_config, run_selection)
 from .data import read_dataset
 from .errors import UserError, run_command
-from .learner import LearnerConfig
+from .learner import TRAIN_MASK_FLAGS, LearnerConfig
 from .options import add_flags, check_field, fields_of, flag_arguments, given, shown_default
 from .paths import check_paths, leave_as_found, remove_temporaries
 from .shared import check_device
@@ -67,9 +67,9 @@ def add_learner_arguments(parser: argparse.ArgumentParser, defaults: dict | None
     flags of MaskLearner.fit."""
     _add_io_arguments(parser)
     add_flags(parser.add_argument_group("learner (names of the original train_mask.py)"),
-              LearnerConfig, skip=("select_ratio",), original=True, defaults=defaults)
+              LearnerConfig, only=TRAIN_MASK_FLAGS, defaults=defaults)
     x = parser.add_argument_group("learner (added by this project)")
-    add_flags(x, LearnerConfig, original=False, defaults=defaults)
+    add_flags(x, LearnerConfig, skip=TRAIN_MASK_FLAGS, defaults=defaults)
     x.add_argument("--log_jsonl", metavar="PATH",
                    help="write one JSON line per step: step, lr, mean and max rollout objective, "
                         "optimisation seconds so far; at each --stop_every check also the "

@@ -31,7 +31,7 @@ from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality,
                          TermScale, certificate, certificate_fields, certify, diversity,
                          joint_greedy, probing_saves_work, random_probes)
 from .objectives.joint import SCALE_GROUNDS
-from .options import option, validate
+from .options import Range, option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
 from .shared import resolve_device, top_rows
@@ -49,31 +49,37 @@ STOP_SHARE = 0.99  # --stop_share -1 for Pair_simi's start: 0.99 of any greedy's
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
 
+# the fields whose flags the original train_mask.py had, by its names; `datamask select` lists
+# them in a group of their own
+TRAIN_MASK_FLAGS = ("algorithm", "lamb", "n_rollout", "n_epochs", "partial", "max_lr", "min_lr",
+                    "init", "seed", "device")
+
+
 @dataclass
 class LearnerConfig:
     """Hyper-parameters, named as the flags of the original train_mask.py where it had them
-    (`original=True`); `datamask select`'s flags, help and checks are generated from here."""
+    (TRAIN_MASK_FLAGS); `datamask select`'s flags, help and checks are generated from here."""
 
     algorithm: str = option("Pair_simi", "diversity metric joined with quality",
-                            choices=DIVERSITY_METRICS, original=True)
-    select_ratio: float = option(0.1, "fraction of ALL input rows to select", low=0.0, high=1.0,
-                                 open_low=True, open_high=True, flag=False)
+                            choices=DIVERSITY_METRICS)
+    select_ratio: float = option(0.1, "fraction of ALL input rows to select",
+                                 within=Range(0.0, 1.0, open_low=True, open_high=True), flag=False)
     lamb: float = option(0.5, "weight of quality; 1 - lamb weighs diversity; both terms "
                               "standardised by their spread over random masks",
-                         low=0.0, high=1.0, original=True)
+                         within=Range(0.0, 1.0))
     n_rollout: int = option(128, "G, masks sampled per step (paper: 128 or 256); at least 2, "
-                                 "since advantages need a group", low=2, original=True)
+                                 "since advantages need a group", within=Range(2))
     n_epochs: int = option(2000, "optimisation steps; with the stopping rule (--stop_every) "
                                  "the most it may take; 0 writes the start (a greedy start "
-                                 "alone, with --init greedy)", low=0, original=True)
+                                 "alone, with --init greedy)", within=Range(0))
     partial: float = option(0.1, "fraction of the candidate rows each step samples from and "
                                  "updates (paper: 0.05-0.1; 1 = all rows every step); select "
                                  "raises it, when not given, where a step's masks would hold 1 "
                                  "row",
-                            low=0.0, high=1.0, open_low=True, original=True)
-    max_lr: float = option(10.0, "learning rate at the first step (positive)", original=True)
+                            within=Range(0.0, 1.0, open_low=True))
+    max_lr: float = option(10.0, "learning rate at the first step (positive)")
     min_lr: float = option(1.0, "learning rate at the last step, for --lr_schedule linear or "
-                                "cosine (0 or more)", original=True)
+                                "cosine (0 or more)")
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)
@@ -81,20 +87,21 @@ class LearnerConfig:
                                "quality), greedy (a greedy's picks start high), "
                                f"auto (greedy, but same for Facility over {GREEDY_INIT_ROWS:,} "
                                "rows): docs/select.md#the-learners-flags",
-                       choices=("auto", "same", "quality", "greedy"), original=True)
+                       choices=("auto", "same", "quality", "greedy"))
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
                                           "100 gains), lazy (the exact greedy's picks), batched "
                                           "or auto: docs/select.md#the-learners-flags",
                                   choices=("stochastic", "lazy", "batched", "auto"))
     start_rounds: int = option(BATCHED_ROUNDS, "the batched start's rounds, each taking the "
-                                               "best ceil(k / rounds) rows of one pass", low=1)
+                                               "best ceil(k / rounds) rows of one pass",
+                               within=Range(1))
     start_scale: str = option("auto", "the start's and checks' term scale: step, input (the "
                                       "report's), sampled (its first masks) or auto: "
                                       "docs/select.md#the-learners-flags",
                               choices=("step", "input", "sampled", "auto"))
     prune_ratio: float = option(0.0, "drop this fraction of rows, lowest quality first, before "
-                                     "learning (paper: 0.4-0.5)", low=0.0, high=1.0,
-                                open_high=True)
+                                     "learning (paper: 0.4-0.5)",
+                                within=Range(0.0, 1.0, open_high=True))
     logprob: str = option("simple", "log P(mask): sum of log-softmax over the selected rows "
                                     "(paper), or the exact Plackett-Luce probability of the draw "
                                     "order", choices=("simple", "exact"))
@@ -109,23 +116,24 @@ class LearnerConfig:
                          choices=("mask", "row"))
     cover_sample: float = option(0.0, "Facility with --partial 1: measure each step's coverage "
                                       "on this fraction of the candidates, drawn afresh "
-                                      "(unbiased); 0 = on all of them", low=0.0, high=1.0)
+                                      "(unbiased); 0 = on all of them", within=Range(0.0, 1.0))
     probes: int = option(-1, "DiSF: estimate each mask's collapse score with this many random "
                              "directions (unbiased; exact where no cheaper); 0 = exact (paper); "
                              f"-1 = {AUTO_PROBES} for DiSF, exact otherwise "
-                             "(docs/select.md#the-learners-flags)", low=-1)
+                             "(docs/select.md#the-learners-flags)", within=Range(-1))
     update: str = option("ascent", "the logit update: plain gradient ascent (paper), or Adam "
                                    "(per-logit adaptive step, moments of the rows a step "
                                    "moves; a logit moves by about the rate per step, so give "
                                    "it a smaller --max_lr)", choices=("ascent", "adam"))
     stop_every: int = option(50, "the stopping rule: score the selection it would write every "
                                  "this many steps, stop once the best stalls, write the best; "
-                                 "0 = off (docs/method.md#when-the-learner-stops)", low=0)
+                                 "0 = off (docs/method.md#when-the-learner-stops)", within=Range(0))
     stop_window: int = option(4, "the stopping rule's window, in checks: stop once the best "
                                  "rose by at most --stop_tolerance over this many checks",
-                              low=1)
+                              within=Range(1))
     stop_tolerance: float = option(0.01, "the stopping rule's tolerance, a fraction of the "
-                                         "best's rise since the first check", low=0.0, high=1.0)
+                                         "best's rise since the first check",
+                                   within=Range(0.0, 1.0))
     best_from: str = option("auto", "what the stopping rule's best may be: check (the checks' "
                                     "read-offs), start (also the start's, step 0), auto (start "
                                     "where --init starts from a greedy, else check)",
@@ -137,18 +145,19 @@ class LearnerConfig:
     give_up: int = option(-1, "stop once this many checks have not beaten a scored start, and "
                               "write the start; 0 = never; -1 = 1 for Facility and for "
                               "Pair_simi's greedy start (docs/select.md#the-learners-flags)",
-                          low=-1)
+                          within=Range(-1))
     give_up_after: float = option(-1.0, "stop at a check past this many times the start's time "
                                         "(plus --give_up_grace) after it, unless a check beat "
                                         "it; 0 = off: docs/select.md#the-learners-flags",
-                                  low=-1.0)
-    give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget", low=0.0)
+                                  within=Range(-1.0))
+    give_up_grace: float = option(0.5, "seconds added to --give_up_after's budget",
+                                  within=Range(0.0))
     budget_check: str = option("step", "when --give_up_after's budget is read: at the checks "
                                         "(check), or after every step, a check then run at once "
                                         "(step)", choices=("check", "step"))
     stop_share: float = option(-1.0, "write the start, no step, once its certificate holds this "
                                      "share of the room above random; 0 = off; -1 = auto: "
-                                     "docs/select.md#the-learners-flags", low=-1.0, high=1.0)
+                                     "docs/select.md#the-learners-flags", within=Range(-1.0, 1.0))
     certificate: str = option("on", "bound the optimum and report the start's and the written "
                                     "selection's share of it, after the timed run (Facility: "
                                     "seconds at 20,000 rows): on or off "
@@ -156,16 +165,15 @@ class LearnerConfig:
                               choices=("on", "off"))
     patience: int = option(0, "an older rule, on the sampled masks' mean objective: stop once "
                               "its mean over this many steps rose by less than --min_gain of its "
-                              "rise so far; needs --stop_every 0; 0 = off", low=0)
+                              "rise so far; needs --stop_every 0; 0 = off", within=Range(0))
     min_gain: float = option(0.01, "--patience's threshold, a fraction of the rise so far",
-                             low=0.0, high=1.0, open_low=True)
+                             within=Range(0.0, 1.0, open_low=True))
     term_scale: tuple[float, ...] | None = option(
         None, "a fixed term scale (quality's mean and spread, then diversity's): the steps, the "
               "start and the checks all score on it and none is fitted (--scale_on and "
               "--start_scale unused); select's blocks get the whole input's", flag=False)
-    seed: int = option(0, "same seed, same device: same selection", original=True)
-    device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)",
-                         original=True)
+    seed: int = option(0, "same seed, same device: same selection")
+    device: str = option("auto", "cpu, cuda, cuda:N or auto (CUDA when available)")
 
     def validate(self) -> None:
         validate(self)

@@ -23,20 +23,46 @@ from .errors import UserError
 REQUIRED = dataclasses.MISSING
 
 
-def option(default, help: str, *, choices: tuple | None = None, low: float | None = None,
-           high: float | None = None, open_low: bool = False, open_high: bool = False,
-           default_text: str | None = None, original: bool = False, flag: bool = True,
-           metavar: str | None = None, named_rules: bool = True):
-    """A dataclass field with what the CLI and the checks need: `low`/`high` bound the value
-    (inclusive unless `open_*`), `default_text` describes a None or empty default, `original`
-    marks a flag of the paper's train_mask.py, `flag=False` keeps the field off the command
-    line, `named_rules=False` exempts it from the rules of its name (`_check_named`) where its
-    owner checks it its own way; a REQUIRED default makes the flag required. A tuple field's
-    flag takes one or more values, or zero or more where its default is the empty tuple."""
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The numbers a setting may take: from `low` to `high` (None: no bound on that side), each
+    end included unless it is open."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+
+    def holds(self, value) -> bool:
+        low, high = self.low, self.high
+        return ((low is None or (value > low if self.open_low else value >= low))
+                and (high is None or (value < high if self.open_high else value <= high)))
+
+    def __str__(self) -> str:
+        """The range as a refusal states it: "at least 1", "in [0, 1)", ..."""
+        low, high = self.low, self.high
+        if high is None:
+            return f"greater than {low:g}" if self.open_low else f"at least {low:g}"
+        if low is None:
+            return f"less than {high:g}" if self.open_high else f"at most {high:g}"
+        if self.open_low and self.open_high:
+            return f"strictly between {low:g} and {high:g}"
+        opening, closing = "(" if self.open_low else "[", ")" if self.open_high else "]"
+        return f"in {opening}{low:g}, {high:g}{closing}"
+
+
+def option(default, help: str, *, choices: tuple | None = None, within: Range | None = None,
+           default_text: str | None = None, metavar: str | None = None, flag: bool = True,
+           named_rules: bool = True):
+    """A dataclass field with what the CLI and the checks need: `within` bounds the value,
+    `default_text` describes a None or empty default, `flag=False` keeps the field off the
+    command line, `named_rules=False` exempts it from the rules of its name (`_check_named`)
+    where its owner checks it its own way; a REQUIRED default makes the flag required. A tuple
+    field's flag takes one or more values, or zero or more where its default is the empty
+    tuple."""
     return dataclasses.field(default=default, metadata={
-        "help": help, "choices": choices, "low": low, "high": high, "open_low": open_low,
-        "open_high": open_high, "default_text": default_text, "original": original,
-        "flag": flag, "metavar": metavar, "named_rules": named_rules})
+        "help": help, "choices": choices, "within": within, "default_text": default_text,
+        "metavar": metavar, "flag": flag, "named_rules": named_rules})
 
 
 def _kind(annotation) -> tuple[type, bool, bool]:
@@ -71,23 +97,6 @@ def _converted(value, scalar: type, flag: str):
     if not ok:
         raise UserError(f"{flag} must be {_TYPE_WORDS[scalar]}, got {value!r}")
     return scalar(value)
-
-
-def _range_text(meta) -> str:
-    low, high = meta["low"], meta["high"]
-    if high is None:
-        return f"greater than {low:g}" if meta["open_low"] else f"at least {low:g}"
-    if low is None:
-        return f"less than {high:g}" if meta["open_high"] else f"at most {high:g}"
-    if meta["open_low"] and meta["open_high"]:
-        return f"strictly between {low:g} and {high:g}"
-    return f"in {'(' if meta['open_low'] else '['}{low:g}, {high:g}{')' if meta['open_high'] else ']'}"
-
-
-def _in_range(value, meta) -> bool:
-    low, high = meta["low"], meta["high"]
-    return ((low is None or (value > low if meta["open_low"] else value >= low))
-            and (high is None or (value < high if meta["open_high"] else value <= high)))
 
 
 # The largest seed numpy's and torch's generators both take (they refuse negatives, or wrap).
@@ -127,11 +136,11 @@ def check_value(field: dataclasses.Field, kind, value):
         if meta.get("choices") and v not in meta["choices"]:
             raise UserError(f"{flag} must be one of {', '.join(map(str, meta['choices']))}, "
                             f"got {v!r}")
-        if (meta.get("low") is not None or meta.get("high") is not None) and not _in_range(v, meta):
+        within = meta.get("within")
+        if within is not None and not within.holds(v):
             what = f"{flag} values" if many else flag
-            verb = "be" if _range_text(meta).startswith(("at", "greater", "less")) else "lie"
-            raise UserError(f"{what} must {verb} {_range_text(meta)}, got "
-                            f"{list(value) if many else v}")
+            verb = "be" if str(within).startswith(("at", "greater", "less")) else "lie"
+            raise UserError(f"{what} must {verb} {within}, got {list(value) if many else v}")
     value = values if many else values[0]
     if meta.get("named_rules", True):
         _check_named(field.name, value)
@@ -199,20 +208,18 @@ def flag_arguments(field: dataclasses.Field, kind) -> dict:
     return kwargs
 
 
-def add_flags(group, cls, skip: tuple = (), original: bool | None = None,
-              defaults: dict | None = None, only: tuple | None = None) -> None:
-    """One flag per field of `cls` (those not in `skip`; with `original` set, only the fields
-    whose `original` mark equals it; with `only`, only those named, so that one class's flags
-    can be spread over argument groups), help ending in the default. `defaults` replaces some:
-    those flags count as given with that value, and their help shows it."""
+def add_flags(group, cls, skip: tuple = (), defaults: dict | None = None,
+              only: tuple | None = None) -> None:
+    """One flag per field of `cls` (those not in `skip`; with `only`, only those named, so that
+    one class's flags can be spread over argument groups), help ending in the default.
+    `defaults` replaces some: those flags count as given with that value, and their help shows
+    it."""
     defaults = defaults or {}
     for field, kind in fields_of(cls):
         meta = field.metadata
         if not meta.get("flag", True) or field.name in skip:
             continue
         if only is not None and field.name not in only:
-            continue
-        if original is not None and meta.get("original", False) != original:
             continue
         arguments = flag_arguments(field, kind)
         if field.default is REQUIRED and field.default_factory is dataclasses.MISSING:

@@ -38,7 +38,7 @@ import numpy as np
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from datamask.options import REQUIRED, option, validate
+from datamask.options import REQUIRED, Range, option, validate
 from datamask.shared import require
 
 TASKS_DIR = Path(__file__).parent / "tasks"
@@ -61,19 +61,20 @@ class EvaluateConfig:
                                         "(`datamask pipeline outside`): its bits per byte on the "
                                         "final checkpoint and the EMA")
     heldout_docs: int | None = option(None, "score only each domain's first N held-out "
-                                            "documents (quick runs)", low=1, default_text="all")
+                                            "documents (quick runs)",
+                                      within=Range(1), default_text="all")
     output: Path = option(REQUIRED, "folder; one <method>.seed<S>.json per checkpoint (a "
                                     "checkpoint <method>/seed<S>, else <folder name> and "
                                     "summary.json's train.seed)")
     data_dir: Path | None = option(None, "folder of bbc_*.jsonl for the local demo tasks")
     batch_size: int = option(32, "sequences per forward pass (lm-eval's and bits per byte's)",
-                             low=1)
+                             within=Range(1))
     device: str = option("cpu", "cpu, cuda or cuda:N; cpu as every pipeline stage, so that the "
                                 "scores do not depend on the machine, where `datamask select` "
                                 "takes auto", named_rules=False)
-    limit: int | None = option(None, "documents per task (for quick checks)", low=1,
+    limit: int | None = option(None, "documents per task (for quick checks)", within=Range(1),
                                default_text="all")
-    num_fewshot: int | None = option(None, "few-shot examples per task", low=0,
+    num_fewshot: int | None = option(None, "few-shot examples per task", within=Range(0),
                                      default_text="the task's own")
 
     def __post_init__(self):

@@ -17,6 +17,8 @@ from datamask.cli import main
 from datamask.data import read_dataset, write_dataset
 from datamask.errors import UserError
 from datamask.examples.synthetic import synthetic_dataset
+from datamask.learner import TRAIN_MASK_FLAGS, LearnerConfig
+from datamask.options import fields_of
 
 
 @pytest.fixture
@@ -145,6 +147,17 @@ def test_several_inputs_and_variable_length_lists(tmp_path):
     assert main(["baseline", "quality-topk", "--input", *map(str, paths), "--output", str(out),
                  "--id_column", "doc", "--quality_column", "q", "--feature_column", "emb"]) == 0
     assert pq.read_table(out).column_names == ["doc", "selected", "score"]
+
+
+def test_the_original_flags_are_flags_of_the_learner_grouped_apart(capsys):
+    flags = {f.name for f, _ in fields_of(LearnerConfig) if f.metadata["flag"]}
+    assert set(TRAIN_MASK_FLAGS) <= flags
+    with pytest.raises(SystemExit):
+        main(["select", "--help"])
+    text = capsys.readouterr().out
+    original = text.split("learner (names of the original train_mask.py):")[1].split(
+        "learner (added by this project):")[0]
+    assert set(re.findall(r"^  --(\w+)", original, re.M)) == set(TRAIN_MASK_FLAGS)
 
 
 def test_help_documents_every_flag(capsys):
@@ -319,7 +332,6 @@ def test_options_are_typed_and_named(shard):
 def test_baselines_declare_each_flag_with_one_type():
     """`datamask baseline` has one flag per option name: the baselines must agree on its type."""
     from datamask.cli import baseline_classes
-    from datamask.options import fields_of
 
     kinds = {}  # (type, list or not); None may be one baseline's default and not another's
     for name, cls in baseline_classes()[0].items():
@@ -332,13 +344,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.selectors import Selector
 
 
 @dataclass
 class LongestOptions:
-    power: float = option(1.0, "rank rows by feature norm to this power", low=0.0)
+    power: float = option(1.0, "rank rows by feature norm to this power", within=Range(0.0))
 
 
 class Longest(Selector):

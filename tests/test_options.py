@@ -1,7 +1,7 @@
 """datamask/options.py's list kinds, shown defaults and name rules, on small option classes: a
 tuple field's flag takes one or more values, or zero or more where its default is empty; an
-empty default shows as its `default_text` or none; `named_rules=False` leaves a field's value to
-its owner's check."""
+empty default shows as its `default_text` or none; a `Range` bounds a number and states itself in
+the refusal; `named_rules=False` leaves a field's value to its owner's check."""
 
 import argparse
 import dataclasses
@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from datamask.errors import UserError
-from datamask.options import REQUIRED, add_flags, given, option, validate
+from datamask.options import REQUIRED, Range, add_flags, given, option, validate
 
 
 @dataclasses.dataclass(kw_only=True)
 class Lists:
     inputs: tuple[Path, ...] = option(REQUIRED, "files, one or more")
     names: tuple[str, ...] = option((), "names, none or more")
-    sizes: tuple[int, ...] = option((1, 2), "sizes, one or more", low=1)
+    sizes: tuple[int, ...] = option((1, 2), "sizes, one or more", within=Range(1))
     prefix: str = option("", "text before each name")
     label: str = option("", "the label", default_text="the file's name")
 
@@ -61,6 +61,35 @@ def test_a_list_value_out_of_range_is_refused_naming_the_flag():
         Lists(inputs=["a"], sizes=[0, 2])
     with pytest.raises(UserError, match="--names must be a list of texts"):
         Lists(inputs=["a"], names="x")
+
+
+@pytest.mark.parametrize("bounds,text", [
+    (Range(1), "at least 1"), (Range(0.0, open_low=True), "greater than 0"),
+    (Range(high=1.0), "at most 1"), (Range(high=1.0, open_high=True), "less than 1"),
+    (Range(0.0, 1.0), "in [0, 1]"), (Range(0.0, 1.0, open_high=True), "in [0, 1)"),
+    (Range(0.0, 1.0, open_low=True), "in (0, 1]"),
+    (Range(0.0, 1.0, open_low=True, open_high=True), "strictly between 0 and 1")])
+def test_a_range_holds_its_ends_unless_open_and_states_itself(bounds, text):
+    assert str(bounds) == text
+    for end, is_open in ((bounds.low, bounds.open_low), (bounds.high, bounds.open_high)):
+        if end is not None:
+            assert bounds.holds(end) is not is_open
+    outside = bounds.high + 1 if bounds.high is not None else bounds.low - 1
+    assert not bounds.holds(outside)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Share:
+    share: float = option(0.5, "a share", within=Range(0.0, 1.0, open_high=True))
+
+    def __post_init__(self):
+        validate(self)
+
+
+def test_a_value_out_of_its_range_is_refused_naming_the_flag_and_the_range():
+    with pytest.raises(UserError, match=r"^--share must lie in \[0, 1\), got 1.0$"):
+        Share(share=1.0)
+    assert Share(share=0.0).share == 0.0
 
 
 @dataclasses.dataclass(kw_only=True)

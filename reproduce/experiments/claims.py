@@ -34,6 +34,8 @@ KEEPS = 0.99  # share of the exact or never-stopping value's objective a cheaper
 COST_CUTTERS = {"patience": ("steps_taken", "fewest mean steps"),
                 "probes": ("wall_s", "fewest mean seconds")}
 SCORED_START = ("best-from-start", "start")  # Facility's start as select takes it: folder, value
+# bench-blocks' plans, each judging its runs: the merge round's, the neighbourhood partition's
+BLOCK_PLANS = {"merge": blocks.merge_verdict, "partition": blocks.partition_verdict}
 DECLARATIONS = os.path.join(os.path.dirname(__file__), "claims.yaml")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
        "==": operator.eq, "!=": operator.ne}
@@ -182,15 +184,14 @@ class Claim:
         """tally: the word where every item (or group by `by`) holds or none does, else which
         hold; grouped: the items named by their word; parts: which checks held on which items."""
         yes, *_, no = words = self.words
-        named = {}
-        for item in items:
-            if self.verdict == "grouped":
-                named.setdefault(item["word"], []).append(item["name"])
-            else:
-                named[item.get(self.by)] = named.get(item.get(self.by), True) and item["ok"]
         if self.verdict == "grouped":
+            named = {word: [item["name"] for item in items if item["word"] == word]
+                     for word in dict.fromkeys(item["word"] for item in items)}
             return next(iter(named)) if len(named) == 1 else "; ".join(
                 f"{word} for {', '.join(names)}" for word, names in named.items())
+        named = {}
+        for item in items:
+            named[item.get(self.by)] = named.get(item.get(self.by), True) and item["ok"]
         if self.verdict == "parts":
             named = {part: [i["name"] for i in items if i[part]] for part in self.checks}
             if any(named.values()) and any(len(n) < len(items) for n in named.values()):
@@ -703,22 +704,11 @@ def facility_start(root: str, folder: str, screen: dict, least: float) -> dict:
 
 
 @measure("recorded")
-def recorded(root: str, folder: str, file: str) -> dict:
-    """A bench's own record (its verdict where it judges its runs by its plan), as it wrote it."""
-    return needed(table_json(root, folder, file))
-
-
-@measure("bench_blocks_merge")
-def bench_blocks_merge(root: str, folder: str, **rule) -> dict:
-    """`make bench-blocks`' runs judged by the merge round's plan (blocks.merge_verdict)."""
-    return needed(blocks.merge_verdict(recorded(root, folder, "results.json")["runs"], **rule))
-
-
-@measure("bench_blocks_partition")
-def bench_blocks_partition(root: str, folder: str) -> list:
-    """`make bench-blocks`' runs judged by the neighbourhood partition's plan
-    (blocks.partition_verdict)."""
-    return needed(blocks.partition_verdict(recorded(root, folder, "results.json")["runs"]))
+def recorded(root: str, folder: str, file: str, plan: str | None = None, **rule) -> dict | list:
+    """A bench's own record (its verdict where it judges its runs by its plan), as it wrote it;
+    with `plan`, its runs judged here by that plan's rule (BLOCK_PLANS: `make bench-blocks`')."""
+    record = needed(table_json(root, folder, file))
+    return needed(BLOCK_PLANS[plan](record["runs"], **rule)) if plan else record
 
 
 @measure("instrument")

@@ -55,8 +55,8 @@ from pathlib import Path
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError
-from datamask.options import (REQUIRED, SEED_MAX, add_flags, fields_of, flag_arguments, given,
-                              option, shown_default, validate)
+from datamask.options import (REQUIRED, SEED_MAX, Range, add_flags, fields_of, flag_arguments,
+                              given, option, shown_default, validate)
 from datamask.paths import check_paths
 from eval.calibration import NULL, dose_label
 from eval.draws import draw_label
@@ -230,8 +230,8 @@ class Settings:
                     "macro (EMA)' with --outside)")
     epochs: float | None = option(
         None, "train every run for the steps that read this many passes over random's "
-              "selection (overrides the config's max_steps)", low=0.0, high=math.inf,
-        open_low=True, open_high=True, default_text="the config's")
+              "selection (overrides the config's max_steps)",
+        within=Range(0.0, math.inf, open_low=True, open_high=True), default_text="the config's")
     seeds: tuple[int, ...] = option((0, 1, 2), "training seeds, distinct")
     config: str = option("downstream", "train config")
     set: tuple[str, ...] = option((), "override a train/model setting for every run",
@@ -239,14 +239,14 @@ class Settings:
     select_ratio: float = option(0.10, "the share of the pool each selection keeps: the paper's "
                                        "FineWeb-Mask ratio; point C of "
                                        "reproduce/results/downstream/sweep-plan.md",
-                                 low=0.0, high=1.0, open_low=True, open_high=True)
-    block_size: int = option(5000, "select's rows per block, 0 for one block", low=0)
+                                 within=Range(0.0, 1.0, open_low=True, open_high=True))
+    block_size: int = option(5000, "select's rows per block, 0 for one block", within=Range(0))
     select_seed: int = option(0, "seed of every selection (block plan, seeded selectors, the "
                                  "control)")
     vocab_size: int = option(4096, "entries of the BPE tokenizer trained on the pool")
-    jobs: int = option(2, "calibration, tokenizing and training processes at once", low=1)
+    jobs: int = option(2, "calibration, tokenizing and training processes at once", within=Range(1))
     heldout_docs: int | None = option(None, "score only each domain's first N held-out "
-                                            "documents", low=1, default_text="all")
+                                            "documents", within=Range(1), default_text="all")
     tasks: tuple[str, ...] = option(
         tuple(TASKS), "multiple-choice tasks scored beside bits per byte; they decide nothing; "
                       "none: give the flag alone", flag=False)

@@ -43,14 +43,15 @@ def decided(root: str) -> list[tuple[Claim, Finding | None]]:
     return [(claim, claim.finding(root)) for claim in load_claims()]
 
 
-def claims_table(rows: list[tuple[Claim, Finding | None]], prefix: str = "",
+def claims_table(rows: list[tuple[Claim, Finding | None]], paper: bool, prefix: str = "",
                  sections: bool = True) -> str:
+    """The table of the paper's claims (`paper`) or of the questions this project adds."""
     return markdown(pd.DataFrame([{
         "claim": f"[{claim.question}](#{anchor(claim.question)})" if sections else claim.question,
         "paper": claim.paper, "here (2 CPU cores)": finding.here if finding else NOT_MEASURED,
         "verdict": f"**{finding.verdict}**" if finding else NOT_MEASURED,
-        "evidence": evidence_links(claim.evidence[:1], prefix),
-        "regenerate": claim.regenerate} for claim, finding in rows]))
+        "evidence": evidence_links(claim.evidence[:1], prefix), "regenerate": claim.regenerate}
+        for claim, finding in rows if (claim.paper != "-") == paper]))
 
 
 def section(claim: Claim, finding: Finding | None, root: str) -> list[str]:
@@ -74,9 +75,8 @@ def report(rows: list[tuple[Claim, Finding | None]], root: str) -> str:
              "states (declared in `reproduce/experiments/claims.yaml`, applied by `claims.py`). "
              "Each folder's README names the command, commit, machine and date of its runs, all "
              "on 2-core CPU boxes.", "",
-             "## The paper's claims", "", claims_table([r for r in rows if r[0].paper != "-"]),
-             "## Questions this project adds", "",
-             claims_table([r for r in rows if r[0].paper == "-"]),
+             "## The paper's claims", "", claims_table(rows, paper=True),
+             "## Questions this project adds", "", claims_table(rows, paper=False),
              *(line for claim, finding in rows for line in section(claim, finding, root))]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -88,8 +88,7 @@ def fill_readme(path: str, rows: list[tuple[Claim, Finding | None]], link: str) 
     _, end, after = rest.partition(README_END)
     if not (begin and end):
         raise UserError(f"{path}: no generated block ({README_BEGIN} ... {README_END})")
-    table = claims_table([row for row in rows if row[0].paper != "-"], prefix=f"{link}/",
-                         sections=False)
+    table = claims_table(rows, paper=True, prefix=f"{link}/", sections=False)
     write_text_atomic(before + begin + "\n" + table + end + after, path)
 
 

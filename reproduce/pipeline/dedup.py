@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 from datamask.data import (QUALITY_COLUMN, NeighbourhoodTree, block_count, read_dataset,
                            write_json_atomic, write_table_atomic)
 from datamask.errors import UserError, quoted
-from datamask.options import REQUIRED, option, validate
+from datamask.options import REQUIRED, Range, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -107,26 +107,28 @@ class DedupConfig(Executed):
                                            "datatrove's per core, measured), or datatrove's own, "
                                            "over the same word n-grams and into datatrove's "
                                            "files", choices=BACKENDS)
-    n_grams: int = option(5, "words per shingle", low=1)
-    num_buckets: int = option(14, "LSH bands; a pair sharing one band's hashes is a match", low=1)
-    hashes_per_bucket: int = option(8, "hashes per band", low=1)
+    n_grams: int = option(5, "words per shingle", within=Range(1))
+    num_buckets: int = option(14, "LSH bands; a pair sharing one band's hashes is a match",
+                              within=Range(1))
+    hashes_per_bucket: int = option(8, "hashes per band", within=Range(1))
     hash_precision: int | None = option(None, "bits per hash", choices=HASH_WIDTHS,
                                         default_text="the library's, datatrove 64, rensa 32")
     threshold: float = option(0.99, "cosine at or above which the row of lower quality is "
-                                    "removed, in (0, 1]; SemDeDup's eps 0.01 is 0.99", low=0.0,
-                              high=1.0, open_low=True)
-    region_rows: int = option(10_000, "rows per neighbourhood whose pairs are compared", low=1)
+                                    "removed, in (0, 1]; SemDeDup's eps 0.01 is 0.99",
+                              within=Range(0.0, 1.0, open_low=True))
+    region_rows: int = option(10_000, "rows per neighbourhood whose pairs are compared",
+                              within=Range(1))
     region_pairs: str = option("all", "all: rows near a cut are compared on both sides too, so "
                                       "every pair is found, as in one region; inside: cheaper, "
                                       "a copy a cut separates stays", choices=REGION_PAIRS)
     guest_margin: float = option(1.0, "with all: the far side's margin, a fraction of a pair's "
                                       "distance at the threshold; below 1 fewer guests, not "
-                                      "exact", low=0.0, high=1.0, open_low=True)
-    sample: int | None = option(None, "rows the neighbourhood cuts are fitted on", low=1,
+                                      "exact", within=Range(0.0, 1.0, open_low=True))
+    sample: int | None = option(None, "rows the neighbourhood cuts are fitted on", within=Range(1),
                                 default_text="50 per neighbourhood, at least 100,000, at most "
                                              "every row")
     seed: int = option(0, "seed of that sample")
-    tasks: int | None = option(None, "executor tasks", low=1, flag=False,
+    tasks: int | None = option(None, "executor tasks", within=Range(1), flag=False,
                                default_text="--workers")
 
     def __post_init__(self):

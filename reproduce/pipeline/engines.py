@@ -22,7 +22,7 @@ from pathlib import Path
 
 from datamask.data import write_json_atomic
 from datamask.errors import UserError, quoted
-from datamask.options import option
+from datamask.options import Range, option
 from datamask.shared import require
 
 from .common import NON_NEGATIVE, POSITIVE, positive_number
@@ -38,7 +38,7 @@ class Executed:
 
     executor: str = option("local", "datatrove executor running the tasks", choices=EXECUTORS,
                            flag=False)
-    workers: int = option(1, "tasks run at once (local: processes)", low=1, flag=False)
+    workers: int = option(1, "tasks run at once (local: processes)", within=Range(1), flag=False)
     cluster: dict = dataclasses.field(default_factory=dict)  # the Slurm / Ray flags
 
 

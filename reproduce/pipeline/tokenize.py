@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from datamask.data import atomic_output, temporary_beside, write_json_atomic
 from datamask.errors import UserError, quoted
-from datamask.options import REQUIRED, option, validate
+from datamask.options import REQUIRED, Range, option, validate
 from datamask.paths import check_paths, leave_as_found, remove_temporaries
 from datamask.processes import children_die_with_parent
 from datamask.shared import require
@@ -243,8 +243,8 @@ class TokenizeConfig(Executed):
     seed: int = option(0, "document shuffling seed")
     keep: Path | None = option(None, "a keep-list of these shards (`dedup`'s output folder): the "
                                      "documents it removes are not tokenized, selected or not")
-    tasks: int | None = option(None, "tokenizer ranks, at most one per shard", low=1, flag=False,
-                               default_text="--workers")
+    tasks: int | None = option(None, "tokenizer ranks, at most one per shard",
+                               within=Range(1), flag=False, default_text="--workers")
 
     def __post_init__(self):
         validate(self)

@@ -7,9 +7,10 @@
 
 The Debian packages are fetched with `apt-get download` into a cache folder and unpacked there with
 `dpkg-deb -x` (nothing is installed system-wide, so no dependency such as R or a dict server comes
-along); after the first build everything is read from the cache, offline. Every reader returns
-`Unit`s: one source text (an article, a reST file, the dictionary, a novel) already split into
-paragraphs, which `cut_documents` packs into web-page-sized documents.
+along); after the first build everything is read from the cache, offline (debian_check.py: how
+`make pool` refuses, before any work, a machine with neither those tools nor the cache). Every
+reader returns `Unit`s: one source text (an article, a reST file, the dictionary, a novel) already
+split into paragraphs, which `cut_documents` packs into web-page-sized documents.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from datamask.errors import UserError
+
+from .debian_check import VERSION_FILE, has_apt
 
 # A document is cut at paragraph boundaries to a length drawn log-uniformly in this range (chars).
 MIN_CHARS, MAX_CHARS = 1_000, 8_000
@@ -70,10 +73,10 @@ def fineweb_id(key: str) -> str:
 def fetch_debian(package: str, cache: Path) -> tuple[Path, str]:
     """The unpacked package folder and its version; download and unpack it on first use."""
     root = cache / package
-    version_file = root / ".version"
+    version_file = root / VERSION_FILE
     if version_file.exists():
         return root, version_file.read_text().strip()
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+    if not has_apt():
         raise UserError(f"the pool needs the Debian package {package}, and this machine has no "
                         f"apt-get/dpkg-deb to fetch it; put its .deb unpacked under {root}")
     cache.mkdir(parents=True, exist_ok=True)
@@ -94,7 +97,7 @@ def fetch_debian(package: str, cache: Path) -> tuple[Path, str]:
     tmp = cache / f".{package}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(tmp)], check=True)
-    (tmp / ".version").write_text(version + "\n")
+    (tmp / VERSION_FILE).write_text(version + "\n")
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     shutil.rmtree(download, ignore_errors=True)
