@@ -19,12 +19,16 @@ CHECK = ROOT / "reproduce" / "pool" / "debian_check.py"
 
 @pytest.fixture
 def no_apt(tmp_path) -> dict:
-    """An environment whose PATH holds make alone, and whose cache root is empty."""
+    """An environment whose PATH holds make alone, and whose cache root is empty; make's own
+    variables are dropped, so that under `make test` the inner make runs as from a shell (a
+    sub-make prints its directory on stdout)."""
     tools = tmp_path / "bin"
     tools.mkdir()
     if shutil.which("make"):
         (tools / "make").symlink_to(shutil.which("make"))
-    return {**os.environ, "PATH": str(tools), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    outer = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}
+    return {**{name: value for name, value in os.environ.items() if name not in outer},
+            "PATH": str(tools), "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
 
 def checked(env: dict, *flags: str) -> subprocess.CompletedProcess:
