@@ -197,12 +197,15 @@ POOL_DIR ?= runs/pool
 POOL_SEED ?= 0
 POOL_FLAGS ?=
 
-# Before any work, the virtualenv included: the pool's three Debian packages need apt-get and
-# dpkg-deb, or the cache holding them unpacked; where neither is here, `make demo` and `make pool`
-# stop in one line (exit 2) that says what to do (reproduce/pool/debian_check.py).
-ifneq ($(filter demo pool,$(MAKECMDGOALS)),)
+# Before any work, the virtualenv included: the pool's three Debian packages (and the two of the
+# target outside it) need apt-get and dpkg-deb, or the cache holding them unpacked; where neither
+# is here, `make demo`, `pool`, `outside` and `downstream` stop in one line (exit 2) that says what
+# to do (reproduce/pool/debian_check.py).
+ifneq ($(filter demo pool outside downstream,$(MAKECMDGOALS)),)
 POOL_SOURCES_MISSING := $(shell $(PYTHON) reproduce/pool/debian_check.py \
-	$(if $(filter demo,$(MAKECMDGOALS)),$(DEMO_POOL_FLAGS),$(POOL_FLAGS)) 2>&1)
+	$(if $(filter demo,$(MAKECMDGOALS)),$(DEMO_POOL_FLAGS),$(POOL_FLAGS)) \
+	$(if $(filter outside downstream,$(MAKECMDGOALS)),--outside) \
+	$(if $(filter demo pool downstream,$(MAKECMDGOALS)),,--no_pool) 2>&1)
 ifneq ($(POOL_SOURCES_MISSING),)
 $(error $(POOL_SOURCES_MISSING))
 endif

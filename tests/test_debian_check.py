@@ -1,6 +1,6 @@
-"""`make pool` and `make demo` on a machine without apt-get: with the pool's Debian packages
-neither fetchable nor in the cache they stop before any work in one line, exit 2, that says what
-to do; with the cache holding them (or no Debian domain asked for) they go on. The check is run
+"""`make pool`, `demo`, `outside` and `downstream` on a machine without apt-get: with their Debian
+packages neither fetchable nor in the cache they stop before any work in one line, exit 2, that
+says what to do; with the cache holding them (or no Debian domain asked for) they go on. The check is run
 as the Makefile runs it, by its path, with a PATH that has no apt-get."""
 
 import os
@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from reproduce.pool import build, debian_check, sources
+from datamask.errors import UserError
+from reproduce.pipeline.common import cache_root
+from reproduce.pool import debian_check
+from reproduce.pool.outside import build_outside
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "reproduce" / "pool" / "debian_check.py"
@@ -42,11 +45,11 @@ def unpack(cache: Path, packages) -> None:
         (cache / package / debian_check.VERSION_FILE).write_text("1.0\n")
 
 
-def test_it_checks_the_packages_and_the_cache_the_pool_reads(monkeypatch, tmp_path):
-    assert debian_check.POOL_PACKAGES == {domain: spec["package"] for domain, spec
-                                          in sources.DEBIAN_PACKAGES.items()}
+def test_it_checks_the_cache_the_pipeline_keeps_its_downloads_in(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert debian_check.default_cache() == build.default_cache()
+    assert debian_check.default_cache() == cache_root() / "pool-sources"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert debian_check.default_cache() == cache_root() / "pool-sources"
 
 
 def test_without_apt_or_the_cache_it_refuses_in_one_line_saying_what_to_do(no_apt, tmp_path):
@@ -87,5 +90,29 @@ def test_make_demo_and_pool_stop_before_any_work_in_one_line(no_apt, tmp_path):
         assert len(refused.stderr.splitlines()) == 1
         assert "pool: the Debian packages python3.11-doc" in refused.stderr
     assert make("pool", "POOL_FLAGS=--domains news").returncode == 0
-    unpack(tmp_path / "cache" / "datamask" / "pool-sources", debian_check.POOL_PACKAGES.values())
+    cache = tmp_path / "cache" / "datamask" / "pool-sources"
+    unpack(cache, debian_check.POOL_PACKAGES.values())
     assert make("pool").returncode == 0
+    for goal in ("outside", "downstream"):  # the pool's packages are there, outside's are not
+        refused = make(goal)
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr.startswith("Makefile:") and len(refused.stderr.splitlines()) == 1
+        assert "outside: the Debian packages fortunes, dict-gcide are not in" in refused.stderr
+    unpack(cache, debian_check.OUTSIDE_PACKAGES)
+    assert make("outside").returncode == 0 and make("downstream").returncode == 0
+
+
+def test_outside_asks_only_for_its_own_packages(no_apt, tmp_path):
+    found = checked(no_apt, "--outside", "--no_pool")
+    assert found.returncode == 2
+    assert found.stderr.startswith("outside: the Debian packages fortunes, dict-gcide are not")
+    assert checked(no_apt, "--outside").stderr.startswith("pool: the Debian packages")
+
+
+def test_the_outside_stage_refuses_before_any_fetch(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no apt-get, no pip on PATH
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match=f"outside: the Debian packages fortunes, dict-gcide are "
+                                        f"not in {cache}"):
+        build_outside(tmp_path / "out", cache=cache)
+    assert not (tmp_path / "out").exists() and not cache.exists()

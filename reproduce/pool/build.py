@@ -24,8 +24,8 @@ from datamask.errors import UserError
 from datamask.paths import check_folder_output
 
 from ..pipeline.bbc import FINEWEB_SCHEMA
-from ..pipeline.common import atomic_folder, cache_root
-from . import dedup, noise, sources
+from ..pipeline.common import atomic_folder
+from . import debian_check, dedup, noise, sources
 
 POOL_SCHEMA = FINEWEB_SCHEMA.append(pa.field("domain", pa.string())).append(
     pa.field("planted", pa.string()))
@@ -35,14 +35,11 @@ TASK_ARTICLES = 300
 NEAR_DUP_CONTAINMENT = 0.2  # a held-out candidate sharing more of its shingles is left in the pool
 
 
-def default_cache() -> Path:
-    return cache_root() / "pool-sources"
-
-
 def cache_folder(cache: Path | None) -> Path:
-    """The folder the sources are fetched into (default_cache() for None); a file there is
-    refused before any fetch (a populated cache may be read-only: it is not probed for writing)."""
-    cache = Path(cache) if cache else default_cache()
+    """The folder the sources are fetched into (debian_check's default for None); a file there
+    is refused before any fetch (a populated cache may be read-only: it is not probed for
+    writing)."""
+    cache = Path(cache) if cache else debian_check.default_cache()
     if cache.exists() and not cache.is_dir():
         raise UserError(f"--cache {cache} is a file; give a folder")
     return cache

@@ -34,7 +34,7 @@ from datamask.errors import UserError
 from datamask.paths import check_folder_output
 
 from ..pipeline.common import atomic_folder
-from . import sources
+from . import debian_check, sources
 from .build import cache_folder, cap_chars
 
 GENSIM = "gensim==4.3.3"
@@ -92,7 +92,7 @@ def abc_news(cache: Path) -> tuple[list[sources.Document], dict]:
 
 
 def fortunes(cache: Path) -> tuple[list[sources.Document], dict]:
-    root, version = sources.fetch_debian("fortunes", cache)
+    root, version = sources.fetch_debian(debian_check.OUTSIDE_PACKAGES[0], cache)
     folder = root / "usr/share/games/fortunes"
     docs, digest = [], hashlib.sha256()
     for name in FORTUNE_FILES:
@@ -111,7 +111,7 @@ def fortunes(cache: Path) -> tuple[list[sources.Document], dict]:
 
 
 def gcide(cache: Path) -> tuple[list[sources.Document], dict]:
-    root, version = sources.fetch_debian("dict-gcide", cache)
+    root, version = sources.fetch_debian(debian_check.OUTSIDE_PACKAGES[1], cache)
     path = root / "usr/share/dictd/gcide.dict.dz"
     if not path.is_file():
         raise UserError(f"{path}: missing; is Debian's dict-gcide unpacked there?")
@@ -137,6 +137,8 @@ def build_outside(output: Path, chars: int = CHARS, seed: int = 0,
         raise UserError(f"--chars must be at least 1000, got {chars}")
     check_folder_output("--output", output)  # a file there is refused before any fetch
     cache = cache_folder(cache)
+    if lacking := debian_check.missing(cache, list(debian_check.OUTSIDE_PACKAGES)):
+        raise UserError(debian_check.refusal("outside", lacking, cache))
     manifest = output / "outside.json"
     config = {"chars": chars, "seed": seed}
     if manifest.is_file():

