@@ -307,15 +307,31 @@ def compared(root: str, folder: str, metric: str, n: int, greedy: str,
     return (learner, other) if learner and other else None
 
 
-def gain_target(root: str, folder: str, metric: str, n: int, greedy: str, least: float,
-                timed: bool = False, op: str = ">=", greedy_folder: str | None = None,
-                time_limit: float = 1.0) -> dict | None:
-    """Gain and time ratios against `greedy`, beside the target (`time_limit` where `timed`)."""
-    runs = compared(root, folder, metric, n, greedy, greedy_folder)
+@dataclass(frozen=True)
+class GainTarget:
+    """A gain target as claims.yaml declares it: the learner in `folder` against `greedy` at `n`
+    rows, its gain `op` `least` times the greedy's, in `time_limit` of its time where `timed`."""
+
+    folder: str
+    metric: str
+    n: int
+    greedy: str
+    least: float
+    timed: bool = False
+    op: str = ">="
+    greedy_folder: str | None = None
+    time_limit: float = 1.0
+
+
+def gain_target(root: str, target: GainTarget) -> dict | None:
+    """Gain and time ratios against the target's greedy, beside the target."""
+    runs = compared(root, target.folder, target.metric, target.n, target.greedy,
+                    target.greedy_folder)
     c = runs and comparison(*runs)
-    return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]), "op": op,
-                     "gain": c.gain_ratio, "time": c.time_ratio, "least": least,
-                     "time_limit": time_limit if timed else np.inf}
+    return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]),
+                     "op": target.op, "gain": c.gain_ratio, "time": c.time_ratio,
+                     "least": target.least,
+                     "time_limit": target.time_limit if target.timed else np.inf}
 
 
 def sweep_rows(result: SweepResult) -> list[dict]:
@@ -385,7 +401,7 @@ def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -
     for name, target in targets.items():
         kind = "scored_start" if "scored_start" in target else "gain"
         found = (scored_start(os.path.join(root, target["scored_start"]), target["least"])
-                 if kind == "scored_start" else gain_target(root, **target))
+                 if kind == "scored_start" else gain_target(root, GainTarget(**target)))
         items += [{**found, "name": name, "metric": target["metric"],
                    "measured": fill(measured[kind], found)}] if found else []
     return {"items": needed(items),  # Facility's scored start has no run: a start by definition
@@ -686,7 +702,7 @@ def learners_against_greedy(root: str, *folders: str, labels: list[str], against
     """Learner runs (`labels`, the adopted first) against one gain target."""
     *learners, greedy = folders
     items = [{**found, "name": label} for label, folder in zip(labels, learners)
-             if (found := gain_target(root, folder, greedy_folder=greedy, **against))]
+             if (found := gain_target(root, GainTarget(folder, greedy_folder=greedy, **against)))]
     needed(items and items[0]["name"] == labels[0])
     return {"items": items}
 
