@@ -225,6 +225,11 @@ def test_routing_counts_the_guests_and_finds_every_pair_at_the_full_margin(run, 
         assert found["kind"] == kind and found["planted"] == sum(p["kind"] == kind
                                                                  for p in planted)
         assert found["rows_by_region"][0]["pairs"] == found["planted"] > 0
+    assert routing.main(["--work", str(work), "--regions", "4", "--cells", "tree", "kmeans",
+                         "--results", str(tmp_path / "cells")]) == 0
+    tree, kmeans = json.loads((tmp_path / "cells" / "results.json").read_text())["rows_by_region"]
+    assert (tree["cells"], kmeans["cells"]) == ("tree", "kmeans")
+    assert kmeans["margins"][0]["pairs_apart"] == 0 and kmeans["margins"][0]["pair_work"] > 0
     capsys.readouterr()
     for more, words in ((["--margins", "0"], "--margins 0"), (["--regions", "10000"], "--regions"),):
         assert routing.main(["--work", str(work), *more]) == 2

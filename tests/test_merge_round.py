@@ -248,3 +248,28 @@ def test_spilled_rows_meet_every_row_within_the_margin_once():
     assert all(((a, home_block[b]) in present) + ((b, home_block[a]) in present) == 1
                for a, b in zip(first[apart].tolist(), second[apart].tolist()))
     assert tree.spill(features, -1.0)[0].tolist() == list(range(600))
+
+
+def test_kmeans_cells_meet_every_row_within_the_margin_once():
+    """The routing benchmark's k-means cells, on the same rows: every pair at most `margin` apart
+    in two cells meets exactly once, in the lower cell, one row home and the other its guest;
+    no row is twice in a cell, and a negative margin sends no guest."""
+    from reproduce.bench.routing import kmeans_cells
+
+    rng = np.random.default_rng(1)
+    features = rng.standard_normal((800, 4)).astype(np.float32)
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    margin = 0.25
+    rows, cells, home = kmeans_cells(features, np.arange(800), 16, margin, seed=0)
+    assert (rows[home] == np.arange(800)).all()
+    present = set(zip(rows.tolist(), cells.tolist()))
+    assert len(present) == len(rows)
+    own = cells[home]
+    distance = np.linalg.norm(features[:, None] - features[None], axis=-1)
+    first, second = np.nonzero(np.triu(distance <= margin, 1))
+    apart = own[first] != own[second]
+    assert apart.sum() > 50
+    assert all(((a, own[b]) in present) + ((b, own[a]) in present) == 1
+               for a, b in zip(first[apart].tolist(), second[apart].tolist()))
+    assert all(cells[~home] < own[rows[~home]])  # a guest only of a lower cell
+    assert kmeans_cells(features, np.arange(800), 16, -1.0, seed=0)[0].tolist() == list(range(800))

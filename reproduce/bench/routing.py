@@ -6,6 +6,14 @@ in one their text sets) at or above the threshold that meet in a region. The cut
 dedup fits them (a seeded sample of the rows at unit length), on every row: MinHash's removals
 are not taken out, so the counts are of the embedding step alone.
 
+`--cells kmeans` measures another way to cut the same rows, beside dedup's bisection tree: k-means
+cells (faiss, fitted on the same sample), each row at home in its nearest centroid's cell and a
+guest of every cell of a lower index whose bisector with its own lies within the margin. A pair
+at most the margin apart straddles a bisector that both rows lie within the margin of, so it
+meets exactly once, in the cell of the lower index, with no guest routed on: one flat round
+where the tree routes guests down its cuts. The pair work of either (each region's own rows
+times its rows, over n^2) is what a pair task's search scales with.
+
     python -m reproduce.bench.routing --work runs/bench-dedup-200k --regions 21 100 \\
         --margins 1 0.5 0.25 --results reproduce/results/bench/dedup/routing-200k
 """
@@ -20,6 +28,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 COMMAND = "bench-dedup-routing"
+CELLS = ("tree", "kmeans")
+KMEANS_ITERATIONS = 20
+CHUNK = 65_536  # rows whose distances to every centroid are held at once
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the planted pairs counted, those at or above --threshold "
                              "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="the cuts' sample's seed")
+    parser.add_argument("--cells", nargs="+", choices=CELLS, default=["tree"],
+                        help="how the rows are cut into regions: dedup's bisection tree, "
+                             "k-means cells with guests across their bisectors (default: "
+                             "%(default)s)")
     parser.add_argument("--pair_regions", type=int, default=0,
                         help="at the first region count and margin, time a pair task's search "
                              "in this many of the largest regions, with the bound dedup filters "
@@ -85,31 +100,80 @@ def planted_rows(work: Path, kind: str, threshold: float):
     return features, pairs[cosine >= threshold], len(pairs)
 
 
+def kmeans_cells(features, sample, regions: int, margin: float, seed: int):
+    """k-means cells fitted on `sample` (faiss), as NeighbourhoodTree.spill's (row index, cell,
+    home?) per copy, home copies first: each row at home in its nearest centroid's cell and a
+    guest of every lower cell whose bisector with its own is at most `margin` from it."""
+    import faiss
+    import numpy as np
+
+    kmeans = faiss.Kmeans(features.shape[1], regions, niter=KMEANS_ITERATIONS, seed=seed)
+    kmeans.train(np.ascontiguousarray(features[sample]))
+    centroids = kmeans.centroids.astype(np.float64)
+    apart = np.linalg.norm(centroids[:, None] - centroids[None], axis=2)
+    lower = np.tril(np.ones((regions, regions), bool), -1)  # [home, cell]: cell below home
+    homes, guests = [], []
+    for start in range(0, len(features), CHUNK):
+        part = features[start:start + CHUNK].astype(np.float64)
+        squared = ((part ** 2).sum(1)[:, None] - 2 * part @ centroids.T
+                   + (centroids ** 2).sum(1)[None])
+        home = squared.argmin(1)
+        beyond = (squared - squared[np.arange(len(part)), home][:, None]) / (2 * apart[home]
+                                                                            + 1e-300)
+        row, cell = np.nonzero((beyond <= margin) & lower[home])
+        homes.append(home)
+        guests.append((row + start, cell))
+    home = np.concatenate(homes)
+    rows = np.concatenate([np.arange(len(features))] + [r for r, _ in guests])
+    cells = np.concatenate([home] + [c for _, c in guests])
+    own = np.zeros(len(rows), bool)
+    own[:len(features)] = True
+    return rows, cells, own
+
+
+def pair_work(blocks, own, rows: int) -> float:
+    """Each region's own rows times its rows, over rows^2: what the pair tasks' search scales
+    with."""
+    import numpy as np
+
+    size = np.bincount(blocks)
+    return float(np.bincount(blocks[own], minlength=len(size)) @ size) / rows ** 2
+
+
 def measure(features, pairs, regions: int, margins: list[float], threshold: float,
-            seed: int, pair_regions: int = 0) -> dict:
-    """One region count: the pairs a cut separates, per margin the rows routed per row and
-    the pairs that share no region, and at the first margin the pair search's times in the
-    `pair_regions` largest regions."""
+            seed: int, pair_regions: int = 0, cells: str = "tree") -> dict:
+    """One region count: the pairs a cut separates, per margin the rows routed per row, the
+    pair work and the pairs that share no region, and at the first margin the pair search's
+    times in the `pair_regions` largest regions."""
     import numpy as np
 
     from datamask.data import NeighbourhoodTree
     from reproduce.pipeline.dedup import guest_margin, region_sample
 
     rng = np.random.default_rng(seed)
-    size = region_sample(len(features), regions)
-    tree = NeighbourhoodTree.fit(features[np.sort(rng.choice(len(features), size, False))],
-                                 regions)
-    home = tree.route(features)
-    row = {"regions": regions, "pairs": len(pairs),
+    sample = np.sort(rng.choice(len(features), region_sample(len(features), regions), False))
+    started = time.time()
+    if cells == "tree":
+        tree = NeighbourhoodTree.fit(features[sample], regions)
+        home = tree.route(features)
+        spill = tree.spill
+    else:
+        def spill(features, margin):
+            return kmeans_cells(features, sample, regions, margin, seed)
+        home = spill(features, -1.0)[1]
+    row = {"cells": cells, "regions": regions, "pairs": len(pairs),
+           "fit_route_s": round(time.time() - started, 1),
+           "largest_region": int(np.bincount(home).max()),
            "split": int((home[pairs[:, 0]] != home[pairs[:, 1]]).sum()), "margins": []}
     for margin in margins:
         started = time.time()
-        rows, blocks, own = tree.spill(features, guest_margin(threshold, margin))
+        rows, blocks, own = spill(features, guest_margin(threshold, margin))
         present = rows * regions + blocks  # a row's copy in a block, as one number
         first, second = pairs[:, 0], pairs[:, 1]
         met = (np.isin(first * regions + home[second], present)
                | np.isin(second * regions + home[first], present))
         row["margins"].append({"margin": margin, "routed_per_row": round(len(rows) / len(home), 2),
+                               "pair_work": round(pair_work(blocks, own, len(home)), 4),
                                "pairs_apart": int(len(pairs) - met.sum()),
                                "route_s": round(time.time() - started, 1)})
         if pair_regions and margin == margins[0]:
@@ -151,12 +215,15 @@ def markdown(out: dict) -> str:
              f"{out['seed']}, {out['rows']:,} rows of {out['work']}, "
              f"{out['rows_by_region'][0]['pairs']:,} of its {out['planted']:,} planted "
              f"{out['kind']} pairs at cosine {out['threshold']} or above.", "",
-             "| regions | pairs a cut separates | guest margin | rows routed per row | pairs in "
-             "no common region |", "|---:|---:|---:|---:|---:|"]
+             "| cells | regions | largest region | pairs a cut separates | guest margin | rows "
+             "routed per row | pair work / n^2 | pairs in no common region |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in out["rows_by_region"]:
         for m in r["margins"]:
-            lines.append(f"| {r['regions']} | {r['split']:,} | {m['margin']:g} | "
-                         f"{m['routed_per_row']:,.2f} | {m['pairs_apart']:,} |")
+            lines.append(f"| {r.get('cells', 'tree')} | {r['regions']} | "
+                         f"{r.get('largest_region', 0):,} | {r['split']:,} | {m['margin']:g} | "
+                         f"{m['routed_per_row']:,.2f} | {m.get('pair_work', float('nan')):.4f} "
+                         f"| {m['pairs_apart']:,} |")
     searched = [r for r in out["rows_by_region"] if r.get("pair_search")]
     for r in searched:
         lines += ["", f"A pair task's search at {r['regions']} regions, guest margin "
@@ -182,10 +249,12 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"--regions {max(args.regions)}: more regions than the "
                         f"{len(features)} rows of {args.work / 'planted'}")
     found = []
-    for regions in args.regions:
-        found.append(measure(features, pairs, regions, args.margins, args.threshold, args.seed,
-                             args.pair_regions if regions == args.regions[0] else 0))
-        print(f"{COMMAND}: {json.dumps(found[-1])}", flush=True)
+    for cells in args.cells:
+        for regions in args.regions:
+            found.append(measure(features, pairs, regions, args.margins, args.threshold,
+                                 args.seed, args.pair_regions if regions == args.regions[0]
+                                 else 0, cells))
+            print(f"{COMMAND}: {json.dumps(found[-1])}", flush=True)
     out = {"work": str(args.work), "rows": len(features), "threshold": args.threshold,
            "kind": args.kind, "planted": planted, "seed": args.seed, "machine": machine(),
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
