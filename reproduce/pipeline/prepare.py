@@ -8,7 +8,9 @@ reused rather than embedded again: each shard records in its Parquet metadata th
 it was made with (shards of earlier versions: prepare.json); an output folder holding shards of
 another embedding model is refused. The embedders (reproduce/pipeline/embedders.py): the sentence
 transformer, or with `--embedding_model static` a static model distilled from it, whose vector
-for a text with no known token is zero rather than unit length.
+for a text with no known token is zero rather than unit length. With `--scores SCORES/` the
+quality is read from the score stage's shards (reproduce/pipeline/score.py, which shares this
+module's shard machinery), under the name of the scorer that wrote them.
 
 The shards are dealt into executor tasks (datatrove's local, Ray or Slurm executor, as the select
 stage's blocks: reproduce/pipeline/engines.py): task r of N embeds and scores shards r, r+N, ...
@@ -110,6 +112,8 @@ class PrepareConfig(Scoring):
     these fields; a config that breaks one is refused, naming the flag, when made. --device is
     checked against the executor when the embedder is made (`embedder_of`), not by its name."""
 
+    scores: Path | None = option(None, "folder of `pipeline score` shards: each row's quality "
+                                       "is read from there, not scored (docs/pipeline.md)")
     embedding_model: str | None = option(
         None, "sentence-transformers folder or name; static: its model2vec distillation (CPU, "
               "cached); static:DIR: one `distil` saved (docs/pipeline.md)",
@@ -127,6 +131,14 @@ class PrepareConfig(Scoring):
     device: str = option("cpu", "cpu or cuda; with --gpus_per_task each task's own GPU; cpu as "
                                 "every pipeline stage, so that a rerun elsewhere writes the same "
                                 "vectors, where `datamask select` takes auto", named_rules=False)
+
+    def check_together(self):
+        """--scores names the scorer already (the one `pipeline score` ran): a --quality beside
+        it would be a second answer to the same question."""
+        if self.scores is not None and (self.quality != "auto" or self.quality_model):
+            raise UserError(f"--scores {self.scores}: the quality is read from its shards, "
+                            f"scored as `pipeline score --quality` chose; leave out --quality "
+                            f"and --quality_model")
 
 
 def chunk_id(doc_id: str) -> int:
@@ -277,6 +289,61 @@ def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
     return FastTextQuality(model_path, label)
 
 
+class ScoreFolder(Scorer):
+    """The qualities `pipeline score` wrote (prepare's --scores): each input shard's from the
+    shard of the same name in `folder`, whose ids must be the input's, in order. Its name is that
+    of the scorer that wrote them, so a shard prepared with them is the shard --quality with that
+    scorer prepares, and is reused as one."""
+
+    def __init__(self, folder: Path, files: list[Path]):
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise UserError(f"--scores {folder}: no such folder")
+        scorers: dict[str, Path] = {}
+        for source in files:
+            path = self.folder / source.name
+            if not path.is_file():
+                raise UserError(f"{path}: no score shard for the input {source}; run `pipeline "
+                                f"score` on every input of this prepare")
+            read_schema(path, "--scores")
+            name = (_made_with(path, {}, SCORE_STAGE).get("config") or {}).get("quality")
+            if not name:
+                raise UserError(f"{path}: not a shard of `pipeline score` (its metadata names no "
+                                f"scorer)")
+            scorers.setdefault(name, path)
+        if len(scorers) > 1:
+            (one, first), (other, second) = list(scorers.items())[:2]
+            raise UserError(f"--scores {folder}: {first.name} was scored by {one}, {second.name} "
+                            f"by {other}; score every shard with one scorer")
+        self.name = next(iter(scorers))
+        self._shard: tuple[Path, dict[str, float]] | None = None  # the last shard read, by id
+
+    def _scores(self, source: Path) -> tuple[Path, pa.Table]:
+        path = self.folder / source.name
+        return path, _read_columns(path, ["id", QUALITY_COLUMN])
+
+    def check(self, table: pa.Table, path: Path) -> None:
+        """The score shard holds the input's ids, in its order (and so its row count)."""
+        scores, theirs = self._scores(path)
+        ids = [str(i) for i in table.column("id").to_pylist()]
+        if theirs.num_rows != len(ids):
+            raise UserError(f"{scores}: {theirs.num_rows} rows where the input {path} has "
+                            f"{len(ids)}; score that input again")
+        row = next((i for i, (a, b) in enumerate(zip(theirs.column("id").to_pylist(), ids))
+                    if a != b), None)
+        if row is not None:
+            raise UserError(f"{scores}: row {row} is the id {theirs.column('id')[row].as_py()!r} "
+                            f"where the input {path} has {ids[row]!r}; score that input again")
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        if self._shard is None or self._shard[0] != path:
+            _, scores = self._scores(path)
+            self._shard = (path, dict(zip(scores.column("id").to_pylist(),
+                                          scores.column(QUALITY_COLUMN).to_numpy())))
+        by_id = self._shard[1]
+        return np.array([by_id[str(i)] for i in table.column("id").to_pylist()], np.float32)
+
+
 def check_embed_device(device: str, executor: str, gpus_per_task: int) -> str:
     """The device the embedder loads on in this process. With --gpus_per_task every task embeds
     on its own GPU (task_device) and this process only checks the model, on the CPU; otherwise
@@ -393,15 +460,17 @@ def _manifest(path: Path) -> dict:
     return {name: {"config": previous.get("config"), **entry} for name, entry in files.items()}
 
 
-def check_inputs(inputs: list[str], output: Path, quality: str | None = None) -> list[Path]:
+def check_inputs(inputs: list[str], output: Path, quality: str | None = None,
+                 scores: Path | None = None) -> list[Path]:
     """The checks that need no model and no text, made before any model is loaded: the output
-    against the inputs and writable, shard names unique, every shard a readable FineWeb Parquet
-    file with text as text and at least one row, FineWeb-Edu scores numbers and finite where
-    `quality` (the flag's value; None: not known yet) uses them, and every earlier output shard
-    readable. The Parquet files, in order."""
+    against the inputs (and `scores`, prepare's --scores folder) and writable, shard names
+    unique, every shard a readable FineWeb Parquet file with text as text and at least one row,
+    FineWeb-Edu scores numbers and finite where `quality` (the flag's value; None: not known
+    yet, or not scored here) uses them, and every earlier output shard readable. The Parquet
+    files, in order."""
     files = parquet_files(inputs)
-    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
-                folders={"--output": output})
+    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs],
+                 "--scores": scores}, folders={"--output": output})
     check_distinct_files(files)
     names = [f.name for f in files]
     if len(set(names)) != len(names):
@@ -439,21 +508,23 @@ def prepare(config: PrepareConfig, *, embedder: Embedder | None = None,
 
     Everything is checked before the first row is embedded: the executor, the output against the
     inputs, every shard's columns and values, ids, earlier outputs, the device and precision (a
-    fastText scorer is loaded after the checks the embedder makes). Each finished shard is
-    renamed into place with the configuration it was made with (rows are reused only from a shard
-    made the same way), so an interrupted run resumes where it stopped; the merge task writes
-    prepare.json once every task finished, with each input's size and modification time as the
-    run found them. A rerun whose every shard was made this way from its input as it is now
-    returns at once, loading no model and starting no executor. A run that fails removes the
-    files it created."""
+    fastText scorer is loaded after the checks the embedder makes; --scores' shards against the
+    inputs' ids). Each finished shard is renamed into place with the configuration it was made
+    with (rows are reused only from a shard made the same way), so an interrupted run resumes
+    where it stopped; the merge task writes prepare.json once every task finished, with each
+    input's size and modification time as the run found them. A rerun whose every shard was made
+    this way from its input as it is now returns at once, loading no model and starting no
+    executor. A run that fails removes the files it created."""
     output = config.output
     check_executor(config.executor, config.workers, config.cluster)
-    files = check_inputs(config.input, output, config.quality if scorer is None else None)
+    files = check_inputs(config.input, output, config.quality if scorer is None
+                         and config.scores is None else None, config.scores)
     earlier = _manifest(output / PREPARE_STAGE.manifest)
     if embedder is None:
         embedder = embedder_of(config)
     if scorer is None:
-        scorer = make_scorer(config.quality, files, config.quality_model, config.quality_label)
+        scorer = (ScoreFolder(config.scores, files) if config.scores is not None else
+                  make_scorer(config.quality, files, config.quality_model, config.quality_label))
     check_shards(files, scorer)
     run = ShardRun.of(PREPARE_STAGE, config, files,
                       {"embedder": embedder.identity, "quality": scorer.name}, earlier)
