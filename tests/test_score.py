@@ -90,8 +90,9 @@ def test_prepare_with_scores_equals_prepare_scoring_itself(fineweb, scored, smal
                for out in (alone, with_scores)]
     assert [{n: r["config"] for n, r in rec.items()} for rec in records] == \
         [{n: r["config"] for n, r in records[0].items()}] * 2
-    # the same scorer to prepare's reuse: scores read back find every shard up to date
+    # the same scorer to prepare's reuse: each way finds the other's shards up to date
     assert prepared(fineweb, alone, small_static, scores=scores)["embedded"] == 0
+    assert prepared(fineweb, with_scores, small_static, quality="heuristic")["embedded"] == 0
 
 
 def copy_of(scores, tmp_path):
