@@ -41,6 +41,15 @@ def cmd_prepare(args) -> None:
     _print(prepare(PrepareConfig(**given(args, PrepareConfig), cluster=cluster_flags(args))))
 
 
+def cmd_score(args) -> None:
+    from datamask.options import given
+
+    from .pipeline.engines import cluster_flags
+    from .pipeline.score import ScoreConfig, run_score
+
+    _print(run_score(ScoreConfig(**given(args, ScoreConfig), cluster=cluster_flags(args))))
+
+
 def cmd_distil(args) -> None:
     from datamask.paths import check_paths
     from datamask.errors import UserError
@@ -210,6 +219,7 @@ def add_stage_parsers(sub) -> None:
     from .pipeline.engines import add_executor_flags
     from .pipeline.export import Export
     from .pipeline.prepare import PrepareConfig
+    from .pipeline.score import ScoreConfig
     from .pipeline.select import SelectConfig
     from .pipeline.tokenize import TokenizeConfig
 
@@ -227,6 +237,12 @@ def add_stage_parsers(sub) -> None:
     add_flags(p, PrepareConfig)
     add_executor_flags(p, "shard groups", tasks=True)
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("score", help="FineWeb shards -> id and quality per row, for prepare "
+                                     "--scores (score on CPU nodes, embed on GPU nodes)")
+    add_flags(p, ScoreConfig)
+    add_executor_flags(p, "shard groups", tasks=True)
+    p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("distil", help="distil prepare's static embedding model (model2vec) from a "
                                       "sentence transformer, offline")

@@ -16,9 +16,9 @@ from reproduce.pipeline.prepare import PrepareConfig, embedder_of
 
 PREPARE_FLAGS = {"--input", "--output", "--embedding_model", "--prefix", "--max_seq_length",
                  "--batch_size", "--precision", "--device", "--quality", "--quality_model",
-                 "--quality_label", "--no_progress", "--executor", "--workers", "--tasks",
-                 "--slurm_partition", "--slurm_time", "--cpus_per_task", "--mem_per_cpu_gb",
-                 "--gpus_per_task", "--venv_path", "--ray_address"}
+                 "--quality_label", "--scores", "--no_progress", "--executor", "--workers",
+                 "--tasks", "--slurm_partition", "--slurm_time", "--cpus_per_task",
+                 "--mem_per_cpu_gb", "--gpus_per_task", "--venv_path", "--ray_address"}
 EVALUATE_FLAGS = {"--checkpoints", "--tasks", "--heldout", "--outside", "--heldout_docs",
                   "--output", "--data_dir", "--batch_size", "--device", "--limit",
                   "--num_fewshot"}

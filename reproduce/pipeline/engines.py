@@ -1,10 +1,10 @@
 """Where the data stages' tasks run: datatrove's LocalPipelineExecutor, RayPipelineExecutor or
 SlurmPipelineExecutor, behind one set of flags.
 
-prepare, select and tokenize each cut their work into independent executor tasks (file groups or
-blocks) that write datatrove completion markers, then run one merge task; this module holds what
-they share: the flags, the checks made before any work, the executors, and running the tasks then
-their merge (on Slurm: a job array and a job after it).
+score, prepare, select and tokenize each cut their work into independent executor tasks (file
+groups or blocks) that write datatrove completion markers, then run one merge task; this module
+holds what they share: the flags, the checks made before any work, the executors, and running the
+tasks then their merge (on Slurm: a job array and a job after it).
 """
 
 from __future__ import annotations

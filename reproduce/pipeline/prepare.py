@@ -8,7 +8,9 @@ reused rather than embedded again: each shard records in its Parquet metadata th
 it was made with (shards of earlier versions: prepare.json); an output folder holding shards of
 another embedding model is refused. The embedders (reproduce/pipeline/embedders.py): the sentence
 transformer, or with `--embedding_model static` a static model distilled from it, whose vector
-for a text with no known token is zero rather than unit length.
+for a text with no known token is zero rather than unit length. With `--scores SCORES/` the
+quality is read from the score stage's shards (reproduce/pipeline/score.py, which shares this
+module's shard machinery), under the name of the scorer that wrote them.
 
 The shards are dealt into executor tasks (datatrove's local, Ray or Slurm executor, as the select
 stage's blocks: reproduce/pipeline/engines.py): task r of N embeds and scores shards r, r+N, ...
@@ -56,19 +58,62 @@ from .quality import STAGE, HeuristicScorer
 datatrove_base = require("datatrove.pipeline.base", "prepare (shard executors)")
 
 EDU_SCORE_COLUMN = "score"  # FineWeb-Edu's classifier score (0-5)
-MANIFEST = "prepare.json"
-SHARD_RECORD = b"datamask.prepare"  # a shard's metadata key: its configuration, run, rows embedded
 QUALITIES = ("auto", "score", "heuristic", "fasttext")
 
 
+@dataclass(frozen=True)
+class ShardStage:
+    """A stage that writes one shard per input shard (prepare, score): its name names its
+    manifest (NAME.json, written by its merge task), the key of each shard's own record in its
+    Parquet metadata ({config, run, and `count`: how many rows that run computed}) and its Slurm
+    jobs."""
+
+    name: str
+    count: str
+
+    @property
+    def manifest(self) -> str:
+        return f"{self.name}.json"
+
+    @property
+    def record(self) -> bytes:
+        return f"datamask.{self.name}".encode()
+
+
+PREPARE_STAGE = ShardStage("prepare", "embedded")
+SCORE_STAGE = ShardStage("score", "scored")
+
+
 @dataclass(kw_only=True)
-class PrepareConfig(Executed):
+class Scoring(Executed):
+    """What the prepare and score stages share: FineWeb shards in, one shard out per input (same
+    name, rows in input order), the quality scorer, and the shards dealt into executor tasks."""
+
+    input: tuple[Path, ...] = option(REQUIRED, "FineWeb Parquet files or folders")
+    output: Path = option(REQUIRED, "folder; one shard per input shard, of the same name")
+    quality: str = option("auto", "auto: FineWeb-Edu's `score` column when present, else "
+                                  "heuristic (datatrove's quality filters + stop-word share); "
+                                  "fasttext: a classifier file", choices=QUALITIES)
+    quality_model: str | None = option(None, "fastText classifier .bin for --quality fasttext")
+    quality_label: str = option("__label__hq", "the classifier's good-quality label")
+    no_progress: bool = option(False, "no progress bars")
+    tasks: int | None = option(None, "executor tasks, at most one per shard",
+                               within=Range(1), flag=False,
+                               default_text="--workers")
+    chunk: int = option(256, "rows scored (and embedded) per call", within=Range(1), flag=False)
+
+    def __post_init__(self):
+        validate(self)
+
+
+@dataclass(kw_only=True)
+class PrepareConfig(Scoring):
     """The prepare stage's settings: `pipeline prepare`'s flags, help and range checks come from
     these fields; a config that breaks one is refused, naming the flag, when made. --device is
     checked against the executor when the embedder is made (`embedder_of`), not by its name."""
 
-    input: tuple[Path, ...] = option(REQUIRED, "FineWeb Parquet files or folders")
-    output: Path = option(REQUIRED, "folder; one prepared shard per input shard")
+    scores: Path | None = option(None, "folder of `pipeline score` shards: each row's quality "
+                                       "is read from there, not scored (docs/pipeline.md)")
     embedding_model: str | None = option(
         None, "sentence-transformers folder or name; static: its model2vec distillation (CPU, "
               "cached); static:DIR: one `distil` saved (docs/pipeline.md)",
@@ -86,19 +131,14 @@ class PrepareConfig(Executed):
     device: str = option("cpu", "cpu or cuda; with --gpus_per_task each task's own GPU; cpu as "
                                 "every pipeline stage, so that a rerun elsewhere writes the same "
                                 "vectors, where `datamask select` takes auto", named_rules=False)
-    quality: str = option("auto", "auto: FineWeb-Edu's `score` column when present, else "
-                                  "heuristic (datatrove's quality filters + stop-word share); "
-                                  "fasttext: a classifier file", choices=QUALITIES)
-    quality_model: str | None = option(None, "fastText classifier .bin for --quality fasttext")
-    quality_label: str = option("__label__hq", "the classifier's good-quality label")
-    no_progress: bool = option(False, "no progress bars")
-    tasks: int | None = option(None, "executor tasks, at most one per shard",
-                               within=Range(1), flag=False,
-                               default_text="--workers")
-    chunk: int = option(256, "rows embedded and scored per call", within=Range(1), flag=False)
 
-    def __post_init__(self):
-        validate(self)
+    def check_together(self):
+        """--scores names the scorer already (the one `pipeline score` ran): a --quality beside
+        it would be a second answer to the same question."""
+        if self.scores is not None and (self.quality != "auto" or self.quality_model):
+            raise UserError(f"--scores {self.scores}: the quality is read from its shards, "
+                            f"scored as `pipeline score --quality` chose; leave out --quality "
+                            f"and --quality_model")
 
 
 def chunk_id(doc_id: str) -> int:
@@ -249,6 +289,61 @@ def make_scorer(quality: str, files: list[Path], model_path: str | None = None,
     return FastTextQuality(model_path, label)
 
 
+class ScoreFolder(Scorer):
+    """The qualities `pipeline score` wrote (prepare's --scores): each input shard's from the
+    shard of the same name in `folder`, whose ids must be the input's, in order. Its name is that
+    of the scorer that wrote them, so a shard prepared with them is the shard --quality with that
+    scorer prepares, and is reused as one."""
+
+    def __init__(self, folder: Path, files: list[Path]):
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise UserError(f"--scores {folder}: no such folder")
+        scorers: dict[str, Path] = {}
+        for source in files:
+            path = self.folder / source.name
+            if not path.is_file():
+                raise UserError(f"{path}: no score shard for the input {source}; run `pipeline "
+                                f"score` on every input of this prepare")
+            read_schema(path, "--scores")
+            name = (_made_with(path, {}, SCORE_STAGE).get("config") or {}).get("quality")
+            if not name:
+                raise UserError(f"{path}: not a shard of `pipeline score` (its metadata names no "
+                                f"scorer)")
+            scorers.setdefault(name, path)
+        if len(scorers) > 1:
+            (one, first), (other, second) = list(scorers.items())[:2]
+            raise UserError(f"--scores {folder}: {first.name} was scored by {one}, {second.name} "
+                            f"by {other}; score every shard with one scorer")
+        self.name = next(iter(scorers))
+        self._shard: tuple[Path, dict[str, float]] | None = None  # the last shard read, by id
+
+    def _scores(self, source: Path) -> tuple[Path, pa.Table]:
+        path = self.folder / source.name
+        return path, _read_columns(path, ["id", QUALITY_COLUMN])
+
+    def check(self, table: pa.Table, path: Path) -> None:
+        """The score shard holds the input's ids, in its order (and so its row count)."""
+        scores, theirs = self._scores(path)
+        ids = [str(i) for i in table.column("id").to_pylist()]
+        if theirs.num_rows != len(ids):
+            raise UserError(f"{scores}: {theirs.num_rows} rows where the input {path} has "
+                            f"{len(ids)}; score that input again")
+        row = next((i for i, (a, b) in enumerate(zip(theirs.column("id").to_pylist(), ids))
+                    if a != b), None)
+        if row is not None:
+            raise UserError(f"{scores}: row {row} is the id {theirs.column('id')[row].as_py()!r} "
+                            f"where the input {path} has {ids[row]!r}; score that input again")
+
+    def __call__(self, table: pa.Table, path: Path) -> np.ndarray:
+        if self._shard is None or self._shard[0] != path:
+            _, scores = self._scores(path)
+            self._shard = (path, dict(zip(scores.column("id").to_pylist(),
+                                          scores.column(QUALITY_COLUMN).to_numpy())))
+        by_id = self._shard[1]
+        return np.array([by_id[str(i)] for i in table.column("id").to_pylist()], np.float32)
+
+
 def check_embed_device(device: str, executor: str, gpus_per_task: int) -> str:
     """The device the embedder loads on in this process. With --gpus_per_task every task embeds
     on its own GPU (task_device) and this process only checks the model, on the CPU; otherwise
@@ -323,14 +418,15 @@ def check_shards(files: list[Path], scorer: Scorer) -> None:
         _check_unique(shard, seen)
 
 
-def _made_with(path: Path, earlier: dict) -> dict:
-    """How the output shard at `path` was made ({config, run, embedded}): its own record, else,
-    for a shard an earlier version wrote, its prepare.json record; {} where there is no shard."""
+def _made_with(path: Path, earlier: dict, stage: ShardStage = PREPARE_STAGE) -> dict:
+    """How the output shard at `path` was made ({config, run, and the stage's count}): its own
+    record, else, for a shard an earlier version wrote, its manifest record; {} where there is no
+    shard."""
     if not path.exists():
         return {}
     metadata = pq.read_schema(path).metadata or {}
-    if SHARD_RECORD in metadata:
-        return json.loads(metadata[SHARD_RECORD])
+    if stage.record in metadata:
+        return json.loads(metadata[stage.record])
     return earlier.get(path.name, {})
 
 
@@ -350,28 +446,31 @@ def _reusable(out_path: Path) -> dict[int, tuple[float, np.ndarray]]:
 
 
 def _manifest(path: Path) -> dict:
-    """prepare.json's per-shard records ({name: counts and the config it was made with})."""
+    """A stage's manifest's per-shard records ({name: counts and the config it was made
+    with})."""
     if not path.exists():
         return {}
     try:
         previous = json.loads(path.read_text())
         files = previous["files"]
     except (ValueError, KeyError, TypeError):
-        raise UserError(f"{path}: an earlier manifest that cannot be read; delete the folder's "
-                        f"{MANIFEST} to prepare every shard again") from None
+        raise UserError(f"{path}: an earlier manifest that cannot be read; delete it to write "
+                        f"every shard again") from None
     # manifests before per-shard configs recorded one config for all shards
     return {name: {"config": previous.get("config"), **entry} for name, entry in files.items()}
 
 
-def check_inputs(inputs: list[str], output: Path, quality: str | None = None) -> list[Path]:
+def check_inputs(inputs: list[str], output: Path, quality: str | None = None,
+                 scores: Path | None = None) -> list[Path]:
     """The checks that need no model and no text, made before any model is loaded: the output
-    against the inputs and writable, shard names unique, every shard a readable FineWeb Parquet
-    file with text as text and at least one row, FineWeb-Edu scores numbers and finite where
-    `quality` (the flag's value; None: not known yet) uses them, and every earlier output shard
-    readable. The Parquet files, in order."""
+    against the inputs (and `scores`, prepare's --scores folder) and writable, shard names
+    unique, every shard a readable FineWeb Parquet file with text as text and at least one row,
+    FineWeb-Edu scores numbers and finite where `quality` (the flag's value; None: not known
+    yet, or not scored here) uses them, and every earlier output shard readable. The Parquet
+    files, in order."""
     files = parquet_files(inputs)
-    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs]},
-                folders={"--output": output})
+    check_paths({"--input": [str(f) for f in files] + [str(i) for i in inputs],
+                 "--scores": scores}, folders={"--output": output})
     check_distinct_files(files)
     names = [f.name for f in files]
     if len(set(names)) != len(names):
@@ -387,12 +486,16 @@ def check_inputs(inputs: list[str], output: Path, quality: str | None = None) ->
                 pq.read_metadata(earlier)
             except (pa.ArrowException, OSError) as err:
                 raise UserError(f"{earlier}: an earlier output that cannot be read ({quoted(err)}); "
-                                f"delete it to prepare that shard again") from None
+                                f"delete it to write that shard again") from None
     if quality is not None and quality_kind(quality, files) == "score":
         for path in files:
             EduScore().check(_read_columns(path, [EDU_SCORE_COLUMN]), path)
-    _manifest(output / MANIFEST)
     return files
+
+
+def input_stats(files: list[Path]) -> dict:
+    """Each input shard's size and modification time as this run found them, by its name."""
+    return dict(zip((f.name for f in files), file_stats(files).values()))
 
 
 def prepare(config: PrepareConfig, *, embedder: Embedder | None = None,
@@ -405,53 +508,41 @@ def prepare(config: PrepareConfig, *, embedder: Embedder | None = None,
 
     Everything is checked before the first row is embedded: the executor, the output against the
     inputs, every shard's columns and values, ids, earlier outputs, the device and precision (a
-    fastText scorer is loaded after the checks the embedder makes). Each finished shard is
-    renamed into place with the configuration it was made with (rows are reused only from a shard
-    made the same way), so an interrupted run resumes where it stopped; the merge task writes
-    prepare.json once every task finished, with each input's size and modification time as the
-    run found them. A rerun whose every shard was made this way from its input as it is now
-    returns at once, loading no model and starting no executor. A run that fails removes the
-    files it created."""
-    executor, workers, cluster, output = (config.executor, config.workers, config.cluster,
-                                          config.output)
-    check_executor(executor, workers, cluster)
-    files = check_inputs(config.input, output, config.quality if scorer is None else None)
+    fastText scorer is loaded after the checks the embedder makes; --scores' shards against the
+    inputs' ids). Each finished shard is renamed into place with the configuration it was made
+    with (rows are reused only from a shard made the same way), so an interrupted run resumes
+    where it stopped; the merge task writes prepare.json once every task finished, with each
+    input's size and modification time as the run found them. A rerun whose every shard was made
+    this way from its input as it is now returns at once, loading no model and starting no
+    executor. A run that fails removes the files it created."""
+    output = config.output
+    check_executor(config.executor, config.workers, config.cluster)
+    files = check_inputs(config.input, output, config.quality if scorer is None
+                         and config.scores is None else None, config.scores)
+    earlier = _manifest(output / PREPARE_STAGE.manifest)
     if embedder is None:
         embedder = embedder_of(config)
     if scorer is None:
-        scorer = make_scorer(config.quality, files, config.quality_model, config.quality_label)
+        scorer = (ScoreFolder(config.scores, files) if config.scores is not None else
+                  make_scorer(config.quality, files, config.quality_model, config.quality_label))
     check_shards(files, scorer)
-    tasks = min(workers if config.tasks is None else config.tasks, len(files))
-    shard_config = {"embedder": embedder.identity, "quality": scorer.name}
-    earlier = _manifest(output / MANIFEST)
+    run = ShardRun.of(PREPARE_STAGE, config, files,
+                      {"embedder": embedder.identity, "quality": scorer.name}, earlier)
     check_embedding_model(output, files, embedder, earlier)
-    inputs = dict(zip((f.name for f in files), file_stats(files).values()))
-    if all(_up_to_date(output / f.name, earlier.get(f.name, {}), shard_config, inputs[f.name])
-           for f in files):  # nothing to embed: no model is loaded, no executor started
-        return _summary(output, embedder, scorer, {f.name: {
-            "rows": earlier[f.name]["rows"], "embedded": 0, "reused": earlier[f.name]["rows"]}
-            for f in files})
-    embedder.load()  # a static model is distilled here, once every check has passed
-    with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
-        children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
-        logs = output.absolute() / "logs"
-        run_config = {**shard_config, "inputs": file_stats(files), "tasks": tasks}
-        start_or_resume(logs / "config.json", run_config, [logs])
-        # absolute paths: cluster workers do not start in this folder
-        shards = [str(f.absolute()) for f in files]
-        run = secrets.token_hex(8)  # tells the shards this run wrote from those it left alone
-        gpus = cluster.get("gpus_per_task", 0)
-        work = PrepareShards(shards, str(output.absolute()), embedder, scorer, shard_config,
-                             run, earlier, config.chunk, not config.no_progress,
-                             partial(task_device, executor, gpus, workers, device=embedder.device))
-        merge = WriteManifest(shards, str(output.absolute()), shard_config, run, earlier, inputs)
-        jobs = run_then_merge(executor, [([work], tasks, "task")], [merge], logs, workers,
-                              cluster, "prepare")
-        if jobs:  # Slurm: submitted; the merge job writes prepare.json
-            return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
-    records = json.loads((output / MANIFEST).read_text())["files"]
-    return _summary(output, embedder, scorer, {
-        f.name: {k: records[f.name][k] for k in ("rows", "embedded", "reused")} for f in files})
+    inputs = input_stats(files)
+    counts = run.left_alone(inputs)  # None: work to do; else no model is loaded, no executor
+    if counts is None:
+        embedder.load()  # a static model is distilled here, once every check has passed
+        gpus = config.cluster.get("gpus_per_task", 0)
+        work = PrepareShards(run, embedder, scorer, partial(
+            task_device, config.executor, gpus, config.workers, device=embedder.device))
+        submitted = run_shard_tasks(config, files, run, work, inputs)
+        if submitted:
+            return submitted
+        counts = run.written()
+    return {"output": str(output), "quality": scorer.name, "embedder": embedder.identity,
+            "rows": sum(c["rows"] for c in counts.values()),
+            "embedded": sum(c["embedded"] for c in counts.values()), "files": counts}
 
 
 def _up_to_date(shard: Path, record: dict, config: dict, input_stats: list) -> bool:
@@ -461,96 +552,169 @@ def _up_to_date(shard: Path, record: dict, config: dict, input_stats: list) -> b
             and shard.is_file() and pq.read_metadata(shard).num_rows == record["rows"])
 
 
-def _summary(output: Path, embedder: Embedder, scorer: Scorer, counts: dict) -> dict:
-    return {"output": str(output), "quality": scorer.name, "embedder": embedder.identity,
-            "rows": sum(c["rows"] for c in counts.values()),
-            "embedded": sum(c["embedded"] for c in counts.values()), "files": counts}
+@dataclass(frozen=True)
+class ShardRun:
+    """One run of a shard stage as its tasks and its merge task take it: the input shards and the
+    output folder (absolute: cluster workers do not start in this folder), the configuration
+    every shard it writes records, the earlier manifest's records, rows per call, whether tasks
+    show progress bars, and the run's id (tells the shards it wrote from those it left alone)."""
+
+    stage: ShardStage
+    shards: tuple[str, ...]
+    output: str
+    config: dict
+    earlier: dict
+    chunk: int
+    progress: bool
+    run_id: str
+
+    @classmethod
+    def of(cls, stage: ShardStage, settings: Scoring, files: list[Path], config: dict,
+           earlier: dict) -> ShardRun:
+        return cls(stage, tuple(str(f.absolute()) for f in files), str(settings.output.absolute()),
+                   config, earlier, settings.chunk, not settings.no_progress, secrets.token_hex(8))
+
+    @property
+    def names(self) -> list[str]:
+        return [Path(s).name for s in self.shards]
+
+    def record(self, computed: int) -> dict:
+        """What a shard this run writes records in its metadata: `computed` rows were new."""
+        return {"config": self.config, "run": self.run_id, self.stage.count: int(computed)}
+
+    def left_alone(self, inputs: dict) -> dict | None:
+        """Per shard {rows, the stage's count: 0, reused: rows} when every output shard is whole
+        and was made with this configuration from its input as it is now; else None."""
+        records = {name: self.earlier.get(name, {}) for name in self.names}
+        if not all(_up_to_date(Path(self.output) / name, record, self.config, inputs[name])
+                   for name, record in records.items()):
+            return None
+        return {name: {"rows": r["rows"], self.stage.count: 0, "reused": r["rows"]}
+                for name, r in records.items()}
+
+    def written(self) -> dict:
+        """Per shard, the counts the merge task wrote to the manifest."""
+        records = json.loads((Path(self.output) / self.stage.manifest).read_text())["files"]
+        return {name: {k: records[name][k] for k in ("rows", self.stage.count, "reused")}
+                for name in self.names}
 
 
-class PrepareShards(datatrove_base.PipelineStep):
-    """One task = one group of input shards (task r of N takes shards r, r+N, ...): each embedded
-    and scored on the task's device, rows made the same way reused, written atomically."""
+def run_shard_tasks(settings: Scoring, files: list[Path], run: ShardRun, work: ShardStep,
+                    inputs: dict) -> dict | None:
+    """`work` in `settings.tasks` executor tasks (default: `workers`, at most one per shard), then
+    one merge task that writes the stage's manifest; None once it has run, or for Slurm, which
+    returns at submission, the submission. A rerun with the same inputs, configuration and tasks
+    skips the finished tasks (logs/config.json); a failure removes the files the run created, an
+    interrupt keeps them to resume."""
+    output = settings.output
+    tasks = min(settings.workers if settings.tasks is None else settings.tasks, len(files))
+    with (engine_session(settings.executor, settings.cluster),
+          leave_as_found([output], keep_on_interrupt=[output])):
+        children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
+        logs = output.absolute() / "logs"
+        start_or_resume(logs / "config.json",
+                        {**run.config, "inputs": file_stats(files), "tasks": tasks}, [logs])
+        jobs = run_then_merge(settings.executor, [([work], tasks, "task")],
+                              [WriteManifest(run, inputs)], logs, settings.workers,
+                              settings.cluster, run.stage.name)
+    if jobs:  # Slurm: submitted; the merge job writes the manifest
+        return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
+    return None
 
-    name = "embed and score shards"
+
+class ShardStep(datatrove_base.PipelineStep):
+    """One task of a shard stage: task r of N takes the input shards r, r+N, ... and writes each
+    one's output shard (`write_shard`, in the subclass), atomically."""
+
     type = "🧭 - PREPARE"
 
-    def __init__(self, shards: list[str], output: str, embedder: Embedder, scorer: Scorer,
-                 config: dict, run_id: str, earlier: dict, chunk: int, progress: bool,
-                 device_of):
+    def __init__(self, run: ShardRun):
         super().__init__()
-        self.shards, self.output, self.embedder, self.scorer = shards, output, embedder, scorer
-        self.config, self.run_id, self.earlier = config, run_id, earlier
-        self.chunk, self.progress, self.device_of = chunk, progress, device_of
+        self.shard_run = run
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        embedder = self.embedder.on(self.device_of(rank=rank))
-        for source in task_files(self.shards, rank, world_size):
+        for source in task_files(list(self.shard_run.shards), rank, world_size):
             with self.track_time("shard"):
-                rows, embedded = self.prepare_shard(Path(source), embedder)
+                rows, computed = self.write_shard(Path(source))
             self.stat_update("rows", value=rows)
-            self.stat_update("embedded", value=embedded)
+            self.stat_update(self.shard_run.stage.count, value=computed)
         yield from data or ()
 
-    def prepare_shard(self, source: Path, embedder: Embedder) -> tuple[int, int]:
+    def write_shard(self, source: Path) -> tuple[int, int]:
+        """Write the output shard of `source` unless it is made already; (rows, rows computed)."""
+        raise NotImplementedError
+
+
+class PrepareShards(ShardStep):
+    """Each shard embedded and scored on the task's device, rows made the same way reused."""
+
+    name = "embed and score shards"
+
+    def __init__(self, run: ShardRun, embedder: Embedder, scorer: Scorer, device_of):
+        super().__init__(run)
+        self.embedder, self.scorer, self.device_of = embedder, scorer, device_of
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        self.task_embedder = self.embedder.on(self.device_of(rank=rank))
+        yield from super().run(data, rank, world_size)
+
+    def write_shard(self, source: Path) -> tuple[int, int]:
         """Embed and score the rows not reusable from the output shard, rewrite it unless it is
         complete and in order; (rows, rows embedded)."""
         shard = _read_shard(source)
-        out_path = Path(self.output) / source.name
-        made_with = _made_with(out_path, self.earlier).get("config")
-        reuse = _reusable(out_path) if made_with == self.config else {}
+        out_path = Path(self.shard_run.output) / source.name
+        made_with = _made_with(out_path, self.shard_run.earlier).get("config")
+        reuse = _reusable(out_path) if made_with == self.shard_run.config else {}
         todo = np.array([cid not in reuse for cid in shard.chunk_ids.tolist()], dtype=bool)
         if list(reuse) != shard.chunk_ids.tolist():  # else complete, in order: left alone
             remove_temporaries(out_path)  # what a killed writer of this shard left
-            record = {"config": self.config, "run": self.run_id, "embedded": int(todo.sum())}
-            bar = tqdm(total=int(todo.sum()), desc=f"prepare {source.name} (embed + score)",
-                       unit="doc", disable=not self.progress)
-            _write_shard(out_path, shard, reuse, todo, embedder, self.scorer, self.chunk, bar,
-                         record)
-            bar.close()
+            _write_shard(out_path, shard, reuse, todo, self.task_embedder, self.scorer,
+                         self.shard_run)
         return len(shard.ids), int(todo.sum())
 
 
 class WriteManifest(datatrove_base.PipelineStep):
-    """One task: prepare.json from the shards' own records, once every input's shard is there,
-    made with this run's configuration and holding every row of its input."""
+    """One task: the stage's manifest from the shards' own records, once every input's shard is
+    there, made with this run's configuration and holding every row of its input."""
 
-    name = "write prepare.json"
+    name = "write the manifest"
     type = "🧭 - PREPARE"
 
-    def __init__(self, shards: list[str], output: str, config: dict, run_id: str,
-                 earlier: dict, inputs: dict):
+    def __init__(self, run: ShardRun, inputs: dict):
         super().__init__()
-        self.shards, self.output, self.config = shards, output, config
-        self.run_id, self.earlier, self.inputs = run_id, earlier, inputs
+        self.shard_run, self.inputs = run, inputs
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        records = dict(self.earlier)  # shards of other inputs keep their records
-        for source in map(Path, self.shards):
-            path = Path(self.output) / source.name
-            record = _made_with(path, self.earlier)
+        run, count = self.shard_run, self.shard_run.stage.count
+        records = dict(run.earlier)  # shards of other inputs keep their records
+        for source in map(Path, run.shards):
+            path = Path(run.output) / source.name
+            record = _made_with(path, run.earlier, run.stage)
             rows = pq.read_metadata(source).num_rows
-            if record.get("config") != self.config or pq.read_metadata(path).num_rows != rows:
-                raise UserError(f"{path}: not prepared from {source} with this run's model and "
-                                f"scorer, though its task finished (was it removed or replaced "
-                                f"since?); delete {Path(self.output) / 'logs'} and rerun")
-            embedded = record["embedded"] if record.get("run") == self.run_id else 0
-            records[source.name] = {"config": self.config, "rows": rows, "embedded": embedded,
-                                    "reused": rows - embedded,
+            if record.get("config") != run.config or pq.read_metadata(path).num_rows != rows:
+                raise UserError(f"{path}: not made from {source} with this run's settings, though "
+                                f"its task finished (was it removed or replaced since?); delete "
+                                f"{Path(run.output) / 'logs'} and rerun")
+            computed = record[count] if record.get("run") == run.run_id else 0
+            records[source.name] = {"config": run.config, "rows": rows, count: computed,
+                                    "reused": rows - computed,
                                     "input": self.inputs[source.name]}  # as the run found it
-            self.stat_update("embedded", value=embedded)
-        write_json_atomic({"files": records}, Path(self.output) / MANIFEST)
+            self.stat_update(count, value=computed)
+        write_json_atomic({"files": records}, Path(run.output) / run.stage.manifest)
         yield from data or ()
 
 
 def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedder: Embedder,
-                 scorer: Scorer, chunk: int, bar, record: dict) -> None:
+                 scorer: Scorer, run: ShardRun) -> None:
     """Embed and score the rows in `todo`, take the others from `reuse`, write the shard (by
-    rename: never half-written under its name) with `record` in its metadata."""
+    rename: never half-written under its name) with the run's record in its metadata."""
     n = len(shard.ids)
     quality = np.empty(n, np.float32)
     features = None
     rows = np.flatnonzero(todo)
-    call = max(chunk, embedder.call_rows)  # CPU_BATCH's 8 batches are 256 rows: the chunk
+    call = max(run.chunk, embedder.call_rows)  # CPU_BATCH's 8 batches are 256 rows: the chunk
+    bar = tqdm(total=len(rows), desc=f"prepare {path.name} (embed + score)", unit="doc",
+               disable=not run.progress)
     for start in range(0, len(rows), call):
         part = rows[start:start + call]
         batch = shard.table.take(pa.array(part))
@@ -560,6 +724,7 @@ def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedd
         features[part] = vectors
         quality[part] = scorer(batch, shard.path)
         bar.update(len(part))
+    bar.close()
     for row in np.flatnonzero(~todo):
         q, vector = reuse[int(shard.chunk_ids[row])]
         if features is None:
@@ -568,4 +733,4 @@ def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedd
     lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
     write_dataset(path, shard.chunk_ids, quality, features,
                   extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths},
-                  metadata={SHARD_RECORD: json.dumps(record)})
+                  metadata={PREPARE_STAGE.record: json.dumps(run.record(len(rows)))})
