@@ -24,18 +24,25 @@ def tokens(tmp_path_factory):
     return write_tiny_token_set(tmp_path_factory.mktemp("worker"))
 
 
+@pytest.fixture(scope="module")
+def worker():
+    """One worker for the file: it imports torch and transformers once (about 5 CPU-seconds a
+    worker), and each test's stages follow others in the same process, as in a downstream run.
+    The last test closes it and checks how it ends."""
+    worker = StageWorker()
+    yield worker
+    worker.close()
+
+
 def train_argv(root: Path, name: str, seed: int) -> list[str]:
     return ["train", "--tokens", str(root / "tokens"), "--tokenizer", str(root / "tokenizer.json"),
             "--output", str(root / name), "--set", f"seed={seed}", *STEPS]
 
 
-def test_a_stage_in_a_worker_writes_what_a_fresh_process_writes(tokens):
-    worker = StageWorker()
-    try:  # another seed first, so the compared run follows a stage in the same process
-        worker.run(train_argv(tokens, "before", 1), tokens / "worker.log")
-        worker.run(train_argv(tokens, "in-worker", 0), tokens / "worker.log")
-    finally:
-        worker.close()
+def test_a_stage_in_a_worker_writes_what_a_fresh_process_writes(tokens, worker):
+    # another seed first, so the compared run follows a stage in the same process
+    worker.run(train_argv(tokens, "before", 1), tokens / "worker.log")
+    worker.run(train_argv(tokens, "in-worker", 0), tokens / "worker.log")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "reproduce", *train_argv(tokens, "fresh", 0)],
                    check=True, cwd=ROOT, env=env, capture_output=True)
@@ -46,8 +53,7 @@ def test_a_stage_in_a_worker_writes_what_a_fresh_process_writes(tokens):
     assert (tokens / "worker.log").read_text().count('"train_wall_s"') == 2  # both summaries
 
 
-def test_a_failing_stage_names_its_log_and_the_worker_goes_on(tokens):
-    worker = StageWorker()
+def test_a_failing_stage_names_its_log_and_the_worker_goes_on(tokens, worker):
     try:
         log = tokens / "bad.log"
         with pytest.raises(UserError, match=f"failed \\(exit 2\\); see {log}"):
