@@ -578,9 +578,11 @@ class ShardRun:
     def names(self) -> list[str]:
         return [Path(s).name for s in self.shards]
 
-    def record(self, computed: int) -> dict:
-        """What a shard this run writes records in its metadata: `computed` rows were new."""
-        return {"config": self.config, "run": self.run_id, self.stage.count: int(computed)}
+    def metadata(self, computed: int) -> dict[bytes, str]:
+        """The Parquet metadata of a shard this run writes, under its stage's key: the run's
+        record, `computed` rows new."""
+        record = {"config": self.config, "run": self.run_id, self.stage.count: int(computed)}
+        return {self.stage.record: json.dumps(record)}
 
     def left_alone(self, inputs: dict) -> dict | None:
         """Per shard {rows, the stage's count: 0, reused: rows} when every output shard is whole
@@ -733,4 +735,4 @@ def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedd
     lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
     write_dataset(path, shard.chunk_ids, quality, features,
                   extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths},
-                  metadata={PREPARE_STAGE.record: json.dumps(run.record(len(rows)))})
+                  metadata=run.metadata(len(rows)))

@@ -16,7 +16,6 @@ input as it is, and returns at once when every shard is; a run that fails remove
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,6 +106,5 @@ class ScoreShards(ShardStep):
         table = pa.table({ID_COLUMN: pa.array(shard.chunk_ids, pa.int64()),
                           "id": pa.array(shard.ids, pa.string()),
                           QUALITY_COLUMN: pa.array(quality)})
-        metadata = {SCORE_STAGE.record: json.dumps(run.record(n))}
-        write_table_atomic(table.replace_schema_metadata(metadata), out_path)
+        write_table_atomic(table.replace_schema_metadata(run.metadata(n)), out_path)
         return n, n
