@@ -31,6 +31,7 @@ import sys
 import time
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -169,6 +170,13 @@ def gain_ratio_text(ratio, greedy_gain) -> str:
     if pd.isna(ratio):
         return "-"
     return "greedy below random" if greedy_gain is not None and greedy_gain <= 0 else f"{ratio:.3f}"
+
+
+def read_cells(folder: Path, *parts: str) -> pd.DataFrame:
+    """The cells of the runs written in `folder` (or its `parts`) and their family folders."""
+    runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
+            for run in sorted(Path(folder, part).glob(pattern))]
+    return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
 
 
 def shown_cells(frame: pd.DataFrame) -> list[dict]:

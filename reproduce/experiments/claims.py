@@ -20,12 +20,13 @@ import yaml
 from datamask.errors import UserError
 from eval.tables import markdown
 from reproduce.bench import blocks
-from reproduce.bench.defaults import shown_cells
+from reproduce.bench.defaults import read_cells, shown_cells
 
 from .common import lr_setting
 from .downstream_report import arm_tables
 from .length_bias import DIVERSITY, PAPER, QUALITY, band, percent, spread
-from .records import SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result
+from .records import (SweepResult, TimingResult, TimingRun, best_of, of_metric, read_result,
+                      stop_sweeps)
 from .sweep import objective_at, ratio_and_steps, seed_spread, time_to, times_over, window_s
 from .timing import comparison, learner_steps
 
@@ -310,28 +311,24 @@ def compared(root: str, folder: str, metric: str, n: int, greedy: str,
 @dataclass(frozen=True)
 class GainTarget:
     """A gain target as claims.yaml declares it: the learner in `folder` against `greedy` at `n`
-    rows, its gain `op` `least` times the greedy's, in `time_limit` of its time where `timed`."""
+    rows, its gain `op` `least` times the greedy's, in at most `time_limit` times its time."""
 
     folder: str
     metric: str
     n: int
     greedy: str
     least: float
-    timed: bool = False
     op: str = ">="
+    time_limit: float = np.inf
     greedy_folder: str | None = None
-    time_limit: float = 1.0
 
-
-def gain_target(root: str, target: GainTarget) -> dict | None:
-    """Gain and time ratios against the target's greedy, beside the target."""
-    runs = compared(root, target.folder, target.metric, target.n, target.greedy,
-                    target.greedy_folder)
-    c = runs and comparison(*runs)
-    return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]),
-                     "op": target.op, "gain": c.gain_ratio, "time": c.time_ratio,
-                     "least": target.least,
-                     "time_limit": target.time_limit if target.timed else np.inf}
+    def measured(self, root: str) -> dict | None:
+        """Gain and time ratios against the greedy, beside the target."""
+        runs = compared(root, self.folder, self.metric, self.n, self.greedy, self.greedy_folder)
+        c = runs and comparison(*runs)
+        return runs and {"run": runs[0], "other": runs[1], "steps": learner_steps(runs[0]),
+                         "gain": c.gain_ratio, "time": c.time_ratio, "op": self.op,
+                         "least": self.least, "time_limit": self.time_limit}
 
 
 def sweep_rows(result: SweepResult) -> list[dict]:
@@ -401,7 +398,7 @@ def objective_targets(root: str, *folders: str, targets: dict, measured: dict) -
     for name, target in targets.items():
         kind = "scored_start" if "scored_start" in target else "gain"
         found = (scored_start(os.path.join(root, target["scored_start"]), target["least"])
-                 if kind == "scored_start" else gain_target(root, GainTarget(**target)))
+                 if kind == "scored_start" else GainTarget(**target).measured(root))
         items += [{**found, "name": name, "metric": target["metric"],
                    "measured": fill(measured[kind], found)}] if found else []
     return {"items": needed(items),  # Facility's scored start has no run: a start by definition
@@ -558,19 +555,6 @@ def by_rows(root: str, folder: str, least: float) -> dict:
             "reference_share": reference.time_ratio}
 
 
-def stop_sweeps(root: str, folder: str) -> list[tuple[int, SweepResult]]:
-    """`make ablation-stop`'s sweeps, (rows, result) from its n<N>/ folders, by rows."""
-    return [(n, results(root, f"{folder}/n{n}", "ablation-stop")) for n in sorted(
-        int(path.name[1:]) for path in Path(root, folder).glob("n*") if path.name[1:].isdigit())]
-
-
-def bench_cells(root: str, folder: str, *parts: str) -> pd.DataFrame:
-    """The cells of `make bench-defaults` runs in `folder` (or its `parts`), by family."""
-    runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
-            for run in sorted(Path(root, folder, part).glob(pattern))]
-    return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
-
-
 @measure("gradient_adds")
 def gradient_adds(root: str, stop: str, *folders: str) -> dict:
     """Learner runs from a scored greedy start (ablation-stop, timing, Facility's start, bench-
@@ -579,8 +563,8 @@ def gradient_adds(root: str, stop: str, *folders: str) -> dict:
     *timed, facility, bench = folders
     runs = [(c.metric, c.lamb, c.rows, True, c.written_step > 0,
              c.objective_written / c.objective_start)
-            for c in bench_cells(root, bench).itertuples()]
-    for n, result in stop_sweeps(root, stop):
+            for c in read_cells(Path(root, bench)).itertuples()]
+    for n, result in stop_sweeps(Path(root, stop)):
         runs += [(r.metric, result.config["lamb"], n, r.value != result.config["values"][0],
                   (r.best_step or 0) > 0, r.objective / r.curve[0].objective) for r in result.runs]
     runs += [(r.metric, 0.0, r.n, True, r.best_step > 0, np.nan)
@@ -623,10 +607,10 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
     """`today`'s bench-defaults cells, each replaced by the same cell of a round that adopted its
     metric (`adopted`: folder -> "<metric>" or "<metric> lamb <lamb>", in order); then `beside`'s
     tables (a `title`, the cells of `folder` or its `parts`). `rounds` are only cited."""
-    needed(not (cells := bench_cells(root, today)).empty)
+    needed(not (cells := read_cells(Path(root, today))).empty)
     key = ["family", "rows", "metric", "lamb"]
     for folder, metrics in adopted.items():
-        later = bench_cells(root, folder)
+        later = read_cells(Path(root, folder))
         if not later.empty:  # its cells replace the same cells run before
             later = later[[any(cell.metric == metric and (not lamb or cell.lamb == float(lamb))
                                for metric, _, lamb in (e.partition(" lamb ") for e in metrics))
@@ -640,8 +624,8 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
     from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
                            for folder, metrics in adopted.items())
     tables = [(f"At select's defaults (`{today}/`'s cells; then {from_round}, where each ran):",
-               cells)] + [(side["title"], bench_cells(root, side["folder"], *side.get("parts", ())))
-                          for side in beside]
+               cells)] + [(side["title"], read_cells(Path(root, side["folder"]),
+                                                     *side.get("parts", ()))) for side in beside]
     # a negative ratio is a greedy that lost to random: the cell's verdict says if the gain held
     return {"tables": [{"title": title, "cells": shown_cells(frame)} for title, frame in tables
                        if not frame.empty], "cells": len(cells), "passed": int(cells.passes.sum()),
@@ -652,7 +636,7 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
 def stopping_rule(root: str, folder: str) -> dict:
     """The rule's mean objective and time over the fixed steps', per sweep and metric."""
     kept = []
-    for n, result in stop_sweeps(root, folder):
+    for n, result in stop_sweeps(Path(root, folder)):
         fixed, rule = result.config["values"]
         means = pd.DataFrame(result.summary).set_index(["value", "metric"])[
             ["objective_mean", "wall_s_mean"]]
@@ -702,7 +686,7 @@ def learners_against_greedy(root: str, *folders: str, labels: list[str], against
     """Learner runs (`labels`, the adopted first) against one gain target."""
     *learners, greedy = folders
     items = [{**found, "name": label} for label, folder in zip(labels, learners)
-             if (found := gain_target(root, GainTarget(folder, greedy_folder=greedy, **against)))]
+             if (found := GainTarget(folder, greedy_folder=greedy, **against).measured(root))]
     needed(items and items[0]["name"] == labels[0])
     return {"items": items}
 

@@ -13,6 +13,7 @@ import os
 import types
 import typing
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
@@ -403,3 +404,9 @@ def read_result(results: str, experiment: str) -> Result | None:
         return result_type(experiment).from_json(data)
     except (TypeError, ValueError, KeyError, AttributeError) as err:
         raise UserError(f"{path}: not a {experiment} results file ({err})") from None
+
+
+def stop_sweeps(folder: os.PathLike) -> list[tuple[int, Result | None]]:
+    """`make ablation-stop`'s sweeps in `folder`, (rows, result) from its n<N>/ folders, by rows."""
+    rows = sorted(int(path.name[1:]) for path in Path(folder).glob("n*") if path.name[1:].isdigit())
+    return [(n, read_result(os.path.join(folder, f"n{n}"), "ablation-stop")) for n in rows]
