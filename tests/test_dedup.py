@@ -595,14 +595,22 @@ def test_rensa_shingles_the_words_of_datatrove_s_simplified_text(pool):
     from datatrove.utils.text import simplify_text
 
     text = "Crème brûlée, 12.5 km\tde Málaga!\u00a0 Ça \n va \u0301 ok? naïve ٣٫٥"
-    for each in [text] + [row["text"] for row in pool[2]]:
+    wide = "“Quoted” — it’s… ，１２ \x85 x \u0301 y \U0001171e z ệ ٣"  # the table's non-ASCII keys
+    for each in [text, wide, "1,5 l. 2.x"] + [row["text"] for row in pool[2]]:
         assert simplified(each) == " ".join(simplify_text(each).split())
     assert split_words(text) == simplified(text).split(" ")
-    hashes = shingle_hashes("a b c d e f a b c d e", 5)
-    assert len(hashes) == 7 and hashes[0] == hashes[6] and len(set(hashes.tolist())) == 6
-    assert shingle_hashes("b a c d e", 5)[0] != shingle_hashes("a b c d e", 5)[0]
-    assert len(shingle_hashes("a b c d", 5)) == 0 and len(shingle_hashes("", 5)) == 0
-    assert shingle_hashes("a b c d e", 5)[0] == shingle_hashes("x a b c d e", 5)[1]
+
+    def hashes(*texts):
+        return [each.tolist() for each in shingle_hashes(list(texts), 5)]
+
+    [six] = hashes("a b c d e f a b c d e")
+    assert len(six) == 7 and six[0] == six[6] and len(set(six)) == 6
+    assert hashes("b a c d e")[0] != hashes("a b c d e")[0]
+    assert hashes("a b c d", "") == [[], []]
+    assert hashes("a b c d e")[0][0] == hashes("x a b c d e")[0][1]
+    # texts hashed together: each its own n-grams as alone, none across two
+    together = ["a b c d e f", "", "g h", "a b c d e", "i j k l m n o"]
+    assert hashes(*together) == [hashes(each)[0] for each in together]
 
 
 CONFIG_REFUSALS = [

@@ -13,9 +13,12 @@ files, so that datatrove's bucket, cluster and filter steps run on either unchan
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
+from collections import deque
 from functools import cache
+from itertools import islice
 
 import numpy as np
 
@@ -23,6 +26,7 @@ from datamask.shared import require, require_installed
 
 datatrove_minhash = require("datatrove.pipeline.dedup.minhash", "dedup")
 datatrove_text = require("datatrove.utils.text", "dedup")
+regex = require("regex", "dedup")  # datatrove's own (its text patterns)
 
 BACKENDS = ("datatrove", "rensa")
 # dedup's default, by the verdict of the plan in reproduce/results/bench/dedup/backends/
@@ -48,26 +52,57 @@ def signature_step(backend: str, folder: str, config):
             "rensa": RensaSignature}[backend](folder, config=config)
 
 
+def character_class(points) -> str:
+    """A regular expression's class of the code points `points`, as ranges."""
+    points, ranges = sorted(points), []
+    while points:
+        last = 0
+        while last + 1 < len(points) and points[last + 1] == points[last] + 1:
+            last += 1
+        first, end = (regex.escape(chr(point)) for point in (points[0], points[last]))
+        ranges.append(first if last == 0 else f"{first}-{end}")
+        points = points[last + 1:]
+    return "[" + "".join(ranges) + "]"
+
+
 @cache
-def marks() -> dict[int, None]:
-    """str.translate's table that drops what datatrove's diacritics step drops after NFD: every
-    nonspacing mark (category Mn)."""
-    return {point: None for point in range(sys.maxunicode + 1)
-            if unicodedata.category(chr(point)) == "Mn"}
+def marks() -> regex.Pattern:
+    """What datatrove's diacritics step drops after NFD, every nonspacing mark (category Mn) by
+    this Python's unicodedata: regex's \\p{Mn} (its own Unicode version) less the marks
+    unicodedata does not know, plus those it knows otherwise, so the same set, scanned in C."""
+    everything = "".join(map(chr, range(sys.maxunicode + 1)))
+    ours = {point for point, char in enumerate(everything) if unicodedata.category(char) == "Mn"}
+    theirs = set(map(ord, regex.findall(r"\p{Mn}", everything)))
+    drop, add = theirs - ours, ours - theirs
+    return regex.compile(r"(?V1)[[\p{Mn}--" + (character_class(drop) if drop else "[]")
+                         + "]" + (character_class(add)[1:-1] if add else "") + "]+")
+
+
+@cache
+def wide_punctuation() -> tuple[bytes, re.Pattern]:
+    """datatrove's punctuation table split in two for non-ASCII text, each faster than the
+    table's per-character lookups there: a bytes table for the ASCII code points (UTF-8 keeps
+    them single bytes) and a pattern for the few others."""
+    table = datatrove_text.PUNCTUATION_TRANS
+    ascii_table = bytes(table.get(byte, byte) for byte in range(128)) + bytes(range(128, 256))
+    return ascii_table, re.compile(character_class([point for point in table if point >= 128]))
 
 
 def simplified(text: str) -> str:
     """datatrove's simplify_text at MinhashConfig's defaults (lower case, numbers to 0,
-    punctuation to spaces, whitespace merged, diacritics dropped), its patterns and tables, two
-    steps faster: the whitespace by str.split (the same characters as its regular expression's
-    \\s), the diacritics by one str.translate where the text is not ASCII (character by
-    character in Python there); the spaces a lone mark leaves are merged too (spaCy makes no
-    word of them)."""
+    punctuation to spaces, whitespace merged, diacritics dropped), its patterns and tables, in
+    fewer passes: the whitespace by str.split (the same characters as its regular expression's
+    \\s); where the text is not ASCII, the punctuation by wide_punctuation and the diacritics by
+    one pattern (datatrove goes character by character in Python there); the spaces a lone
+    mark leaves are merged too (spaCy makes no word of them)."""
     text = datatrove_text.NUMBERS_PATTERN.sub("0", text.lower())
-    text = " ".join(text.translate(datatrove_text.PUNCTUATION_TRANS).split())
+    if text.isascii():
+        return " ".join(text.translate(datatrove_text.PUNCTUATION_TRANS).split())
+    ascii_table, others = wide_punctuation()
+    text = " ".join(others.sub(" ", text.encode().translate(ascii_table).decode()).split())
     if text.isascii():
         return text
-    return " ".join(unicodedata.normalize("NFD", text).translate(marks()).split())
+    return " ".join(marks().sub("", unicodedata.normalize("NFD", text)).split())
 
 
 def split_words(text: str) -> list[str]:
@@ -98,23 +133,35 @@ def mixed(values: np.ndarray) -> np.ndarray:
     return values ^ (values >> np.uint64(31))
 
 
-def shingle_hashes(words: str, n_grams: int) -> np.ndarray:
-    """A 64-bit hash of each word n-gram of `words` (words between single spaces), in order: each
-    word's bytes hashed as a polynomial (prefix sums, so no loop over words), mixed, and n of
-    them combined by position. None where fewer than n words, as datatrove gives none."""
-    data = np.frombuffer(words.encode(), np.uint8)
+def shingle_hashes(texts: list[str], n_grams: int) -> list[np.ndarray]:
+    """A 64-bit hash of each word n-gram of each of `texts` (words between single spaces), in
+    order, for all texts in one pass of array operations: each word's bytes hashed as a
+    polynomial (prefix sums, so no loop over words), mixed, and n of them combined by position,
+    the n-grams that cross two texts dropped. None for a text of fewer than n words, as datatrove
+    gives none."""
+    encoded = [text.encode() for text in texts]
+    words = np.array([text.count(b" ") + 1 if text else 0 for text in encoded], np.intp)
+    grams = np.maximum(words - n_grams + 1, 0)
+    if not grams.any():
+        return [np.zeros(0, np.uint64) for _ in texts]
+    data = np.frombuffer(b" ".join(text for text in encoded if text), np.uint8)
     spaces = np.flatnonzero(data == 32)
-    if len(spaces) + 1 < n_grams or not len(data):
-        return np.zeros(0, np.uint64)
-    starts, ends = np.r_[0, spaces + 1], np.r_[spaces, len(data)]
     up, down = powers(len(data) + 1)
-    prefix = np.r_[np.uint64(0), np.cumsum(data * up[:len(data)], dtype=np.uint64)]
+    prefix = np.zeros(len(data) + 1, np.uint64)
+    np.cumsum(data * up[:len(data)], out=prefix[1:])
+    starts = np.zeros(len(spaces) + 1, np.intp)
+    starts[1:] = spaces + 1
+    ends = np.append(spaces, len(data))
     word = mixed((prefix[ends] - prefix[starts]) * down[starts])
     count = len(word) - n_grams + 1
     gram = word[:count].copy()
     for k in range(1, n_grams):
-        gram = gram * GRAM_BASE + word[k:k + count]
-    return mixed(gram)
+        gram *= GRAM_BASE
+        gram += word[k:k + count]
+    first = np.cumsum(words) - words  # each text's first word
+    inside = (np.arange(count) - np.repeat(first, words)[:count]
+              < np.repeat(grams, words)[:count])
+    return np.split(mixed(gram[inside]), np.cumsum(grams)[:-1])
 
 
 @cache
@@ -127,12 +174,31 @@ def rensa_minhash():
 class RensaSignature(datatrove_minhash.MinhashDedupSignature):
     """datatrove's signature step (its reading, file format, sorting and checks) with the shingles
     of split_words and rensa's RMinHash of them, num_buckets x hashes_per_bucket values seeded by
-    the config's seed; a 32-bit HashConfig."""
+    the config's seed; a 32-bit HashConfig. The shingles are hashed `batch` documents at a time
+    (one pass of array operations costs about what one document's does)."""
 
     name = "🎯 MinHash stage 1, rensa"
+    batch = 512
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        self._ready = deque()
+        super().run(self._shingled(data), rank, world_size)
+
+    def _shingled(self, documents):
+        """The documents as read, each batch's shingles hashed before its first document is
+        passed on, queued for get_shingles (which datatrove's loop calls once per document)."""
+        documents = iter(documents)
+        while batch := list(islice(documents, self.batch)):
+            texts = [document.text for document in batch]
+            self._ready.extend(zip(texts, shingle_hashes(list(map(simplified, texts)),
+                                                         self.config.n_grams)))
+            yield from batch
 
     def get_shingles(self, text: str) -> np.ndarray:
-        return shingle_hashes(simplified(text), self.config.n_grams)
+        ready = getattr(self, "_ready", None)
+        if ready and ready[0][0] is text:
+            return ready.popleft()[1]
+        return shingle_hashes([simplified(text)], self.config.n_grams)[0]
 
     def get_signature(self, shingles: np.ndarray) -> list[list[int]]:
         values = rensa_minhash().digest_matrix_from_flat_token_hashes(
