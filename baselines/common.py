@@ -12,7 +12,7 @@ import torch
 
 from datamask.data import Dataset
 from datamask.errors import UserError
-from datamask.greedy import BATCHED_ROUNDS, STOCHASTIC_EPSILON
+from datamask.greedy import BATCHED_ROUNDS, STOCHASTIC_EPSILON, Optimizer
 from datamask.objectives import GroundSet
 from datamask.options import Range, option
 from datamask.shared import resolve_device
@@ -42,13 +42,12 @@ def rounds_option():
                   "ceil(k / rounds) rows of one full pass at once", within=Range(1))
 
 
-def optimiser_arguments(options, device: torch.device) -> dict:
-    """The optimiser keywords of `datamask.greedy.greedy` from a greedy's --optimizer,
-    --epsilon, --rounds and --seed (the samples' generator, on the ground set's device)."""
+def optimiser_of(options, device: torch.device) -> Optimizer:
+    """The `datamask.greedy.Optimizer` of a greedy's --optimizer, --epsilon, --rounds and
+    --seed (the samples' generator, on the ground set's device)."""
     generator = torch.Generator(device=device)
     generator.manual_seed(options.seed)
-    return {"optimizer": options.optimizer, "epsilon": options.epsilon, "generator": generator,
-            "rounds": options.rounds}
+    return Optimizer(options.optimizer, options.epsilon, generator, options.rounds)
 
 
 def ground_set(data: Dataset, device: str) -> GroundSet:

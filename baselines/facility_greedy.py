@@ -25,61 +25,55 @@ from dataclasses import dataclass
 import torch
 
 from datamask.data import Dataset
-from datamask.greedy import BATCHED_ROUNDS, OPTIMIZERS, STOCHASTIC_EPSILON, greedy
+from datamask.greedy import OPTIMIZERS, Optimizer, greedy
 from datamask.objectives import (CoverageGains, FacilityLocation, GroundSet, clipped_cosine,
                                  kernel_rows)
 from datamask.objectives.facility import Rows
 from datamask.options import Range, option
 from datamask.selectors import Selector
 
-from .common import (check, device_option, epsilon_option, ground_set, optimiser_arguments,
+from .common import (check, device_option, epsilon_option, ground_set, optimiser_of,
                      picks_output, rounds_option, seed_option)
 
 
-def facility_greedy(rows: Rows, n_cand: int, n_cover: int, k: int, optimizer: str = "lazy",
-                    device: torch.device | str = "cpu", **optimiser_keywords
+def facility_greedy(rows: Rows, n_cand: int, n_cover: int, k: int,
+                    optimizer: Optimizer | str = "lazy", device: torch.device | str = "cpu"
                     ) -> tuple[list[int], list[dict]]:
     """Greedy picks of k of n_cand candidates maximising the coverage of n_cover rows, whose
-    similarities to candidates idx are `rows(idx)` (`datamask.objectives.CoverageGains`);
-    `optimiser_keywords`: the stochastic optimiser's epsilon and generator, the batched
-    one's rounds."""
+    similarities to candidates idx are `rows(idx)` (`datamask.objectives.CoverageGains`)."""
     term = CoverageGains(rows, n_cand, n_cover, device)
     return greedy(term, k, optimizer=optimizer, score=term.coverage_with, single_thread=True,
-                  **optimiser_keywords,
                   record=lambda s: {"step": s.step, "row": s.row,
                                     "facility": term.covered / n_cover,
                                     "gains_evaluated": s.gains_evaluated,
                                     "elapsed_s": s.elapsed_s})
 
 
-def kernel_greedy(unit_cand: torch.Tensor, unit_cover: torch.Tensor, k: int, optimizer: str,
-                  **optimiser_keywords) -> tuple[list[int], list[dict]]:
+def kernel_greedy(unit_cand: torch.Tensor, unit_cover: torch.Tensor, k: int,
+                  optimizer: Optimizer) -> tuple[list[int], list[dict]]:
     """facility_greedy on the precomputed (candidates x covered) clipped-cosine kernel."""
     return facility_greedy(kernel_rows(clipped_cosine(unit_cand, unit_cover)), len(unit_cand),
-                           len(unit_cover), k, optimizer, device=unit_cand.device,
-                           **optimiser_keywords)
+                           len(unit_cover), k, optimizer, device=unit_cand.device)
 
 
-def greedi(ground: GroundSet, k: int, optimizer: str, memory_bytes: int,
-           generator: torch.Generator, epsilon: float = STOCHASTIC_EPSILON,
-           rounds: int = BATCHED_ROUNDS) -> tuple[torch.Tensor, list[dict]]:
+def greedi(ground: GroundSet, k: int, optimizer: Optimizer,
+           memory_bytes: int) -> tuple[torch.Tensor, list[dict]]:
     """GreeDi: partition, greedy per part, greedy over the union, best solution on all rows;
-    `generator` draws the partition, the covered sample and the stochastic greedy's samples."""
-    optimiser_keywords = {"epsilon": epsilon, "generator": generator, "rounds": rounds}
-    n, device = len(ground), ground.device
+    the optimiser's generator draws the partition, the covered sample and the stochastic
+    greedy's samples."""
+    n, device, generator = len(ground), ground.device, optimizer.generator
     part_rows = math.isqrt(memory_bytes // 4)
     check(part_rows >= 2, f"--memory_gb {memory_bytes / 2**30:g} holds no 2 x 2 kernel")
     parts = torch.randperm(n, generator=generator, device=device).tensor_split(
         math.ceil(n / part_rows))
     local = [part[kernel_greedy(ground.unit[part], ground.unit[part], min(k, len(part)),
-                                optimizer, **optimiser_keywords)[0]] for part in parts]
+                                optimizer)[0]] for part in parts]
     union = torch.cat(local)
     cover_rows = min(n, memory_bytes // (4 * len(union)))
     check(cover_rows >= 1, f"--memory_gb {memory_bytes / 2**30:g} cannot hold the merge kernel "
                            f"of {len(union)} candidate rows")
     cover = torch.randperm(n, generator=generator, device=device)[:cover_rows]
-    merged = union[kernel_greedy(ground.unit[union], ground.unit[cover], k, optimizer,
-                                 **optimiser_keywords)[0]]
+    merged = union[kernel_greedy(ground.unit[union], ground.unit[cover], k, optimizer)[0]]
     solutions = [merged] + [picks for picks in local if len(picks) == k]
     values = FacilityLocation(memory_bytes).batch(ground, torch.stack(solutions))
     best = int(values.argmax())
@@ -120,10 +114,10 @@ class FacilityGreedy(Selector):
     def _select(self, data: Dataset, k: int):
         ground = ground_set(data, self.options.device)
         memory_bytes = int(self.options.memory_gb * 2**30)
-        optimiser = optimiser_arguments(self.options, ground.device)
+        optimizer = optimiser_of(self.options, ground.device)
         if 4 * len(ground) ** 2 <= memory_bytes:
-            picks, history = kernel_greedy(ground.unit, ground.unit, k, **optimiser)
+            picks, history = kernel_greedy(ground.unit, ground.unit, k, optimizer)
         else:
-            picks, history = greedi(ground, k, memory_bytes=memory_bytes, **optimiser)
+            picks, history = greedi(ground, k, optimizer, memory_bytes)
         return (*picks_output(len(data), picks), history,
                 (FacilityLocation(memory_bytes), ground))

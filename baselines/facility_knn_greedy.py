@@ -25,7 +25,7 @@ from .common import (
     device_option,
     epsilon_option,
     ground_set,
-    optimiser_arguments,
+    optimiser_of,
     picks_output,
     rounds_option,
     seed_option,
@@ -68,7 +68,7 @@ class FacilityKnnGreedy(Selector):
         term = objective.incremental(ground)
         picks, history = greedy(
             term, k, score=term.coverage_with, single_thread=True,
-            **optimiser_arguments(p, ground.device),
+            optimizer=optimiser_of(p, ground.device),
             record=lambda s: {"step": s.step, "row": s.row,
                               "facility_knn": term.covered / kernel.n,
                               "gains_evaluated": s.gains_evaluated,

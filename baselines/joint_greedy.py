@@ -33,7 +33,7 @@ from datamask.options import option
 from datamask.selectors import Selector
 from datamask.shared import resolve_device
 
-from .common import (check, device_option, epsilon_option, optimiser_arguments, picks_output,
+from .common import (check, device_option, epsilon_option, optimiser_of, picks_output,
                      rounds_option)
 from .facility_greedy import memory_option, optimizer_option
 
@@ -73,7 +73,7 @@ class JointGreedy(Selector):
                  else Joint(report.metrics[p.algorithm], p.lamb, TermScale(*p.term_scale)))
         picks, history = joint_greedy(
             joint, ground, p.algorithm, k, p.memory_gb * 2**30,
-            **optimiser_arguments(p, ground.device),
+            optimiser_of(p, ground.device),
             record=lambda s: {"step": s.step, "row": s.row, "joint": s.value.item(),
                               "gains_evaluated": s.gains_evaluated,
                               "elapsed_s": s.elapsed_s})

@@ -19,7 +19,7 @@ from datamask.options import option
 from datamask.selectors import Selector
 
 from .common import (device_option, epsilon_option, first_picks, ground_set,
-                     optimiser_arguments, picks_output, rounds_option, seed_option)
+                     optimiser_of, picks_output, rounds_option, seed_option)
 
 
 @dataclass
@@ -44,7 +44,7 @@ class PairGreedy(Selector):
         term = PairGains(ground)
         picks, history = greedy(
             term, k, first=int(first_picks([len(data)], self.options.seed)[0]),
-            **optimiser_arguments(self.options, ground.device),
+            optimizer=optimiser_of(self.options, ground.device),
             record=lambda s: {"step": s.step, "row": s.row, "Pair_simi": term.value(),
                               "elapsed_s": s.elapsed_s},
             single_thread=True)  # one matrix-vector product per step

@@ -255,7 +255,7 @@ def cmd_synth(args: argparse.Namespace) -> None:
 
     check_paths({}, files={"--output": args.output})
     data = synthetic_dataset(args.rows, args.dim, args.clusters, seed=args.seed)
-    contract.write_dataset(args.output, data.ids, data.quality, data.features)
+    contract.write_dataset(args.output, data)
     print(f"wrote {len(data)} rows x {data.dim}-d to {args.output}")
 
 

@@ -571,14 +571,12 @@ def selection_table(ids: np.ndarray, selected: np.ndarray, score: np.ndarray,
     })
 
 
-def write_dataset(path: str | os.PathLike, ids: np.ndarray, quality: np.ndarray,
-                  features: np.ndarray, extra: dict | None = None,
-                  id_column: str = ID_COLUMN, quality_column: str = QUALITY_COLUMN,
-                  feature_column: str = FEATURE_COLUMN, metadata: dict | None = None) -> None:
-    """Write arrays in the input contract (features as a fixed-size list of float32), with
-    `metadata` as the file's schema metadata; atomically (write_table_atomic)."""
-    table = dataset_table(Dataset(ids, quality, features), id_column, quality_column,
-                          feature_column)
+def write_dataset(path: str | os.PathLike, data: Dataset, extra: dict | None = None,
+                  metadata: dict | None = None) -> None:
+    """Write `data` in the input contract (its default column names, features as a fixed-size
+    list of float32), `extra`'s columns beside it and `metadata` as the file's schema metadata;
+    atomically (write_table_atomic)."""
+    table = dataset_table(data)
     for name, column in (extra or {}).items():
         table = table.append_column(name, column)
     write_table_atomic(table.replace_schema_metadata(metadata), path)

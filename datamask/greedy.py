@@ -67,24 +67,39 @@ class Step:
 Score = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
-def greedy(term: Term, k: int, *, optimizer: str = "naive", score: Score | None = None,
-           first: int | None = None, record: Callable[[Step], Any] | None = None,
-           single_thread: bool = False, epsilon: float = STOCHASTIC_EPSILON,
-           generator: torch.Generator | None = None,
-           rounds: int = BATCHED_ROUNDS) -> tuple[list[int], list]:
+@dataclass(frozen=True)
+class Optimizer:
+    """A greedy's optimiser (a name of OPTIMIZERS; the module docstring) and its own settings:
+    the stochastic one's epsilon and the generator of its samples (on the term's device; seeded
+    for repeatable picks), the batched one's rounds. The others read none of them."""
+
+    name: str = "naive"
+    epsilon: float = STOCHASTIC_EPSILON
+    generator: torch.Generator | None = None
+    rounds: int = BATCHED_ROUNDS
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                             f"got {self.name!r}")
+
+
+def greedy(term: Term, k: int, *, optimizer: Optimizer | str = "naive",
+           score: Score | None = None, first: int | None = None,
+           record: Callable[[Step], Any] | None = None,
+           single_thread: bool = False) -> tuple[list[int], list]:
     """Greedy picks of k rows maximising `score(term.gains())`, and one `record` entry per pick.
 
-    `epsilon` and `generator` (on the term's device; seeded for repeatable picks) drive the
-    stochastic optimiser's samples. `single_thread` runs the steps after the first full pass on
-    one CPU thread (see `one_thread`): right for terms whose steps are small ops, wrong for big
-    GEMMs. `rounds` drives the batched optimiser."""
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-    if optimizer == "stochastic":
-        return _stochastic(term, k, score, first, record, single_thread, epsilon, generator)
-    if optimizer == "batched":
-        return _batched(term, k, score, first, record, rounds)
-    lazy, began = optimizer == "lazy", time.perf_counter()
+    `optimizer`: an Optimizer, or the name of one at its defaults. `single_thread` runs the
+    steps after the first full pass on one CPU thread (see `one_thread`): right for terms whose
+    steps are small ops, wrong for big GEMMs."""
+    if isinstance(optimizer, str):
+        optimizer = Optimizer(optimizer)
+    if optimizer.name == "stochastic":
+        return _stochastic(term, k, score, first, record, single_thread, optimizer)
+    if optimizer.name == "batched":
+        return _batched(term, k, score, first, record, optimizer.rounds)
+    lazy, began = optimizer.name == "lazy", time.perf_counter()
     bound = term.gains()  # exact gains at S = {}; under lazy, upper bounds afterwards
     n, evaluated = len(bound), len(bound)
     taken = torch.zeros(n, dtype=torch.bool, device=bound.device)
@@ -156,10 +171,11 @@ class RemainingRows:
 
 
 def _stochastic(term: Term, k: int, score: Score | None, first: int | None,
-                record: Callable[[Step], Any] | None, single_thread: bool, epsilon: float,
-                generator: torch.Generator | None) -> tuple[list[int], list]:
+                record: Callable[[Step], Any] | None, single_thread: bool,
+                optimizer: Optimizer) -> tuple[list[int], list]:
     """The stochastic optimiser (module docstring): the best of a fresh sample each step, ties
     to the lowest row of the sample."""
+    epsilon, generator = optimizer.epsilon, optimizer.generator
     if not 0 < epsilon < 1:
         raise ValueError(f"epsilon must lie strictly between 0 and 1, got {epsilon}")
     if generator is None:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .data import Dataset, atomic_output, budget
 from .errors import UserError, quoted
-from .greedy import BATCHED_ROUNDS
+from .greedy import BATCHED_ROUNDS, Optimizer
 from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality, SetFunction,
                          TermScale, certificate, certificate_fields, certify, diversity,
                          joint_greedy, probing_saves_work, random_probes)
@@ -361,8 +361,8 @@ def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
     ln(N/k), every other row 0. The
     picks then hold about half the policy's mass (k e^c = N), so the first steps still sample
     outside them, and a top-k read-off gives the greedy's set."""
-    picks, _ = joint_greedy(objective, ground, algorithm, k, GREEDY_KERNEL_BYTES, optimizer,
-                            generator=gen, rounds=rounds)
+    picks, _ = joint_greedy(objective, ground, algorithm, k, GREEDY_KERNEL_BYTES,
+                            Optimizer(optimizer, generator=gen, rounds=rounds))
     logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
     logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
     return logits
@@ -529,23 +529,25 @@ def fitting_partial(config: LearnerConfig, quality: np.ndarray) -> float:
 class StepVariant:
     """How a step departs from the paper's (the defaults): `LearnerConfig`'s credit, its update
     (an `AdaptiveAscent` for --update adam, which keeps its moments across steps, else plain
-    ascent) and the probes a step uses (`LearnerConfig.step_probes`)."""
+    ascent), the probes a step uses (`LearnerConfig.step_probes`) and its log P(mask) form."""
 
     credit: str = "mask"
     update: AdaptiveAscent | None = None
     probes: int = 0
+    logprob: str = "simple"
 
 
 PAPER_STEP = StepVariant()
 
 
 def policy_step(logits: torch.Tensor, ground: GroundSet, objective: Joint, shape: Shape,
-                n_rollout: int, lr: float, gen: torch.Generator, logprob: str,
+                n_rollout: int, lr: float, gen: torch.Generator,
                 variant: StepVariant = PAPER_STEP) -> torch.Tensor:
     """One step of DATAMASK, in place on `logits`; returns the objective of its G masks.
     `variant` and `shape.n_cover` are the variants of `LearnerConfig` (credit, update, probes,
-    cover_sample); the default is the paper's step."""
-    credit, update, probes = variant.credit, variant.update, variant.probes
+    logprob, cover_sample); the default is the paper's step."""
+    credit, update, probes, logprob = (variant.credit, variant.update, variant.probes,
+                                       variant.logprob)
     rows, step_ground, step_logits = None, ground, logits
     if shape.n_step < len(ground):  # `partial`: the step works on n_step random candidates
         rows = torch.randperm(len(ground), generator=gen, device=logits.device)[:shape.n_step]
@@ -945,7 +947,7 @@ class MaskLearner:
                         shape.k_total, cfg.readoff)
         rule = StoppingRule.of(cfg, shape.n_total)
         update = AdaptiveAscent(run.logits, run.adam) if cfg.update == "adam" else None
-        variant = StepVariant(cfg.credit, update, cfg.step_probes())
+        variant = StepVariant(cfg.credit, update, cfg.step_probes(), cfg.logprob)
         known = {} if state is not None else self._score_start(run, checks, rule, gen)
         with ExitStack() as stack:
             log_file = stack.enter_context(open(log_path, "w")) if log_path else None
@@ -959,7 +961,7 @@ class MaskLearner:
                 began = time.perf_counter()
                 lr = learning_rate(cfg.lr_schedule, step, cfg.n_epochs, cfg.max_lr, cfg.min_lr)
                 scores = policy_step(run.logits, ground, objective, shape, cfg.n_rollout, lr, gen,
-                                     cfg.logprob, variant)
+                                     variant)
                 stats = torch.stack([scores.mean(), scores.max()]).tolist()  # one device sync
                 run.step = step + 1
                 record = {"step": step, "lr": lr, "objective_mean": stats[0],

@@ -63,7 +63,7 @@ def gaussian_data(n: int, dim: int, seed: int) -> Dataset:
 
 def write_shard(path: Path, data: Dataset, **extra) -> Path:
     """`data` as a prepared Parquet shard at `path` (extra columns as pyarrow arrays)."""
-    write_dataset(path, data.ids, data.quality, data.features, extra=extra or None)
+    write_dataset(path, data, extra=extra or None)
     return path
 
 

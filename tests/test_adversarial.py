@@ -409,7 +409,7 @@ def prepared(tmp_path):
     data = synthetic_dataset(40, dim=4, n_clusters=3, seed=2)
     path = tmp_path / "prepared" / "a.parquet"
     path.parent.mkdir()
-    write_dataset(path, data.ids, data.quality, data.features,
+    write_dataset(path, data,
                   extra={"id": pa.array([f"doc{i}" for i in data.ids]),
                          "text_length": pa.array(np.full(40, 10))})
     return path

@@ -297,7 +297,7 @@ def test_cli_list_names_every_baseline(capsys):
 
 def test_cli_baseline_end_to_end(tmp_path, capsys):
     data = synthetic_dataset(300, dim=8, seed=4)
-    write_dataset(tmp_path / "in.parquet", data.ids, data.quality, data.features)
+    write_dataset(tmp_path / "in.parquet", data)
     out = tmp_path / "out.parquet"
     assert main(["baseline", "joint-greedy", "--input", str(tmp_path / "in.parquet"),
                  "--output", str(out), "--select_ratio", "0.1", "--algorithm", "Facility",
@@ -329,7 +329,7 @@ def test_cli_one_shot_flags_reach_the_selector(tmp_path, name, flags):
     """Each one-shot flag is passed through: penalty 0 and trade_off 1 are quality top-k exactly;
     cluster-quota's output is the library call's with the same flags, not its defaults'."""
     data = synthetic_dataset(300, dim=8, seed=4)
-    write_dataset(tmp_path / "in.parquet", data.ids, data.quality, data.features)
+    write_dataset(tmp_path / "in.parquet", data)
     out = tmp_path / "out.parquet"
     assert main(["baseline", name, "--input", str(tmp_path / "in.parquet"), "--output", str(out),
                  "--select_ratio", "0.1", *flags]) == 0

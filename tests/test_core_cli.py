@@ -25,7 +25,7 @@ from datamask.options import fields_of
 def shard(tmp_path):
     data = synthetic_dataset(400, dim=8, n_clusters=5, seed=0)
     path = tmp_path / "in.parquet"
-    write_dataset(path, data.ids, data.quality, data.features)
+    write_dataset(path, data)
     return path, data
 
 

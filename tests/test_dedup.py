@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_adversarial import refused
 
-from datamask.data import budget, write_dataset
+from datamask.data import Dataset, budget, write_dataset
 from datamask.errors import UserError
 from datamask.stratify import largest_remainder
 from reproduce.cli import main
@@ -56,8 +56,8 @@ def write_corpus(root, rng, shards: dict[int, list[tuple[str, str, float, np.nda
         pq.write_table(pa.table({"id": ids, "text": texts}),
                        root / "fineweb" / f"{shard:05d}.parquet")
         write_dataset(root / "prepared" / f"{shard:05d}.parquet",
-                      np.arange(first, first + len(ids), dtype=np.int64),
-                      np.array(quality, np.float32), np.array(features, np.float32),
+                      Dataset(np.arange(first, first + len(ids), dtype=np.int64),
+                              np.array(quality, np.float32), np.array(features, np.float32)),
                       extra={"id": pa.array(ids)})
         first += len(ids)
 
@@ -356,8 +356,9 @@ def near_copies(root):
     ids = np.array([f"r{i:03d}" for i in range(len(rows))], dtype=object)
     quality = rng.uniform(0, 1, len(rows))
     (root / "prepared").mkdir()
-    write_dataset(root / "prepared" / "00000.parquet", np.arange(len(rows)), quality,
-                  rows.astype(np.float32), extra={"id": pa.array(ids.tolist())})
+    write_dataset(root / "prepared" / "00000.parquet",
+                  Dataset(np.arange(len(rows)), quality, rows.astype(np.float32)),
+                  extra={"id": pa.array(ids.tolist())})
     return ids, quality, rows
 
 

@@ -193,8 +193,7 @@ def one_step(algorithm: str, seed: int, lr: float, **options):
     objective = Joint(metric, 0.5, TermScale(0.0, 1.0, 0.0, 1.0))
     logits = torch.zeros(200)
     update = AdaptiveAscent(logits) if config.update == "adam" else None
-    policy_step(logits, ground, objective, shape, 16, lr, gen, "simple",
-                StepVariant(config.credit, update))
+    policy_step(logits, ground, objective, shape, 16, lr, gen, StepVariant(config.credit, update))
     return logits, shape, update
 
 

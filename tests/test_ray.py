@@ -3,7 +3,7 @@
 a Ray worker killed while it computes a task, and their outputs are compared with the local
 executor's (the selection row for row; the prepared shards' ids and quality exactly, embeddings
 to 1e-5); tokenize's token files and export's Parquet files byte for byte; dedup's keep-list row
-for row."""
+for row; score's shards column for column."""
 
 import json
 import os
@@ -31,6 +31,7 @@ from datamask.data import read_dataset
 from datamask.errors import UserError
 from reproduce.pipeline.dedup import KEEP_FILE, REMOVALS_FILE, DedupConfig, run_dedup
 from reproduce.pipeline.export import CARD, DATA, SUMMARY
+from reproduce.pipeline.score import ScoreConfig, run_score
 from reproduce.pipeline.select import TERM_SCALE, UNION_PLAN, SelectConfig, run_select
 from reproduce.pipeline.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 
@@ -369,6 +370,25 @@ def test_rerun_of_prepare_on_ray_skips_the_finished_tasks(prepare_killed, ray_he
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")} == before
     records = json.loads((out / "prepare.json").read_text())["files"]
     assert [r["embedded"] for r in records.values()] == [0, 0]  # nothing embedded this time
+
+
+def test_score_on_ray_writes_the_local_executors_score_shards(ray_head, pool, tmp_path):
+    """The score stage (CPU nodes' half of prepare --scores) on Ray: the local executor's shards,
+    every column equal, the scorer named in each shard's metadata the same."""
+    local = tmp_path / "local"
+    run_score(ScoreConfig(input=[pool[0] / "fineweb"], output=local, quality="heuristic",
+                          tasks=2, no_progress=True))
+    finish(on_ray(ray_head, "score", "--input", str(pool[0] / "fineweb"), "--output",
+                  str(tmp_path / "ray"), "--quality", "heuristic", "--tasks", "2",
+                  "--no_progress"))
+    shards = sorted(local.glob("*.parquet"))
+    assert len(shards) == 2
+    assert sorted(p.name for p in (tmp_path / "ray").glob("*.parquet")) == [p.name for p in shards]
+    for path in shards:
+        ours, theirs = pq.read_table(tmp_path / "ray" / path.name), pq.read_table(path)
+        assert ours.replace_schema_metadata(None).equals(theirs.replace_schema_metadata(None))
+        assert [json.loads(table.schema.metadata[b"datamask.score"])["config"]
+                for table in (ours, theirs)] == [{"quality": "datatrove-heuristics"}] * 2
 
 
 def test_tokenize_on_ray_writes_the_local_executors_token_files(ray_head, pool,

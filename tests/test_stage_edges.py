@@ -46,7 +46,7 @@ def files(tmp_path):
     train_tokenizer([str(shards)], tmp_path / "tokenizer.json", vocab_size=300)
     data = synthetic_dataset(40, dim=4, n_clusters=3, seed=2)
     (tmp_path / "prepared").mkdir()
-    write_dataset(tmp_path / "prepared" / "a.parquet", data.ids, data.quality, data.features,
+    write_dataset(tmp_path / "prepared" / "a.parquet", data,
                   extra={"id": pa.array([f"doc{i}" for i in data.ids]),
                          "text_length": pa.array(np.full(40, 10))})
     (tmp_path / "notes.txt").write_text("not Parquet, not JSON\n")

@@ -19,7 +19,7 @@ def run_demo(workdir: Path, device: str = "auto") -> list[dict]:
     workdir.mkdir(parents=True, exist_ok=True)
     shard = workdir / "shard.parquet"
     generated = synthetic_dataset(n_rows=3000, dim=64, n_clusters=24, seed=0)
-    write_dataset(shard, generated.ids, generated.quality, generated.features)
+    write_dataset(shard, generated)
     data = read_dataset([shard])  # through the same reader as any user file
     print(f"demo shard: {shard} ({len(data)} rows x {data.dim}-d, 24 clusters); "
           f"selecting {SELECT_RATIO:.0%} with lamb={LAMB}")

@@ -1,7 +1,9 @@
 """The single source of truth for every objective: the learner, each greedy baseline and every
 report evaluate selections through these set functions (one file per function)."""
 
-from ..greedy import greedy
+from dataclasses import replace
+
+from ..greedy import Optimizer, greedy
 from .base import GroundSet, SetFunction, as_batch
 from .certificates import (Certificate, certificate, certificate_fields, certify,
                           optimised_fields)
@@ -46,21 +48,20 @@ def exact_optimizer(gains) -> str:
 
 
 def joint_greedy(objective: Joint, ground: GroundSet, algorithm: str, k: int,
-                 memory_bytes: float, optimizer: str = "lazy", **options):
+                 memory_bytes: float, optimizer: Optimizer, record=None):
     """k picks of `datamask.greedy.greedy` on the joint objective (quality beside the
     --algorithm metric's incremental form, Facility's kernel held within `memory_bytes`), the
-    picks and history it returns. `optimizer` lazy is the exact greedy's picks (`exact_optimizer`);
-    quality alone (lamb 1) is modular, so its exact top-k is taken whatever the optimiser.
-    Facility's steps are small ops and run on one thread. `options`: the engine's (epsilon,
-    generator, rounds, record)."""
+    picks and history it returns (`record`: the engine's). `optimizer` lazy is the exact greedy's
+    picks (`exact_optimizer`); quality alone (lamb 1) is modular, so its exact top-k is taken
+    whatever the optimiser. Facility's steps are small ops and run on one thread."""
     gains = diversity_gains(algorithm, ground, memory_bytes) if objective.lamb < 1 else None
     term = JointGains(objective, ground, gains)
     if gains is None:
-        optimizer = "naive"
-    elif optimizer == "lazy":
-        optimizer = exact_optimizer(gains)
-    return greedy(term, k, optimizer=optimizer, score=term.value_with,
-                  single_thread=isinstance(gains, CoverageGains), **options)
+        optimizer = replace(optimizer, name="naive")
+    elif optimizer.name == "lazy":
+        optimizer = replace(optimizer, name=exact_optimizer(gains))
+    return greedy(term, k, optimizer=optimizer, score=term.value_with, record=record,
+                  single_thread=isinstance(gains, CoverageGains))
 
 
 __all__ = [

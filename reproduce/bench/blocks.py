@@ -147,7 +147,7 @@ def write_family(name: str, base_files: list[Path], folder: Path, rate: float, n
     check_unique_ids(np.concatenate([data.ids, copies.ids]), [len(data), len(copies)],
                      [str(base_files[0].parent), str(planted)], ID_COLUMN)
     folder.mkdir(parents=True, exist_ok=True)
-    write_dataset(planted, copies.ids, copies.quality, copies.features,
+    write_dataset(planted, copies,
                   extra={"id": pa.array(copy_strings.tolist(), pa.string())})
     pairs = np.stack([originals, len(data) + np.arange(len(copies))], axis=1)
     write_json_atomic({"config": config, "pairs": pairs.tolist()}, record)
@@ -162,7 +162,7 @@ def synthetic_family(work: Path, rows: int, rate: float, noise: float, seed: int
     if not (base.exists() and stamp.exists() and json.loads(stamp.read_text()) == made):
         data, strings = synthetic_rows(rows, seed)
         folder.mkdir(parents=True, exist_ok=True)
-        write_dataset(base, data.ids, data.quality, data.features,
+        write_dataset(base, data,
                       extra={"id": pa.array(strings.tolist(), pa.string())})
         write_json_atomic(made, stamp)
     return write_family("synthetic", [base], folder, rate, noise, seed, {"made": made})

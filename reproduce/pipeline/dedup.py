@@ -737,7 +737,7 @@ def run_dedup(config: DedupConfig) -> dict:
             output / name for name in (MINHASH, REGIONS, PAIRS, "logs", KEEP_FILE,
                                        REMOVALS_FILE, MANIFEST)])
         if not finished(output):  # else a rerun of a finished run: no executor is started
-            with engine_session(config.executor, config.cluster):
+            with engine_session(config):
                 jobs = _run_steps(config, text_files, prepared_files, settings, manifest)
             if jobs:  # Slurm: submitted; the merge job writes the keep-list
                 return {"submitted": True, **jobs, "output": str(output)}
@@ -769,8 +769,7 @@ def _run_steps(config: DedupConfig, text_files: list[Path], prepared_files: list
                    ([FindPairs(str(out), embedding["threshold"])], embedding["tasks"], "pair")]
     merge = WriteKeepList(config, text_paths or prepared, embedding["tasks"] if embedding else 0,
                           manifest)
-    jobs = run_then_merge(config.executor, rounds, [merge], out / "logs", config.workers,
-                          config.cluster, "dedup")
+    jobs = run_then_merge(config, rounds, [merge], out / "logs", "dedup")
     if not jobs:
         return None
     ids = [jobs["tasks_job"], *jobs.get("round_jobs", [])]

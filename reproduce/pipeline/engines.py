@@ -248,16 +248,16 @@ def ray_cluster(cluster: dict):
         ray.shutdown()
 
 
-def engine_session(kind: str, cluster: dict | None):
+def engine_session(where: Executed):
     """The `with` a stage runs its executors in: connected to Ray for --executor ray."""
-    return ray_cluster(cluster or {}) if kind == "ray" else nullcontext()
+    return ray_cluster(where.cluster) if where.executor == "ray" else nullcontext()
 
 
-def make_executor(kind: str, pipeline: list, tasks: int, logging_dir: Path, workers: int,
-                  depends=None, skip_completed: bool = True, cluster: dict | None = None,
-                  job_name: str = "datamask"):
-    """LocalPipelineExecutor, SlurmPipelineExecutor or RayPipelineExecutor over `pipeline`."""
-    cluster = cluster or {}
+def make_executor(where: Executed, pipeline: list, tasks: int, logging_dir: Path, workers: int,
+                  depends=None, skip_completed: bool = True, job_name: str = "datamask"):
+    """LocalPipelineExecutor, SlurmPipelineExecutor or RayPipelineExecutor over `pipeline`, as
+    `where` says (its executor and cluster; `workers` is this round's)."""
+    kind, cluster = where.executor, where.cluster
     if kind == "local":
         from datatrove.executor import LocalPipelineExecutor
 
@@ -317,24 +317,24 @@ def last_error(executor, rank: int) -> str:
     return errors[-1]
 
 
-def run_then_merge(kind: str, rounds: list[tuple[list, int, str]], merging: list, logs: Path,
-                   workers: int, cluster: dict | None, stage: str) -> dict | None:
+def run_then_merge(where: Executed, rounds: list[tuple[list, int, str]], merging: list,
+                   logs: Path, stage: str) -> dict | None:
     """Each round of `rounds` in order, (steps, tasks, unit): `tasks` tasks of `steps`, logged
     under logs/<unit>s, markers included (a rerun skips the finished ones); then one task of
     `merging` (logs/merge). On Slurm every round and the merge are submitted, each as a job that
     starts once the one before succeeded (afterok), and the job ids returned (the first round's
     as tasks_job, the later ones' as round_jobs); elsewhere None once the merge has run. A task
     that still fails after datatrove's retries stops the stage with its log's last error line."""
-    works = []
+    kind, works = where.executor, []
     for round_steps, round_tasks, round_unit in rounds:  # on Slurm each waits for the one before
         works.append(make_executor(
-            kind, round_steps, round_tasks, logs / f"{round_unit}s", min(workers, round_tasks),
-            depends=works[-1] if works and kind == "slurm" else None, cluster=cluster,
+            where, round_steps, round_tasks, logs / f"{round_unit}s",
+            min(where.workers, round_tasks),
+            depends=works[-1] if works and kind == "slurm" else None,
             job_name=f"datamask-{stage}" + (f"-{round_unit}s" if works else "")))
     if kind == "slurm":
-        merge = make_executor(kind, merging, 1, logs / "merge", 1, depends=works[-1],
-                                skip_completed=False, cluster=cluster,
-                                job_name=f"datamask-{stage}-merge")
+        merge = make_executor(where, merging, 1, logs / "merge", 1, depends=works[-1],
+                              skip_completed=False, job_name=f"datamask-{stage}-merge")
         try:
             merge.run()
         except subprocess.CalledProcessError as err:
@@ -350,6 +350,6 @@ def run_then_merge(kind: str, rounds: list[tuple[list, int, str]], merging: list
         if failed:
             raise UserError(f"--executor {kind}: {round_unit}s {failed[:10]} did not finish; "
                             f"{round_unit} {failed[0]}'s log ends: {last_error(work, failed[0])}")
-    make_executor(kind, merging, 1, logs / "merge", 1, skip_completed=False, cluster=cluster,
+    make_executor(where, merging, 1, logs / "merge", 1, skip_completed=False,
                   job_name=f"datamask-{stage}-merge").run()
     return None

@@ -595,14 +595,14 @@ def run_export(export: Export) -> dict:
         start_or_resume(output / "config.json", config,
                         [output / name for name in (DATA, FIGURES, "logs", CARD, SUMMARY)])
         if not (output / SUMMARY).is_file():  # else a finished run: no executor is started
-            with engine_session(export.executor, export.cluster):
+            with engine_session(export):
                 children_die_with_parent()  # a kill -9 of this command leaves no executor behind
                 absolute = [str(f.absolute()) for f in files]
                 jobs = run_then_merge(
-                    export.executor,
+                    export,
                     [([ExportShards(absolute, str(export.prepared), export)], tasks, "shard")],
                     [WriteCard(absolute, str(export.prepared), export, mix, summary)],
-                    export.output / "logs", export.workers, export.cluster, "export")
+                    export.output / "logs", "export")
             if jobs:  # Slurm: submitted; the merge job writes the card and summary.json
                 return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
     return json.loads((output / SUMMARY).read_text())

@@ -42,6 +42,7 @@ from datamask.learner import (
     LearnerConfig,
     MaskLearner,
     Shape,
+    StepVariant,
     policy_gradient,
     policy_step,
 )
@@ -116,7 +117,8 @@ def time_policy_step(data, device: torch.device, repeats: int) -> float:
     times = []
     for _ in range(repeats + 2):  # two warm-up steps (CUDA kernels load on first use)
         start = time.perf_counter()
-        policy_step(logits, ground, joint, shape, config.n_rollout, 1.0, gen, config.logprob)
+        policy_step(logits, ground, joint, shape, config.n_rollout, 1.0, gen,
+                    StepVariant(logprob=config.logprob))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)

@@ -39,6 +39,7 @@ from datamask.data import (
     FEATURE_COLUMN,
     ID_COLUMN,
     QUALITY_COLUMN,
+    Dataset,
     write_dataset,
     write_json_atomic,
 )
@@ -610,15 +611,14 @@ def run_shard_tasks(settings: Scoring, files: list[Path], run: ShardRun, work: S
     interrupt keeps them to resume."""
     output = settings.output
     tasks = min(settings.workers if settings.tasks is None else settings.tasks, len(files))
-    with (engine_session(settings.executor, settings.cluster),
+    with (engine_session(settings),
           leave_as_found([output], keep_on_interrupt=[output])):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         logs = output.absolute() / "logs"
         start_or_resume(logs / "config.json",
                         {**run.config, "inputs": file_stats(files), "tasks": tasks}, [logs])
-        jobs = run_then_merge(settings.executor, [([work], tasks, "task")],
-                              [WriteManifest(run, inputs)], logs, settings.workers,
-                              settings.cluster, run.stage.name)
+        jobs = run_then_merge(settings, [([work], tasks, "task")],
+                              [WriteManifest(run, inputs)], logs, run.stage.name)
     if jobs:  # Slurm: submitted; the merge job writes the manifest
         return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
     return None
@@ -733,6 +733,6 @@ def _write_shard(path: Path, shard: Shard, reuse: dict, todo: np.ndarray, embedd
             features = np.empty((n, len(vector)), np.float32)
         quality[row], features[row] = q, vector
     lengths = pc.utf8_length(shard.table.column("text")).cast(pa.int64())
-    write_dataset(path, shard.chunk_ids, quality, features,
+    write_dataset(path, Dataset(shard.chunk_ids, quality, features),
                   extra={"id": pa.array(shard.ids, pa.string()), "text_length": lengths},
                   metadata=run.metadata(len(rows)))

@@ -829,7 +829,7 @@ def run_select(config: SelectConfig) -> dict:
     if merge:
         check_part_memory(files[0], merge["merge_rows"], config.executor, config.workers,
                           config.cluster)
-    with engine_session(config.executor, config.cluster), \
+    with engine_session(config), \
             leave_as_found([output], keep_on_interrupt=[output]):
         return _run_blocks(config, files, (name, params), n_blocks, strata, cut, kept)
 
@@ -918,8 +918,7 @@ def _run_blocks(config: SelectConfig, files: list[Path], selector: tuple[str, di
                                    select_ratio, group="union", term_scale=term_scale)
         rounds += [([plan_union], 1, "union_plan"), ([union_parts], parts, "union")]
     merging = [MergeBlocks(prepared, plan, str(output), summary)]
-    jobs = run_then_merge(config.executor, rounds, merging, output / "logs", config.workers,
-                          config.cluster, "select")
+    jobs = run_then_merge(config, rounds, merging, output / "logs", "select")
     if jobs:  # Slurm: submitted; the merge job writes the selection
         ids = [jobs["tasks_job"], *jobs.get("round_jobs", [])]
         return {"submitted": True, "blocks": n_blocks,

@@ -288,7 +288,7 @@ def run_tokenize(config: TokenizeConfig) -> dict:
               "selection": file_stats([Path(selection)]), "tokenizer": file_stats([tokenizer]),
               "keep": file_stats([Path(keep) / KEEP_FILE]) if keep else None,
               "seed": seed, "tasks": tasks}
-    with engine_session(executor, cluster), leave_as_found([output], keep_on_interrupt=[output]):
+    with engine_session(config), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         output.mkdir(parents=True, exist_ok=True)
         start_or_resume(output / "config.json", config, [
@@ -307,8 +307,7 @@ def run_tokenize(config: TokenizeConfig) -> dict:
                               seed=seed, shuffle_documents=True),
         ]
         merge = [MergeRanks(str(out), seed, n_selected, summary)]
-        jobs = run_then_merge(executor, [(ranks, tasks, "rank")], merge, out / "logs", workers,
-                              cluster, "tokenize")
+        jobs = run_then_merge(config, [(ranks, tasks, "rank")], merge, out / "logs", "tokenize")
         if jobs:  # Slurm: submitted; the merge job writes the token files and summary.json
             return {"submitted": True, "tasks": tasks, **jobs, "output": str(output)}
     return json.loads((output / "summary.json").read_text())
