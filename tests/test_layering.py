@@ -126,3 +126,29 @@ def test_the_check_resolves_relative_imports_and_finds_a_cycle(tmp_path):
              for p in package.glob("*.py")}
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.a"}
     assert import_cycle(graph) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
+
+
+MOST_PARAMETERS = 8  # a function past it takes a config or a settings object instead
+
+
+def long_signatures(paths) -> list[str]:
+    """`file:line name (count)` of each function taking more than MOST_PARAMETERS parameters,
+    self and cls not counted."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+                count = len(names) - (names[:1] in (["self"], ["cls"]))
+                if count > MOST_PARAMETERS:
+                    found.append(f"{path.name}:{node.lineno} {node.name} ({count})")
+    return found
+
+
+def test_no_function_takes_more_than_eight_parameters(tmp_path):
+    assert long_signatures(p for layer in LAYERS for p in (ROOT / layer).rglob("*.py")) == []
+    nine = tmp_path / "nine.py"
+    nine.write_text("class A:\n    def f(self, a, b, c, d, e, f, g, h):\n        pass\n"
+                    "def g(a, b, c, d, e, f, g, h, *, i):\n    pass\n")
+    assert [line.split(" ", 1)[1] for line in long_signatures([nine])] == ["g (9)"]
