@@ -36,6 +36,7 @@ PIP_HINTS = {
     "apricot": ("apricot-select==0.6.1", "pipeline"),
     "psutil": ("psutil==7.2.2", "pipeline"),
     "rensa": ("rensa==0.5.0", "pipeline"),
+    "regex": ("regex==2026.11.19", "pipeline"),
     "model2vec": ("model2vec==0.10.0", "pipeline"),
     "skeletoken": ("skeletoken==0.6.1", "pipeline"),
     "huggingface_hub": ("huggingface-hub==2.4.0", "pipeline"),

@@ -284,14 +284,14 @@ def run_tokenize(config: TokenizeConfig) -> dict:
                "input": str(input_folder), "token_size": bytes_per_token,
                "executor": executor, "tasks": tasks, "started_at": time.time(),
                "output": str(output), "keep": str(Path(keep).absolute()) if keep else None}
-    config = {"inputs": file_stats(files + ([side] if side else [])),
-              "selection": file_stats([Path(selection)]), "tokenizer": file_stats([tokenizer]),
-              "keep": file_stats([Path(keep) / KEEP_FILE]) if keep else None,
-              "seed": seed, "tasks": tasks}
+    recorded = {"inputs": file_stats(files + ([side] if side else [])),
+                "selection": file_stats([Path(selection)]), "tokenizer": file_stats([tokenizer]),
+                "keep": file_stats([Path(keep) / KEEP_FILE]) if keep else None,
+                "seed": seed, "tasks": tasks}
     with engine_session(config), leave_as_found([output], keep_on_interrupt=[output]):
         children_die_with_parent()  # a kill -9 of this command leaves no executor process behind
         output.mkdir(parents=True, exist_ok=True)
-        start_or_resume(output / "config.json", config, [
+        start_or_resume(output / "config.json", recorded, [
             output / RANKS, output / "logs", output / "summary.json", *output.glob("*.ds"),
             *output.glob("*.ds.*")])
         out = output.absolute()  # cluster workers do not start in this folder
