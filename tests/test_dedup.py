@@ -614,6 +614,37 @@ def test_rensa_shingles_the_words_of_datatrove_s_simplified_text(pool):
     assert hashes(*together) == [hashes(each)[0] for each in together]
 
 
+
+def test_rensa_s_batched_simplification_finds_datatrove_s_words():
+    """The ASCII texts' numbers and punctuation are done as arrays over a whole batch: in texts
+    of digits, separators, spaces and marks, each word hash stands where datatrove's word
+    stands, equal where the words are equal; numbers chain as datatrove's pattern scans them;
+    a text's hashes do not depend on the texts hashed with it."""
+    import random
+
+    from datatrove.utils.text import simplify_text
+
+    draw = random.Random(0)
+    alphabet = list("0123456789.,.,ab  \t\n!?-\x0b") + ["٣", "é", "٫", "\u00a0", "Ⅷ", "\u0301"]
+    texts = ["".join(draw.choice(alphabet) for _ in range(draw.randint(0, 40)))
+             for _ in range(600)]
+    batched = shingle_hashes(texts, 1)
+    for text, hashes in zip(texts, batched):
+        words = simplify_text(text).split()
+        assert len(hashes) == len(words), repr(text)
+        assert ((hashes[:, None] == hashes[None, :])
+                == (np.array(words)[:, None] == np.array(words)[None, :])).all(), repr(text)
+        assert hashes.tolist() == shingle_hashes([text], 1)[0].tolist()
+
+    def same(a, b):
+        return shingle_hashes([a], 5)[0].tolist() == shingle_hashes([b], 5)[0].tolist()
+
+    assert same("1.2.3 a b c d", "5 7 a b c d")  # 1.2 is one number, .3 another
+    assert same("1,2.3,4.5 a b c d", "0 0 0 a b c d") and not same("12 a b c d", "1 2 a b c d")
+    assert same("4\u03015 a b c d", "7\u03013 a b c d")  # a dropped mark joins two zeros
+    assert not same("4\u03015 a b c d", "45 a b c d")
+
+
 CONFIG_REFUSALS = [
     ({"threshold": 1.5}, "--threshold must lie in (0, 1], got 1.5"),
     ({"guest_margin": 0.0}, "--guest_margin must lie in (0, 1], got 0"),

@@ -4,11 +4,12 @@ files, so that datatrove's bucket, cluster and filter steps run on either unchan
 - datatrove: its own MinhashDedupSignature: the text simplified (lower case, digits to 0,
   punctuation to spaces, diacritics dropped), split into words by spaCy's English tokenizer, each
   word n-gram hashed by xxhash, 14 x 8 minimums of seeded permutations modulo 2^61 - 1.
-- rensa: the same simplified text (by datatrove's patterns and tables), split at its spaces (the
-  simplification leaves single spaces between words; spaCy splits a few words further, such as
-  "cannot", and a number glued to a unit), each word n-gram hashed in numpy from its words' byte
-  hashes, the signature from rensa's RMinHash (a Rust MinHash, 32-bit values). The split is most
-  of datatrove's time; bench-dedup measures how often the two give other shingles.
+- rensa: the same simplified text (by datatrove's patterns and tables; an ASCII text's numbers,
+  punctuation and words found as arrays over a batch of texts), split at its whitespace (spaCy
+  splits a few words further, such as "cannot", and a number glued to a unit), each word n-gram
+  hashed in numpy from its words' byte hashes, the signatures from rensa's RMinHash (a Rust
+  MinHash, 32-bit values), a batch of documents per call. The split is most of datatrove's time;
+  bench-dedup measures how often the two give other shingles.
 """
 
 from __future__ import annotations
@@ -96,13 +97,62 @@ def simplified(text: str) -> str:
     one pattern (datatrove goes character by character in Python there); the spaces a lone
     mark leaves are merged too (spaCy makes no word of them)."""
     text = datatrove_text.NUMBERS_PATTERN.sub("0", text.lower())
-    if text.isascii():
-        return " ".join(text.translate(datatrove_text.PUNCTUATION_TRANS).split())
     ascii_table, others = wide_punctuation()
+    if text.isascii():
+        return " ".join(text.encode().translate(ascii_table).decode().split())
     text = " ".join(others.sub(" ", text.encode().translate(ascii_table).decode()).split())
     if text.isascii():
         return text
     return " ".join(marks().sub("", unicodedata.normalize("NFD", text)).split())
+
+
+def collapsed_numbers(data: np.ndarray,
+                      done: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """datatrove's number pattern over the ASCII bytes of `data` not `done` (digits, then at
+    most one '.' or ',' and digits, to one '0'), as arrays: the pattern scans left to right, so
+    in a chain of digit runs joined by single separators the first and second runs make one
+    match, the third and fourth the next, and so on. (the bytes, the indices of `data`'s bytes
+    dropped, in order; None: none)."""
+    digit = (data >= 48) & (data <= 57) & ~done
+    edges = np.flatnonzero(np.diff(np.r_[False, digit, False]))
+    starts, ends = edges[0::2], edges[1::2]  # the digit runs, [start, end)
+    if not len(starts):
+        return data, None
+    runs = np.arange(len(starts))
+    joined = np.zeros(len(starts), bool)  # run k and run k + 1 one separator apart
+    between = data[ends[:-1]]
+    joined[:-1] = (ends[:-1] + 1 == starts[1:]) & ((between == 44) | (between == 46))
+    chain = np.maximum.accumulate(np.where(np.r_[True, ~joined[:-1]], runs, 0))
+    pairs = joined & ((runs - chain) % 2 == 0)  # run k and run k + 1 make one match
+    first = ~np.r_[False, pairs[:-1]]
+    match_starts = starts[first]
+    match_ends = np.where(pairs, np.r_[ends[1:], 0], ends)[first]
+    lengths = match_ends - match_starts - 1  # each match less its first byte is dropped
+    dropped = (np.repeat(match_starts + 1 - (np.cumsum(lengths) - lengths), lengths)
+               + np.arange(lengths.sum()))  # in order (a cumsum over bytes costs 10x this)
+    out = data.copy()
+    out[match_starts] = 48
+    kept = np.ones(len(data), bool)
+    kept[dropped] = False
+    return out[kept], dropped
+
+
+def simplified_bytes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The simplified texts' UTF-8 bytes, each followed by a space, their whitespace not merged
+    (shingle_hashes finds the words between runs of it), and where each text's closing space
+    lies: the ASCII texts lowered, their numbers and punctuation done as arrays over all of them
+    at once; the others by simplified (its numbers left as they are: a dropped mark may join
+    two zeros; the punctuation table leaves its bytes as they are)."""
+    ascii = [text.isascii() for text in texts]
+    pieces = [text.encode().lower() if plain else simplified(text).encode()
+              for text, plain in zip(texts, ascii)]
+    lengths = [len(piece) + 1 for piece in pieces]
+    closing = np.cumsum(lengths) - 1
+    data, dropped = collapsed_numbers(np.frombuffer(b" ".join(pieces) + b" ", np.uint8),
+                                      np.repeat(~np.array(ascii, bool), lengths))
+    if dropped is not None:
+        closing = closing - np.searchsorted(dropped, closing)
+    return np.frombuffer(data.tobytes().translate(wide_punctuation()[0]), np.uint8), closing
 
 
 def split_words(text: str) -> list[str]:
@@ -134,24 +184,24 @@ def mixed(values: np.ndarray) -> np.ndarray:
 
 
 def shingle_hashes(texts: list[str], n_grams: int) -> list[np.ndarray]:
-    """A 64-bit hash of each word n-gram of each of `texts` (words between single spaces), in
+    """A 64-bit hash of each word n-gram of each of `texts`, simplified (split_words' words), in
     order, for all texts in one pass of array operations: each word's bytes hashed as a
     polynomial (prefix sums, so no loop over words), mixed, and n of them combined by position,
-    the n-grams that cross two texts dropped. None for a text of fewer than n words, as datatrove
-    gives none."""
-    encoded = [text.encode() for text in texts]
-    words = np.array([text.count(b" ") + 1 if text else 0 for text in encoded], np.intp)
+    the n-grams that cross two texts dropped. None for a text of fewer than n words, as
+    datatrove gives none."""
+    if not texts:
+        return []
+    data, closing = simplified_bytes(texts)
+    word_byte = (data != 32) & (data != 9) & (data != 10)
+    edges = np.flatnonzero(np.diff(np.r_[False, word_byte, False]))  # starts, ends in turn
+    starts, ends = edges[0::2], edges[1::2]
+    words = np.diff(np.r_[0, np.searchsorted(starts, closing)])
     grams = np.maximum(words - n_grams + 1, 0)
     if not grams.any():
         return [np.zeros(0, np.uint64) for _ in texts]
-    data = np.frombuffer(b" ".join(text for text in encoded if text), np.uint8)
-    spaces = np.flatnonzero(data == 32)
     up, down = powers(len(data) + 1)
     prefix = np.zeros(len(data) + 1, np.uint64)
     np.cumsum(data * up[:len(data)], out=prefix[1:])
-    starts = np.zeros(len(spaces) + 1, np.intp)
-    starts[1:] = spaces + 1
-    ends = np.append(spaces, len(data))
     word = mixed((prefix[ends] - prefix[starts]) * down[starts])
     count = len(word) - n_grams + 1
     gram = word[:count].copy()
@@ -174,35 +224,53 @@ def rensa_minhash():
 class RensaSignature(datatrove_minhash.MinhashDedupSignature):
     """datatrove's signature step (its reading, file format, sorting and checks) with the shingles
     of split_words and rensa's RMinHash of them, num_buckets x hashes_per_bucket values seeded by
-    the config's seed; a 32-bit HashConfig. The shingles are hashed `batch` documents at a time
-    (one pass of array operations costs about what one document's does)."""
+    the config's seed; a 32-bit HashConfig. Shingles and signatures are made `batch` documents
+    at a time (one pass of array operations, one call of rensa, cost about what one document's
+    did), before the batch's first document is passed on to datatrove's loop, which asks for
+    them one document at a time."""
 
     name = "🎯 MinHash stage 1, rensa"
-    batch = 512
+    batch = 128
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ready, self._signed = deque(), None
 
     def run(self, data, rank: int = 0, world_size: int = 1):
-        self._ready = deque()
-        super().run(self._shingled(data), rank, world_size)
+        self._ready, self._signed = deque(), None
+        super().run(self._made_ahead(data), rank, world_size)
 
-    def _shingled(self, documents):
-        """The documents as read, each batch's shingles hashed before its first document is
-        passed on, queued for get_shingles (which datatrove's loop calls once per document)."""
+    def _made_ahead(self, documents):
+        """The documents as read, each batch's (text, shingles, signature) queued first."""
         documents = iter(documents)
         while batch := list(islice(documents, self.batch)):
             texts = [document.text for document in batch]
-            self._ready.extend(zip(texts, shingle_hashes(list(map(simplified, texts)),
-                                                         self.config.n_grams)))
+            shingles = shingle_hashes(texts, self.config.n_grams)
+            signatures = iter(self.signatures([each for each in shingles if len(each)]))
+            self._ready.extend((text, each, next(signatures) if len(each) else None)
+                               for text, each in zip(texts, shingles))
             yield from batch
 
+    def signatures(self, shingles: list[np.ndarray]) -> list[list[list[int]]]:
+        """rensa's signature of each of `shingles` (none empty), in one call, as datatrove's
+        buckets of hashes_per_bucket values."""
+        if not shingles:
+            return []
+        offsets = np.zeros(len(shingles) + 1, np.uint64)
+        np.cumsum([len(each) for each in shingles], out=offsets[1:])
+        rows = rensa_minhash().digest_matrix_from_flat_token_hashes(
+            np.concatenate(shingles), offsets, self.num_hashes, self.config.seed).to_rows()
+        per = self.config.hashes_per_bucket
+        return [[values[i:i + per] for i in range(0, self.num_hashes, per)] for values in rows]
+
     def get_shingles(self, text: str) -> np.ndarray:
-        ready = getattr(self, "_ready", None)
-        if ready and ready[0][0] is text:
-            return ready.popleft()[1]
-        return shingle_hashes([simplified(text)], self.config.n_grams)[0]
+        if self._ready and self._ready[0][0] is text:
+            _, shingles, signature = self._ready.popleft()
+            self._signed = shingles, signature
+            return shingles
+        return shingle_hashes([text], self.config.n_grams)[0]
 
     def get_signature(self, shingles: np.ndarray) -> list[list[int]]:
-        values = rensa_minhash().digest_matrix_from_flat_token_hashes(
-            shingles, np.array([0, len(shingles)], np.uint64), self.num_hashes,
-            self.config.seed).to_rows()[0]
-        per = self.config.hashes_per_bucket
-        return [values[i:i + per] for i in range(0, self.num_hashes, per)]
+        if self._signed is not None and self._signed[0] is shingles:
+            return self._signed[1]
+        return self.signatures([shingles])[0]
