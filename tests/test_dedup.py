@@ -286,8 +286,9 @@ def test_the_bound_is_never_below_a_cosine():
 def test_the_bounded_pairs_are_those_of_comparing_every_pair(monkeypatch):
     """Rows of 64 dimensions in tight clusters, about half their pairs within a cluster above
     the threshold: with the bound on 2, 8 or BOUND_DIMS directions the pairs and cosines are
-    those of comparing every pair in full (a row with itself no pair), for any split and order
-    of the own rows."""
+    those of comparing every pair in full (a row with itself no pair; a pair of two own rows in
+    one order at least), for any split and order of the own rows; with small tiles most pairs of
+    two own rows are bounded once."""
     rng = np.random.default_rng(5)
     centres = unit(rng.standard_normal((20, 64)))
     rows = unit(np.repeat(centres, 30, axis=0)
@@ -298,19 +299,30 @@ def test_the_bounded_pairs_are_those_of_comparing_every_pair(monkeypatch):
     np.fill_diagonal(full, 0)  # a row is no pair of itself
     expected = set(zip(*np.nonzero(full[:250] >= threshold)))
     assert 300 < len(expected) < (full[:250] > 0.9).sum()  # pairs on both sides
+
+    def unordered(pairs):
+        return {frozenset(map(int, pair)) for pair in pairs}
+
+    def check(found):
+        found = list(found)
+        assert set(found) <= expected and unordered(found) == unordered(expected)
+
     for dims in (2, 8, BOUND_DIMS):
         first, second, cosine = similar_pairs(rows, np.arange(250), threshold, bound_dims=dims)
-        assert set(zip(first, second)) == expected, dims
+        check(zip(first, second))
         assert np.allclose(cosine, full[first, second], atol=1e-6)
     import reproduce.pipeline.dedup as dedup  # small tiles: most hold no pair and are skipped
     monkeypatch.setattr(dedup, "TILE_ROWS", 16)
-    monkeypatch.setattr(dedup, "TILE_AMONG", 64)
-    assert set(zip(*similar_pairs(rows, np.arange(250), threshold)[:2])) == expected
+    monkeypatch.setattr(dedup, "TILE_AMONG", 16)
+    small = list(zip(*similar_pairs(rows, np.arange(250), threshold)[:2]))
+    check(small)
+    both_own = [pair for pair in expected if pair[1] < 250]
+    assert len(expected) - len(small) > 0.2 * len(both_own)  # bounded once, not twice
     order = np.random.default_rng(6).permutation(250)  # own rows in any order, any split
     halves = [(order[a:b], similar_pairs(rows, order[a:b], threshold))
               for a, b in ((0, 100), (100, 250))]
-    assert set(zip(np.concatenate([own[first] for own, (first, _, _) in halves]),
-                   np.concatenate([second for _, (_, second, _) in halves]))) == expected
+    check(zip(np.concatenate([own[first] for own, (first, _, _) in halves]),
+              np.concatenate([second for _, (_, second, _) in halves])))
 
 
 def test_the_copy_of_higher_quality_stays_and_ties_keep_the_smaller_id():

@@ -258,25 +258,30 @@ def similar_pairs(among: np.ndarray, own: np.ndarray, threshold: float,
     TILE_ROWS x TILE_AMONG at a time, a tile whose largest bound is BOUND_SLACK below the
     threshold skipped whole, and only the pairs the bound leaves are compared in full, in
     float64: the pairs a full comparison of every pair finds, at a fraction of its arithmetic
-    where near copies are rare. A pair's cosine depends on its two rows alone, not on the region
-    it is found in."""
+    where near copies are rare. The own rows are bounded first, so that a pair of two own rows
+    is bounded once where their tiles allow (it may still come in both orders). A pair's cosine
+    depends on its two rows alone, not on the region it is found in."""
     if bound_dims + 1 < among.shape[1]:
         bounds = bound_vectors(among, principal_basis(among, min(bound_dims, len(among))))
     else:  # a bound no cheaper than the cosine itself: the cosine, in float32
         bounds = among.astype(np.float32)
+    guests = np.ones(len(among), bool)
+    guests[own] = False
+    order = np.r_[own, np.flatnonzero(guests)]  # own rows first: own[i] at i
+    bounds = bounds[order]
     low = threshold - BOUND_SLACK
     found = [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))]
     for start in range(0, len(own), TILE_ROWS):
-        selves = own[start:start + TILE_ROWS]
-        block = bounds[selves]
-        for at in range(0, len(among), TILE_AMONG):
+        block = bounds[start:min(start + TILE_ROWS, len(own))]
+        # a tile of own rows wholly before this block met these rows when its own block ran
+        for at in range(start // TILE_AMONG * TILE_AMONG, len(among), TILE_AMONG):
             tile = block @ bounds[at:at + TILE_AMONG].T
-            mine = np.flatnonzero((selves >= at) & (selves < at + TILE_AMONG))
-            tile[mine, selves[mine] - at] = -np.inf  # a row is no pair of itself
+            selves = np.arange(max(start, at), min(start + len(block), at + TILE_AMONG))
+            tile[selves - start, selves - at] = -np.inf  # a row is no pair of itself
             if tile.max() < low:
                 continue
             first, second = np.nonzero(tile >= low)
-            first, second = first + start, second + at
+            first, second = first + start, order[second + at]
             cosine = np.einsum("ij,ij->i", among[own[first]].astype(np.float64),
                                among[second].astype(np.float64))
             near = cosine >= threshold
