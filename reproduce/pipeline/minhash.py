@@ -143,13 +143,13 @@ def simplified_bytes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     lies: the ASCII texts lowered, their numbers and punctuation done as arrays over all of them
     at once; the others by simplified (its numbers left as they are: a dropped mark may join
     two zeros; the punctuation table leaves its bytes as they are)."""
-    ascii = [text.isascii() for text in texts]
-    pieces = [text.encode().lower() if plain else simplified(text).encode()
-              for text, plain in zip(texts, ascii)]
+    plain = [text.isascii() for text in texts]
+    pieces = [text.encode().lower() if ascii_only else simplified(text).encode()
+              for text, ascii_only in zip(texts, plain)]
     lengths = [len(piece) + 1 for piece in pieces]
     closing = np.cumsum(lengths) - 1
     data, dropped = collapsed_numbers(np.frombuffer(b" ".join(pieces) + b" ", np.uint8),
-                                      np.repeat(~np.array(ascii, bool), lengths))
+                                      np.repeat(~np.array(plain, bool), lengths))
     if dropped is not None:
         closing = closing - np.searchsorted(dropped, closing)
     return np.frombuffer(data.tobytes().translate(wide_punctuation()[0]), np.uint8), closing
