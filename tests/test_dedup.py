@@ -657,6 +657,43 @@ def test_rensa_s_batched_simplification_finds_datatrove_s_words():
     assert not same("4\u03015 a b c d", "45 a b c d")
 
 
+def test_rensa_s_signature_files_are_datatrove_s_loop_s_to_the_byte(pool, tmp_path):
+    """RensaSignature writes a batch at a time what datatrove's own loop writes one document at
+    a time from the same shingles and each document's own rensa call: the same bucket files to
+    the byte, over batches, documents too short for a shingle and an empty task."""
+    from datatrove.data import Document
+    from datatrove.pipeline.dedup.minhash import MinhashDedupSignature
+
+    from reproduce.pipeline.dedup import minhash_config
+    from reproduce.pipeline.minhash import RensaSignature, rensa_minhash
+
+    config = minhash_config(precision=32)
+    per = config.hashes_per_bucket
+
+    class OneByOne(MinhashDedupSignature):
+        def get_shingles(self, text):
+            return shingle_hashes([text], config.n_grams)[0]
+
+        def get_signature(self, shingles):
+            [values] = rensa_minhash().digest_matrix_from_flat_token_hashes(
+                shingles, np.array([0, len(shingles)], np.uint64), self.num_hashes,
+                config.seed).to_rows()
+            return [values[i:i + per] for i in range(0, self.num_hashes, per)]
+
+    texts = [row["text"] for row in pool[2]][:300]
+    texts[5:5] = ["", "too short", "a b c d e", texts[0]]
+    for rank, batch in enumerate([texts, []]):
+        folders = tmp_path / "batched", tmp_path / "one-by-one"
+        for step, folder in zip((RensaSignature, OneByOne), folders):
+            step(str(folder), config=config).run(
+                (Document(text=text, id=str(i)) for i, text in enumerate(batch)), rank)
+        for bucket in range(config.num_buckets):
+            name = f"bucket_{bucket:03d}/{rank:05d}.minhash.sig"
+            written = (folders[0] / name).read_bytes()
+            assert written == (folders[1] / name).read_bytes(), name
+            assert len(written) == (len(batch) - 2) * (per + 1) * 4 if batch else not written
+
+
 CONFIG_REFUSALS = [
     ({"threshold": 1.5}, "--threshold must lie in (0, 1], got 1.5"),
     ({"guest_margin": 0.0}, "--guest_margin must lie in (0, 1], got 0"),

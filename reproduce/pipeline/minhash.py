@@ -17,9 +17,8 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
-from collections import deque
 from functools import cache
-from itertools import islice
+from itertools import compress, count, islice
 
 import numpy as np
 
@@ -72,7 +71,8 @@ def marks() -> regex.Pattern:
     this Python's unicodedata: regex's \\p{Mn} (its own Unicode version) less the marks
     unicodedata does not know, plus those it knows otherwise, so the same set, scanned in C."""
     everything = "".join(map(chr, range(sys.maxunicode + 1)))
-    ours = {point for point, char in enumerate(everything) if unicodedata.category(char) == "Mn"}
+    # every code point's category, in C loops (each task builds this once)
+    ours = set(compress(count(), map("Mn".__eq__, map(unicodedata.category, everything))))
     theirs = set(map(ord, regex.findall(r"\p{Mn}", everything)))
     drop, add = theirs - ours, ours - theirs
     return regex.compile(r"(?V1)[[\p{Mn}--" + (character_class(drop) if drop else "[]")
@@ -222,55 +222,64 @@ def rensa_minhash():
 
 
 class RensaSignature(datatrove_minhash.MinhashDedupSignature):
-    """datatrove's signature step (its reading, file format, sorting and checks) with the shingles
-    of split_words and rensa's RMinHash of them, num_buckets x hashes_per_bucket values seeded by
-    the config's seed; a 32-bit HashConfig. Shingles and signatures are made `batch` documents
-    at a time (one pass of array operations, one call of rensa, cost about what one document's
-    did), before the batch's first document is passed on to datatrove's loop, which asks for
-    them one document at a time."""
+    """datatrove's signature step with the shingles of split_words and rensa's RMinHash of them,
+    num_buckets x hashes_per_bucket values seeded by the config's seed; a 32-bit HashConfig.
+    Its files are datatrove's to the byte (a bucket's hashes, then the document's index in the
+    task, sorted), but made a batch of documents at a time: one pass of array operations for
+    the shingles, one call of rensa, one write per bucket, where datatrove's loop packs and
+    writes each document into each bucket."""
 
     name = "🎯 MinHash stage 1, rensa"
     batch = 128
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._ready, self._signed = deque(), None
-
     def run(self, data, rank: int = 0, world_size: int = 1):
-        self._ready, self._signed = deque(), None
-        super().run(self._made_ahead(data), rank, world_size)
+        paths = [f"bucket_{bucket:03d}/{rank:05d}.minhash.sig"
+                 for bucket in range(self.config.num_buckets)]
+        with self.track_time():
+            if not self.check_can_skip_sig_writing(rank)[0]:
+                files = [self.output_folder.open(path, mode="wb") for path in paths]
+                documents, index = iter(data), 0
+                while batch := list(islice(documents, self.batch)):
+                    self.stat_update(datatrove_minhash.StatHints.total, value=len(batch))
+                    shingles = shingle_hashes([document.text for document in batch],
+                                              self.config.n_grams)
+                    signed = [i for i, each in enumerate(shingles) if len(each)]
+                    for file, records in zip(files, self.bucket_records(
+                            [shingles[i] for i in signed], np.array(signed) + index)):
+                        file.write(records.tobytes())
+                    index += len(batch)
+                for file in files:
+                    file.close()
+            for path in paths:
+                self.sort_records(path)
 
-    def _made_ahead(self, documents):
-        """The documents as read, each batch's (text, shingles, signature) queued first."""
-        documents = iter(documents)
-        while batch := list(islice(documents, self.batch)):
-            texts = [document.text for document in batch]
-            shingles = shingle_hashes(texts, self.config.n_grams)
-            signatures = iter(self.signatures([each for each in shingles if len(each)]))
-            self._ready.extend((text, each, next(signatures) if len(each) else None)
-                               for text, each in zip(texts, shingles))
-            yield from batch
+    def record_type(self) -> np.dtype:
+        """A record of a bucket file: its hashes_per_bucket hashes, then the document's index."""
+        return np.dtype([("hashes", f"<{self.config.hash_config.struct_format}",
+                          (self.config.hashes_per_bucket,)), ("document", "<u4")])
 
-    def signatures(self, shingles: list[np.ndarray]) -> list[list[list[int]]]:
-        """rensa's signature of each of `shingles` (none empty), in one call, as datatrove's
-        buckets of hashes_per_bucket values."""
-        if not shingles:
-            return []
-        offsets = np.zeros(len(shingles) + 1, np.uint64)
-        np.cumsum([len(each) for each in shingles], out=offsets[1:])
-        rows = rensa_minhash().digest_matrix_from_flat_token_hashes(
-            np.concatenate(shingles), offsets, self.num_hashes, self.config.seed).to_rows()
-        per = self.config.hashes_per_bucket
-        return [[values[i:i + per] for i in range(0, self.num_hashes, per)] for values in rows]
+    def bucket_records(self, shingles: list[np.ndarray],
+                       documents: np.ndarray) -> list[np.ndarray]:
+        """Each bucket's records of rensa's signatures of `shingles` (none empty), in one call,
+        the documents' indices `documents`."""
+        per, buckets = self.config.hashes_per_bucket, self.config.num_buckets
+        records = np.zeros((buckets, len(shingles)), self.record_type())
+        if shingles:
+            offsets = np.zeros(len(shingles) + 1, np.uint64)
+            np.cumsum([len(each) for each in shingles], out=offsets[1:])
+            values = np.array(rensa_minhash().digest_matrix_from_flat_token_hashes(
+                np.concatenate(shingles), offsets, self.num_hashes, self.config.seed).to_rows())
+            records["hashes"] = values.reshape(len(shingles), buckets, per).swapaxes(0, 1)
+            records["document"] = documents
+        return list(records)
 
-    def get_shingles(self, text: str) -> np.ndarray:
-        if self._ready and self._ready[0][0] is text:
-            _, shingles, signature = self._ready.popleft()
-            self._signed = shingles, signature
-            return shingles
-        return shingle_hashes([text], self.config.n_grams)[0]
-
-    def get_signature(self, shingles: np.ndarray) -> list[list[int]]:
-        if self._signed is not None and self._signed[0] is shingles:
-            return self._signed[1]
-        return self.signatures([shingles])[0]
+    def sort_records(self, path: str) -> None:
+        """The bucket file `path` sorted as datatrove's buckets step reads it: by its hashes in
+        turn, then the document's index."""
+        with self.output_folder.open(path, mode="rb") as file:
+            records = np.frombuffer(file.read(), self.record_type())
+        hashes = records["hashes"]
+        order = np.lexsort([records["document"]]
+                           + [hashes[:, i] for i in reversed(range(hashes.shape[1]))])
+        with self.output_folder.open(path, mode="wb") as file:
+            file.write(records[order].tobytes())
