@@ -407,7 +407,8 @@ def test_length_bias_holds_in_all_four_parts_or_names_those_that_hold(tmp_path):
 def test_defaults_table_takes_adopted_cells_over_older_ones_and_shows_each_side_table(tmp_path):
     """The defaults claim: an adopted round's cells replace the same cells run before (only the
     metric and lamb it names), and each side table reads its folder, a run held directly there
-    or one folder per family."""
+    or one folder per family; a cell shows its select ratio, the bench's 0.1 where its run
+    recorded none."""
     def cell(family, metric, lamb, passes, time_ratio=1.0):
         return {"family": family, "rows": 3000, "metric": metric, "lamb": lamb,
                 "greedy": "g", "gain_ratio": 1.0, "time_ratio": time_ratio, "written_step": 0,
@@ -420,7 +421,7 @@ def test_defaults_table_takes_adopted_cells_over_older_ones_and_shows_each_side_
 
     write("today/a", cell("a", "DiSF", 0.0, False), cell("a", "DiSF", 0.5, False))
     write("round/screen/g", cell("a", "DiSF", 0.0, True, 0.5), cell("a", "DiSF", 0.5, True))
-    write("round/screen/s", cell("a", "Facility", 0.0, False, 9.0))
+    write("round/screen/s", {**cell("a", "Facility", 0.0, False, 9.0), "ratio": 0.3})
     declared = next(c for c in claims.load_claims() if c.decide == "defaults_against_greedies")
     found = replace(declared, evidence=["today", "round"], parameters=dict(
         keep_of_greedy=0.99, adopted={"round/screen": ["DiSF lamb 0"]},
@@ -428,8 +429,8 @@ def test_defaults_table_takes_adopted_cells_over_older_ones_and_shows_each_side_
             str(tmp_path))
     assert found.here.startswith("1 of 2 cells pass")
     text = "\n".join(found.lines)
-    assert "| a | 3,000 | DiSF | 0 | g | 1.000 | 0.50 |" in text  # the adopted cell
-    assert "Not adopted:" in text and "| a | 3,000 | Facility | 0 | g | 1.000 | 9.00 |" in text
+    assert "| a | 3,000 | 0.1 | DiSF | 0 | g | 1.000 | 0.50 |" in text  # the adopted cell
+    assert "Not adopted:" in text and "| a | 3,000 | 0.3 | Facility | 0 | g | 1.000 | 9.00 |" in text
 
 
 NEW_CLAIM = """

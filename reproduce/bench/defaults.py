@@ -173,10 +173,14 @@ def gain_ratio_text(ratio, greedy_gain) -> str:
 
 
 def read_cells(folder: Path, *parts: str) -> pd.DataFrame:
-    """The cells of the runs written in `folder` (or its `parts`) and their family folders."""
+    """The cells of the runs written in `folder` (or its `parts`) and their family folders, each
+    with its select ratio (RATIO in runs made before the bench took --ratios)."""
     runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
             for run in sorted(Path(folder, part).glob(pattern))]
-    return pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
+    cells = pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
+    if not cells.empty:
+        cells["ratio"] = cells.get("ratio", pd.Series(RATIO, cells.index)).fillna(RATIO)
+    return cells
 
 
 def shown_cells(frame: pd.DataFrame) -> list[dict]:
