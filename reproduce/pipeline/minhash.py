@@ -243,9 +243,9 @@ class RensaSignature(datatrove_minhash.MinhashDedupSignature):
                     self.stat_update(datatrove_minhash.StatHints.total, value=len(batch))
                     shingles = shingle_hashes([document.text for document in batch],
                                               self.config.n_grams)
-                    signed = [i for i, each in enumerate(shingles) if len(each)]
+                    signed = np.flatnonzero([len(each) for each in shingles])
                     for file, records in zip(files, self.bucket_records(
-                            [shingles[i] for i in signed], np.array(signed) + index)):
+                            [shingles[i] for i in signed], signed + index)):
                         file.write(records.tobytes())
                     index += len(batch)
                 for file in files:
