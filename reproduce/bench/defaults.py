@@ -172,14 +172,19 @@ def gain_ratio_text(ratio, greedy_gain) -> str:
     return "greedy below random" if greedy_gain is not None and greedy_gain <= 0 else f"{ratio:.3f}"
 
 
+def ratios(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's select ratio: RATIO in runs made before the bench took --ratios."""
+    return cells.get("ratio", pd.Series(RATIO, cells.index)).fillna(RATIO)
+
+
 def read_cells(folder: Path, *parts: str) -> pd.DataFrame:
     """The cells of the runs written in `folder` (or its `parts`) and their family folders, each
-    with its select ratio (RATIO in runs made before the bench took --ratios)."""
+    with its select ratio."""
     runs = [run for part in parts or ("",) for pattern in ("defaults.json", "*/defaults.json")
             for run in sorted(Path(folder, part).glob(pattern))]
     cells = pd.DataFrame([row for run in runs for row in json.loads(run.read_text())["rows"]])
     if not cells.empty:
-        cells["ratio"] = cells.get("ratio", pd.Series(RATIO, cells.index)).fillna(RATIO)
+        cells["ratio"] = ratios(cells)
     return cells
 
 
@@ -220,7 +225,7 @@ def table(rows: list[dict]) -> str:
     frame = pd.DataFrame(rows)
     shown = pd.DataFrame({
         "family": frame.family, "rows": frame.rows.map("{:,}".format),
-        "ratio": frame.get("ratio", pd.Series(RATIO, frame.index)).map("{:g}".format),
+        "ratio": ratios(frame).map("{:g}".format),
         "metric": frame.metric, "lamb": frame.lamb.map("{:g}".format),
         "greedy": [g if not isinstance(skipped, list) else f"{g} ({', '.join(skipped)} not run)"
                    for g, skipped in zip(frame.get("greedy", pd.Series("-", frame.index)),

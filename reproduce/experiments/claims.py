@@ -608,7 +608,7 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
     metric (`adopted`: folder -> "<metric>" or "<metric> lamb <lamb>", in order); then `beside`'s
     tables (a `title`, the cells of `folder` or its `parts`). `rounds` are only cited."""
     needed(not (cells := read_cells(Path(root, today))).empty)
-    key = ["family", "rows", "metric", "lamb"]
+    key = ["family", "rows", "ratio", "metric", "lamb"]
     for folder, metrics in adopted.items():
         later = read_cells(Path(root, folder))
         if not later.empty:  # its cells replace the same cells run before
@@ -619,7 +619,7 @@ def defaults_against_greedies(root: str, today: str, *rounds: str, keep_of_greed
             cells = pd.concat([before[before._merge == "left_only"].drop(columns="_merge"),
                                later], ignore_index=True)
     order = {"Pair_simi": 0, "Facility": 1, "DiSF": 2}
-    cells = cells.sort_values(key[:2] + ["lamb", "metric"], key=lambda c: c.map(order)
+    cells = cells.sort_values(key[:3] + ["lamb", "metric"], key=lambda c: c.map(order)
                               if c.name == "metric" else c, kind="stable")
     from_round = "; ".join(f"{', '.join(metrics)} from `{folder}/`"
                            for folder, metrics in adopted.items())
