@@ -149,7 +149,7 @@ bench-corpus: pool
 # few words changed, or a vector at cosine 0.995 to the original's): the pairs with both rows kept,
 # the distinct documents removed, dedup's rate and its node-hours for 10^8 documents
 # (docs/benchmarks.md). A benchmark: at a million documents its prepare took 36 minutes and
-# dedup 2 hours on 2 cores; a rerun resumes in DEDUP_DIR.
+# dedup 11-20 minutes on 2 cores at the defaults (2 hours by datatrove's signatures); a rerun resumes in DEDUP_DIR.
 # BENCH_DEDUP_FLAGS: --documents, --planted, --changed_words, --copy_cosine, --threshold,
 # --static_model, --results DIR.
 DEDUP_DIR ?= runs/bench-dedup
