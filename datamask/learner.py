@@ -158,6 +158,10 @@ class LearnerConfig:
     stop_share: float = option(-1.0, "write the start, no step, once its certificate holds this "
                                      "share of the room above random; 0 = off; -1 = auto: "
                                      "docs/select.md#the-learners-flags", within=Range(-1.0, 1.0))
+    start_only: str = option("auto", "write the greedy start with no step: on, off, or auto (on "
+                                     "for Facility from its exact greedy start, which its steps "
+                                     "never beat: docs/select.md#the-learners-flags)",
+                             choices=("on", "off", "auto"))
     certificate: str = option("on", "bound the optimum and report the start's and the written "
                                     "selection's share of it, after the timed run (Facility: "
                                     "seconds at 20,000 rows): on or off "
@@ -237,6 +241,15 @@ class LearnerConfig:
         if self.stop_share >= 0:
             return self.stop_share
         return STOP_SHARE if self.pair_greedy_start(rows) else 0.0
+
+    def start_only_of(self, rows: int) -> bool:
+        """--start_only on `rows` input rows, auto resolved: on for Facility from its exact
+        (lazy) greedy start, whose steps wrote the start on every Facility cell of the defaults
+        benchmark, both lambs (reproduce/results/defaults/start-only/); off elsewhere."""
+        if self.start_only != "auto":
+            return self.start_only == "on"
+        return (self.algorithm == "Facility" and self.start_init(rows) == "greedy"
+                and self.start_optimizer_of(rows) == "lazy")
 
     def give_up_after_of(self) -> float:
         """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility, and for DiSF weighed alone
@@ -390,7 +403,7 @@ BEFORE_THEY_EXISTED = {"probes": 0,  # -1 now means 64 probes for DiSF; older ru
                        "best_from": "check",
                        "stall_on": "best",  # the stall was tested on the best, start included
                        "start_scale": "step", "give_up_after": 0.0, "stop_share": 0.0,
-                       "budget_check": "check"}
+                       "budget_check": "check", "start_only": "off"}
 CHECKPOINT_KEYS = ("config", "fingerprint", "step", "logits", "generator", "scale", "elapsed_s",
                    "history")
 FINGERPRINT_WORDS = {"rows": "row count", "dim": "feature length", "ids_quality": "ids or quality",
@@ -416,7 +429,8 @@ def resolved(settings: dict, rows: int) -> dict:
             "best_from": "start" if rule.scores_start else "check",
             "stall_on": config.stall_on if rule.scores_start else "checks",
             "give_up": rule.give_up, "give_up_after": rule.give_up_after,
-            "stop_share": rule.stop_share, "start_scale": config.start_scale_of(rows)}
+            "stop_share": rule.stop_share, "start_only": "on" if rule.start_only else "off",
+            "start_scale": config.start_scale_of(rows)}
 
 
 def load_checkpoint(path: str | None, config: LearnerConfig, data: Dataset,
@@ -730,7 +744,8 @@ def forked(gen: torch.Generator) -> torch.Generator:
 
 STOP_WORDS = {"steps": "all steps", "stopping_rule": "stopped by the stopping rule",
               "patience": "stopped by --patience",
-              "certificate": "stopped by the start's certificate, --stop_share"}
+              "certificate": "stopped by the start's certificate, --stop_share",
+              "start_only": "the start alone, --start_only"}
 
 
 def closing_line(cfg: LearnerConfig, result: LearnResult) -> str:
@@ -768,7 +783,7 @@ class Progress:
     start_rows: torch.Tensor | None = None  # its rows (candidates), for its certificate
     check_scale: TermScale | None = None  # --start_scale input, sampled: the checks' scale
     start_s: float | None = None  # the start's time (greedy and scoring), for --give_up_after
-    settled: bool = False  # --stop_share: the start's certificate ended the run before a step
+    settled: bool = False  # the run ends before a step (--start_only, or --stop_share's certificate)
 
     def keep_if_best(self, rows: np.ndarray, value: float) -> None:
         """Keep the read-off `rows` (objective `value`), with the logits now, if it is the best."""
@@ -795,6 +810,7 @@ class StoppingRule:
     grace: float  # --give_up_grace, seconds added to that budget
     budget_every_step: bool  # --budget_check step: the budget read after every step
     stop_share: float  # --stop_share: the start's certificate share that ends the run; 0 = off
+    start_only: bool  # --start_only: the start is written with no step
     patience: int  # --patience, in steps; 0 = off
     min_gain: float  # --min_gain
 
@@ -809,6 +825,7 @@ class StoppingRule:
                    give_up_after=cfg.give_up_after_of() if scored else 0.0,
                    grace=cfg.give_up_grace, budget_every_step=cfg.budget_check == "step",
                    stop_share=cfg.stop_share_of(rows) if scored else 0.0,
+                   start_only=cfg.start_only_of(rows),
                    patience=cfg.patience, min_gain=cfg.min_gain)
 
     def settles(self, share: float | None) -> bool:
@@ -848,7 +865,10 @@ class StoppingRule:
             self.min_gain, first=run.history[0]["objective_mean"])
 
     def reason(self, run: Progress) -> str:
-        """Why a run that has ended stopped: its start's certificate, the cap, or a rule."""
+        """Why a run that has ended stopped: its start alone asked for, its start's
+        certificate, the cap, or a rule."""
+        if self.start_only:
+            return "start_only"
         if run.settled:
             return "certificate"
         if len(run.history) == self.n_epochs:
@@ -1003,6 +1023,11 @@ class MaskLearner:
         """A fresh run's start, scored: where the rule scores it (timed), the best for the checks
         to beat, and its certificate where --stop_share reads it (returned, by name); else for
         the summary alone (untimed, its read-off drawn from a fork of the generator)."""
+        if rule.start_only:  # written as it is: scored for the summary, untimed
+            rows, run.start_objective = checks.read_off(run, gen)
+            run.keep_if_best(rows, run.start_objective)
+            run.start_rows, run.settled = run.best["rows"], True
+            return {}
         if not rule.scores_start:
             rows, run.start_objective = checks.read_off(run, forked(gen))
             run.start_rows = torch.as_tensor(rows)
@@ -1042,7 +1067,8 @@ class MaskLearner:
             certificates = certify(checks.scoring, checks.ground, {
                 "start": run.start_rows, "written": torch.as_tensor(rows)}, known)
         else:  # none computed for it: only the start's, where --stop_share read it
-            certificates = {**known, **({"written": known["start"]} if run.settled else {})}
+            certificates = {**known, **({"written": known["start"]}
+                                          if run.settled and "start" in known else {})}
         certified = certificate_fields(certificates, ["start", "written"])
         if not certificates:
             certified["no_bound_reason"] = "not computed: --certificate off"

@@ -338,7 +338,8 @@ def test_the_summary_scores_an_unscored_start_as_the_rule_would():
     same objective: the value a scored start gets, and the steps and selection unchanged."""
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     common = dict(algorithm="Facility", init="greedy", n_rollout=8, seed=3, device="cpu",
-                  stop_every=5, n_epochs=20, give_up=0)  # a scored start would give up
+                  stop_every=5, n_epochs=20, give_up=0,
+                  start_only="off")  # a scored start would give up
     start = MaskLearner(LearnerConfig(**common, best_from="start")).fit(data, progress=False)
     check = MaskLearner(LearnerConfig(**common, best_from="check")).fit(data, progress=False)
     assert check.objective_start == start.objective_start

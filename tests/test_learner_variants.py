@@ -351,7 +351,8 @@ def test_variant_state_survives_a_crash_and_resume(tmp_path, monkeypatch):
     same step."""
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=6)
     config = dict(algorithm="Facility", partial=0.3, update="adam", max_lr=0.5, patience=10,
-                  min_gain=0.02, credit="row", n_epochs=200, seed=6, device="cpu", stop_every=0)
+                  min_gain=0.02, credit="row", n_epochs=200, seed=6, device="cpu", stop_every=0,
+                  start_only="off")
     whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
     resumed = crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch)
     np.testing.assert_array_equal(resumed.logits, whole.logits)
@@ -519,7 +520,8 @@ def test_greedy_init_is_in_the_checkpoint_so_a_resumed_run_ends_as_a_whole_one(t
     does not run it again, and ends exactly as an uninterrupted one."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=40, stop_every=10,
-                  n_rollout=8, seed=2, device="cpu", give_up=0)  # runs to its crash at step 20
+                  n_rollout=8, seed=2, device="cpu", give_up=0,
+                  start_only="off")  # runs to its crash at step 20
     whole = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
     assert whole.selected.sum() == 30
     resumed = crashed_at_step_20_then_resumed(data, config, tmp_path, monkeypatch,
@@ -573,7 +575,7 @@ def test_give_up_stops_a_run_whose_checks_never_beat_its_scored_start():
     stops at its second check and writes the start; without it the stall test runs on."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(algorithm="Facility", lamb=0.0, init="greedy", n_epochs=200, stop_every=10,
-                  n_rollout=8, seed=2, device="cpu")
+                  n_rollout=8, seed=2, device="cpu", start_only="off")
     on_and_on = MaskLearner(LearnerConfig(**config, give_up=0)).fit(data, progress=False)
     given_up = MaskLearner(LearnerConfig(**config, give_up=2)).fit(data, progress=False)
     assert on_and_on.best_step == 0 and on_and_on.steps_taken > 20
@@ -589,7 +591,8 @@ def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_chec
     """--give_up -1 (select's default): Facility, whose steps never beat its scored start on any
     family measured, stops at its first check and writes its lazy start, as DiSF weighed alone
     does; DiSF weighed with quality, from its stochastic start, runs on; an explicit value wins,
-    and a resume compares the resolved value."""
+    and a resume compares the resolved value. --start_only auto (the default) writes Facility's
+    lazy start with no step: the same selection."""
     data = synthetic_dataset(300, dim=8, n_clusters=5, seed=1)
     config = dict(lamb=0.0, n_epochs=200, stop_every=10, n_rollout=8, seed=2, device="cpu")
     facility = LearnerConfig(algorithm="Facility", **config)
@@ -601,12 +604,17 @@ def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_chec
     assert learner.resolved(asdict(facility), 300)["give_up"] == 1
     assert learner.resolved(asdict(replace(facility, give_up=1)), 300) == learner.resolved(
         asdict(facility), 300)
-    run = MaskLearner(facility).fit(data, progress=False)
+    run = MaskLearner(replace(facility, start_only="off")).fit(data, progress=False)
     assert {k: run.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
         "steps_run": 10, "written_step": 0, "stop_reason": "stopping_rule"}
     from baselines.joint_greedy import JointGreedy
     picks, *_ = JointGreedy(algorithm="Facility", lamb=0.0, optimizer="lazy")._select(data, 30)
     np.testing.assert_array_equal(run.selected, picks)
+    start = MaskLearner(facility).fit(data, progress=False)
+    assert {k: start.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
+        "steps_run": 0, "written_step": 0, "stop_reason": "start_only"}
+    np.testing.assert_array_equal(start.selected, picks)
+    assert start.summary()["objective_start"] == run.summary()["objective_start"]
     alone = MaskLearner(LearnerConfig(algorithm="DiSF", **config)).fit(data, progress=False)
     assert (alone.steps_taken, alone.written_step) == (10, 0)
     weighed = MaskLearner(LearnerConfig(algorithm="DiSF", **{**config, "lamb": 0.5})).fit(
@@ -662,7 +670,8 @@ def test_best_from_start_writes_the_greedys_picks_when_no_check_beats_them():
     the start takes nothing from the generator, so the policy's steps are the same."""
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     common = dict(algorithm="Facility", lamb=1.0, init="greedy", partial=1.0, n_rollout=8,
-                  seed=3, device="cpu", stop_every=5, stop_window=2, n_epochs=40)
+                  seed=3, device="cpu", stop_every=5, stop_window=2, n_epochs=40,
+                  start_only="off")
     start = MaskLearner(LearnerConfig(**common, best_from="start")).fit(data, progress=False)
     check = MaskLearner(LearnerConfig(**common, best_from="check")).fit(data, progress=False)
     top_k = np.zeros(300, dtype=bool)
@@ -682,7 +691,7 @@ def test_stall_on_checks_goes_on_while_the_checks_climb_below_the_start():
     data = synthetic_dataset(300, dim=8, n_clusters=4, seed=5)
     common = dict(algorithm="Facility", lamb=1.0, init="greedy", partial=1.0, n_rollout=8,
                   seed=3, device="cpu", stop_every=5, stop_window=2, n_epochs=40,
-                  best_from="start", give_up=0)
+                  best_from="start", give_up=0, start_only="off")
     best = MaskLearner(LearnerConfig(**common, stall_on="best")).fit(data, progress=False)
     checks = MaskLearner(LearnerConfig(**common, stall_on="checks")).fit(data, progress=False)
     assert LearnerConfig().stall_on == "checks"  # the default
@@ -719,9 +728,12 @@ def test_no_steps_write_the_greedy_start_that_a_run_whose_steps_never_beat_it_wr
     start = MaskLearner(LearnerConfig(**config, n_epochs=0)).fit(data, progress=False)
     assert {k: start.summary()[k] for k in ("steps_run", "written_step")} == {
         "steps_run": 0, "written_step": 0}
-    run = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)
+    run = MaskLearner(LearnerConfig(**config, start_only="off")).fit(data, progress=False)
     assert run.best_step == 0 and run.steps_taken > 0
     np.testing.assert_array_equal(start.selected, run.selected)
+    alone = MaskLearner(LearnerConfig(**config)).fit(data, progress=False)  # --start_only auto
+    assert (alone.steps_taken, alone.stop_reason) == (0, "start_only")
+    np.testing.assert_array_equal(alone.selected, run.selected)
     with pytest.raises(UserError, match="--n_epochs must be at least 0"):
         LearnerConfig(**config, n_epochs=-1).validate()
 

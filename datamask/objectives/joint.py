@@ -150,6 +150,7 @@ class JointGains:
         self.n = len(ground)
         self.quality = QualityGains(ground)
         self.diversity = diversity
+        self.no_quality = torch.zeros((), device=ground.quality.device)
 
     def __len__(self) -> int:
         return self.n
@@ -160,8 +161,12 @@ class JointGains:
         return self.diversity.gains(idx)
 
     def value_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """The joint of S + {x} for each candidate x. Weighed 0 (lamb 0), quality's term is 0
+        whatever its value, so a 0-d zero stands for it: the same sums, bit for bit, without a
+        pass over the candidates' quality at every look of the greedy."""
         div = gains if self.diversity is None else self.diversity.value_with(gains, idx)
-        return self.joint.combine(self.quality.value_with(idx), div)
+        qual = self.quality.value_with(idx) if self.joint.lamb > 0 else self.no_quality
+        return self.joint.combine(qual, div)
 
     def add(self, row: int, gain: torch.Tensor) -> None:
         self.quality.add(row)

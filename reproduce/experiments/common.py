@@ -104,6 +104,9 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                         help="write a scored start without a step where its certificate holds "
                              "this share of the room above random (datamask select "
                              "--stop_share); 0, the default here, so that runs take their steps")
+    parser.add_argument("--start_only", default="off", choices=("on", "off", "auto"),
+                        help="write the greedy start with no step (datamask select "
+                             "--start_only); off, the default here, so that runs take their steps")
     parser.add_argument("--n_rollout", type=int, default=128)
     parser.add_argument("--partial", type=float, default=0.1)
     parser.add_argument("--lr", type=parse_lr, default=lr_setting(),
@@ -129,7 +132,7 @@ def learner_params(args: argparse.Namespace, lamb: float, **overrides) -> dict:
               "patience": args.patience, "stop_every": args.stop_every, "partial": args.partial,
               "cover_sample": args.cover_sample, "probes": args.probes, "init": args.init,
               "stall_on": args.stall_on, "start_optimizer": args.start_optimizer,
-              "stop_share": args.stop_share,
+              "stop_share": args.stop_share, "start_only": args.start_only,
               "device": "cpu", **lr_params(args.lr)}
     return dict(params, **overrides)
 
