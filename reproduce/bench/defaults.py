@@ -56,7 +56,8 @@ SYNTHETIC = {  # family -> (dim, clusters, sizes); the first two are the default
     # held out from every round up to DiSF's sampled start (defaults/disf-sampled-start/plan.md)
     "synth-48d-36c": (48, 36, (3_000, 20_000)), "synth-192d-12c": (192, 12, (3_000, 20_000))}
 # the shapes users bring from the paper: 768-d unit rows (E5-base's), integer quality scores
-PAPER = {"paper-768d-30c": (768, 30, (20_000,))}
+PAPER = {"paper-768d-30c": (768, 30, (20_000,)),
+         "paper-768d-60c": (768, 60, (20_000,))}  # held out from Facility's start-only round
 PREPARED = ("pool", "bbc")  # real text: a folder of prepared rows (--pool, --bbc)
 
 
