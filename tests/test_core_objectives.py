@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, PairSimilarity, Quality,
-                                 TermScale, random_masks, random_probes)
+from datamask.examples.synthetic import synthetic_dataset
+from datamask.objectives import (DiSF, FacilityLocation, GroundSet, Joint, JointGains,
+                                 PairSimilarity, Quality, TermScale, diversity, diversity_gains,
+                                 random_masks, random_probes)
 from datamask.objectives.base import CPU_CHUNK_BYTES, chunk_bytes
 
 
@@ -255,3 +257,19 @@ def test_each_objective_declares_the_arithmetic_of_its_batch(metric, shape, flop
         rows if getattr(metric, "cover", None) is None else len(metric.cover))}
     joint_quality = n_masks * k if isinstance(metric, Joint) and metric.lamb > 0 else 0
     assert counter.get_total_flops() == flops - reduced.get(type(metric), joint_quality)
+
+
+def test_the_joint_greedys_score_at_lamb_0_is_combines_bit_for_bit():
+    """At lamb 0 the greedy's score skips quality's term and the unit weight: the values `combine`
+    gives, bit for bit, so the picks are the same, for every metric."""
+    data = synthetic_dataset(400, dim=8, n_clusters=5, seed=3)
+    ground = GroundSet.from_arrays(data.features, data.quality, torch.device("cpu"))
+    for algorithm in ("Pair_simi", "Facility", "DiSF"):
+        joint = Joint(diversity(algorithm), 0.0, TermScale(1.3, 0.7, 0.21, 0.037))
+        term = JointGains(joint, ground, diversity_gains(algorithm, ground, 2**31))
+        for row in (3, 50, 120):
+            term.add(row, term.gains()[row])
+        gains = term.gains()
+        expected = joint.combine(term.quality.value_with(None),
+                                 term.diversity.value_with(gains, None))
+        assert torch.equal(term.value_with(gains), expected)

@@ -150,7 +150,6 @@ class JointGains:
         self.n = len(ground)
         self.quality = QualityGains(ground)
         self.diversity = diversity
-        self.no_quality = torch.zeros((), device=ground.quality.device)
 
     def __len__(self) -> int:
         return self.n
@@ -162,11 +161,14 @@ class JointGains:
 
     def value_with(self, gains: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
         """The joint of S + {x} for each candidate x. Weighed 0 (lamb 0), quality's term is 0
-        whatever its value, so a 0-d zero stands for it: the same sums, bit for bit, without a
-        pass over the candidates' quality at every look of the greedy."""
+        whatever its value and diversity's weight 1, so `combine` reduces to the diversity's
+        standardisation: the same values, bit for bit, without two passes over the candidates'
+        quality and two products at every look of the greedy."""
         div = gains if self.diversity is None else self.diversity.value_with(gains, idx)
-        qual = self.quality.value_with(idx) if self.joint.lamb > 0 else self.no_quality
-        return self.joint.combine(qual, div)
+        if self.joint.lamb == 0:
+            scale = self.joint.scale
+            return (div - scale.diversity_mean).div_(scale.diversity_std)
+        return self.joint.combine(self.quality.value_with(idx), div)
 
     def add(self, row: int, gain: torch.Tensor) -> None:
         self.quality.add(row)
