@@ -185,3 +185,24 @@ def test_the_certificate_is_the_same_on_cuda(metric):
     here = certificate(joint["cpu"], cpu, SUBSETS[7])
     assert there.bound == pytest.approx(here.bound, rel=1e-4)
     assert there.random == pytest.approx(here.random, rel=1e-4)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_the_lists_pass_sums_each_rows_gain_on_a_selection_as_the_gains_pass_does(sampled):
+    """Facility's certificate takes every row's gain from the pass that builds its coverage lists:
+    the gains a pass of their own gives (to float32's rounding), the lists unchanged, on all rows
+    covered and on a sample of them."""
+    data = synthetic_dataset(500, dim=8, n_clusters=5, seed=4)
+    ground = GroundSet.from_arrays(data.features, data.quality, torch.device("cpu"))
+    cover = torch.randperm(500, generator=torch.Generator().manual_seed(1))[:200] if sampled \
+        else None
+    metric = FacilityLocation(cover=cover)
+    term = metric.incremental(ground)
+    term.add_all(torch.tensor([3, 70, 222, 400]))
+    alone = metric.coverage_lists(ground, 4, 16)
+    joined = metric.coverage_lists(ground, 4, 16, cover=term.cur)
+    assert alone.gains is None and joined.gains.dtype == torch.float64
+    torch.testing.assert_close(joined.gains, term.gains().double(), rtol=1e-6, atol=1e-5)
+    assert torch.equal(joined.similarity, alone.similarity)
+    assert torch.equal(joined.candidate, alone.candidate)
+    assert joined.random_value == alone.random_value

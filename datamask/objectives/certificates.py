@@ -44,9 +44,9 @@ RELAXATION_STEPS = 100  # Frank-Wolfe steps on Pair_simi's relaxation; every ste
 COVERAGE_LIST = 32  # similarities kept per covered row for Facility's Lagrangian bound
 LAGRANGIAN_STEPS = 300  # its subgradient steps, at most; every step's bound holds
 LAGRANGIAN_PATIENCE = 10  # steps without a better bound before the step size is halved
-# Facility's dense bound reads every covered row against every row, twice: past this many pairs
-# (20,000 rows covering themselves: 20-30 s on the 2-core box, about a lazy greedy's time) it
-# would outlast the selection it certifies, so it is not computed
+# Facility's dense bound reads every covered row against every row: past this many pairs (at
+# 20,000 rows covering themselves it is already about a lazy greedy's time on the 2-core boxes)
+# it would outlast the selection it certifies, so it is not computed
 DENSE_PAIRS_LIMIT = 20_000 ** 2
 NO_BOUND = {"DiSF": "no bound: DiSF is minus a sum of squared correlations, and no bound on its "
                     "best value is known but 0, which says nothing of how near a selection is"}
@@ -82,8 +82,8 @@ class Certificate:
 def certificate(objective: SetFunction, ground: GroundSet, rows: torch.Tensor) -> Certificate:
     """The certificate of the selection `rows` (k row indices of `ground`, any device) on
     `objective`: a `Joint`, or a bare diversity metric (its raw value). Costs, in chunks, for
-    Facility two passes over the N x N similarities (every row's gain; each covered row's
-    largest similarities and its random floor) and LAGRANGIAN_STEPS passes over the lists kept,
+    Facility one pass over the N x N similarities (each covered row's largest similarities, its
+    random floor and every row's gain) and LAGRANGIAN_STEPS passes over the lists kept,
     for Pair_simi RELAXATION_STEPS products of the rows with a vector. The bound is never below
     the selection's own value, which it can only undercut by rounding."""
     joint = objective if isinstance(objective, Joint) else Joint(objective, 0.0, RAW)
@@ -108,8 +108,12 @@ def certificate(objective: SetFunction, ground: GroundSet, rows: torch.Tensor) -
         term.add_all(rows)
         value = joint.combine(mean_quality, term.covered / term.n_cover)
         weight = diversity_weight / term.n_cover
-        lists = metric.coverage_lists(ground, k, COVERAGE_LIST)
-        bound = min(exchange_bound(value, per_row, rows, term.gains().double() * weight),
+        if isinstance(metric, FacilityLocation):  # the gains in the lists' pass
+            lists = metric.coverage_lists(ground, k, COVERAGE_LIST, cover=term.cur)
+            gains = lists.gains
+        else:  # a kNN kernel's gains cost a pass over its entries
+            lists, gains = metric.coverage_lists(ground, k, COVERAGE_LIST), term.gains().double()
+        bound = min(exchange_bound(value, per_row, rows, gains * weight),
                     lagrangian_coverage_bound(value, per_row, rows, weight, term.cur, lists))
         random = joint.combine(random_quality, lists.random_value)
     elif isinstance(metric, PairSimilarity):
@@ -126,14 +130,14 @@ def certificate(objective: SetFunction, ground: GroundSet, rows: torch.Tensor) -
 
 def certificate_flops(metric: SetFunction, rows: int, dim: int, k: int) -> float:
     """About the arithmetic of `certificate` on `metric` (bare or weighed) for k of `rows` x
-    `dim`, by the path it takes: for Facility the selection's similarities and two passes of
+    `dim`, by the path it takes: for Facility the selection's similarities and one pass of
     the covered rows against every row, then the Lagrangian steps over the lists kept; for
     Pair_simi RELAXATION_STEPS products of the rows with a vector; else the selection's value."""
     if isinstance(metric, FacilityLocation):
         covered = rows if metric.cover is None else len(metric.cover)
         if covered * rows > DENSE_PAIRS_LIMIT:  # not computed
             return metric.batch_flops(rows, dim, 1, k)
-        return (2.0 * dim * covered * (k + 2 * rows)
+        return (2.0 * dim * covered * (k + rows)
                 + 2.0 * LAGRANGIAN_STEPS * covered * COVERAGE_LIST)
     if isinstance(metric, PairSimilarity):
         return 2.0 * RELAXATION_STEPS * (rows + k) * dim

@@ -10,6 +10,7 @@ masks share rows and that kernel fits the memory budget, so memory stays bounded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Callable
 
 import torch
@@ -50,24 +51,35 @@ class FacilityLocation(SetFunction):
         return CoverageGains(similarity_rows(ground.unit, covered, self.memory_bytes),
                              len(ground), len(covered), ground.device)
 
-    def coverage_lists(self, ground: GroundSet, k: int, keep: int) -> "CoverageLists":
+    def coverage_lists(self, ground: GroundSet, k: int, keep: int,
+                       cover: torch.Tensor | None = None) -> "CoverageLists":
         """`CoverageLists` from one pass over the covered rows against all rows, in chunks: each
         covered row's similarities sorted, its `keep` largest kept, and its expected best of k
-        random rows (`best_of_random_weights`) summed."""
+        random rows (`best_of_random_weights`) summed. With `cover` (a selection's coverage of
+        each covered row, `CoverageGains.cur`), the same pass also sums every row's gain on that
+        selection (in float64), which would otherwise take a pass of its own."""
         covered, n = self.covered_unit(ground), len(ground)
         weights = best_of_random_weights(n, k, ground.device)
         keep = min(keep, n)
         count = min(n, max(len(weights), keep + 1))
         step = max(1, GAIN_CHUNK_BYTES // (24 * n))  # similarities, top values and indices
         values, candidates, total = [], [], 0.0
-        for part in covered.split(step):
-            top = clipped_cosine(part, ground.unit).topk(count, dim=1)
+        gains = None if cover is None else torch.zeros(n, dtype=torch.float64,
+                                                       device=ground.device)
+        for part, part_cover in zip(covered.split(step), (
+                repeat(None) if cover is None else cover.split(step))):
+            sims = clipped_cosine(part, ground.unit)
+            top = sims.topk(count, dim=1)
             total += top.values[:, :len(weights)].double().matmul(weights).sum().item()
             values.append(top.values[:, :keep + 1])
             candidates.append(top.indices[:, :keep])
+            if gains is not None:
+                gains += sims.sub_(part_cover.unsqueeze(1)).clamp_min_(0).sum(
+                    dim=0, dtype=torch.float64)
         values = torch.cat(values)
         rest = values[:, keep] if count > keep else torch.zeros_like(values[:, 0])
-        return CoverageLists(values[:, :keep], torch.cat(candidates), rest, total / len(covered))
+        return CoverageLists(values[:, :keep], torch.cat(candidates), rest, total / len(covered),
+                             gains)
 
     def uses_kernel(self, rows: int, covered: int, n_masks: int, k: int) -> bool:
         """Whether `similarities` gathers from one rows x covered kernel rather than one GEMM
@@ -195,6 +207,7 @@ class CoverageLists:
     candidate: torch.Tensor  # (V, keep) int64
     rest: torch.Tensor  # (V,) float32
     random_value: float
+    gains: torch.Tensor | None = None  # (n,) float64: each row's gain on a selection, if asked
 
 
 RANDOM_TAIL = 1e-12  # the probability mass `best_of_random_weights` may leave out
