@@ -30,6 +30,7 @@ T = TypeVar("T")
 LEARNER_INITS = LearnerConfig.__dataclass_fields__["init"].metadata["choices"]  # select's --init
 STALL_ON = LearnerConfig.__dataclass_fields__["stall_on"]  # select's --stall_on
 START_OPTIMIZER = LearnerConfig.__dataclass_fields__["start_optimizer"]  # select's flag
+START_ONLY = LearnerConfig.__dataclass_fields__["start_only"]  # select's flag
 CHILD_START_S = 600.0  # a child's import and data generation, before its budget starts
 
 
@@ -104,7 +105,7 @@ def experiment_parser(doc: str, steps: int) -> argparse.ArgumentParser:
                         help="write a scored start without a step where its certificate holds "
                              "this share of the room above random (datamask select "
                              "--stop_share); 0, the default here, so that runs take their steps")
-    parser.add_argument("--start_only", default="off", choices=("on", "off", "auto"),
+    parser.add_argument("--start_only", default="off", choices=START_ONLY.metadata["choices"],
                         help="write the greedy start with no step (datamask select "
                              "--start_only); off, the default here, so that runs take their steps")
     parser.add_argument("--n_rollout", type=int, default=128)
