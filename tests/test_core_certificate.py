@@ -200,7 +200,7 @@ def test_the_lists_pass_sums_each_rows_gain_on_a_selection_as_the_gains_pass_doe
     term = metric.incremental(ground)
     term.add_all(torch.tensor([3, 70, 222, 400]))
     alone = metric.coverage_lists(ground, 4, 16)
-    joined = metric.coverage_lists(ground, 4, 16, cover=term.cur)
+    joined = metric.coverage_lists(ground, 4, 16, coverage=term.cur)
     assert alone.gains is None and joined.gains.dtype == torch.float64
     torch.testing.assert_close(joined.gains, term.gains().double(), rtol=1e-6, atol=1e-5)
     assert torch.equal(joined.similarity, alone.similarity)

@@ -109,7 +109,7 @@ def certificate(objective: SetFunction, ground: GroundSet, rows: torch.Tensor) -
         value = joint.combine(mean_quality, term.covered / term.n_cover)
         weight = diversity_weight / term.n_cover
         if isinstance(metric, FacilityLocation):  # the gains in the lists' pass
-            lists = metric.coverage_lists(ground, k, COVERAGE_LIST, cover=term.cur)
+            lists = metric.coverage_lists(ground, k, COVERAGE_LIST, coverage=term.cur)
             gains = lists.gains
         else:  # a kNN kernel's gains cost a pass over its entries
             lists, gains = metric.coverage_lists(ground, k, COVERAGE_LIST), term.gains().double()

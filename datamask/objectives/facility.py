@@ -52,10 +52,10 @@ class FacilityLocation(SetFunction):
                              len(ground), len(covered), ground.device)
 
     def coverage_lists(self, ground: GroundSet, k: int, keep: int,
-                       cover: torch.Tensor | None = None) -> "CoverageLists":
+                       coverage: torch.Tensor | None = None) -> "CoverageLists":
         """`CoverageLists` from one pass over the covered rows against all rows, in chunks: each
         covered row's similarities sorted, its `keep` largest kept, and its expected best of k
-        random rows (`best_of_random_weights`) summed. With `cover` (a selection's coverage of
+        random rows (`best_of_random_weights`) summed. With `coverage` (a selection's coverage of
         each covered row, `CoverageGains.cur`), the same pass also sums every row's gain on that
         selection (in float64), which would otherwise take a pass of its own."""
         covered, n = self.covered_unit(ground), len(ground)
@@ -64,17 +64,17 @@ class FacilityLocation(SetFunction):
         count = min(n, max(len(weights), keep + 1))
         step = max(1, GAIN_CHUNK_BYTES // (24 * n))  # similarities, top values and indices
         values, candidates, total = [], [], 0.0
-        gains = None if cover is None else torch.zeros(n, dtype=torch.float64,
-                                                       device=ground.device)
-        for part, part_cover in zip(covered.split(step), (
-                repeat(None) if cover is None else cover.split(step))):
+        gains = None if coverage is None else torch.zeros(n, dtype=torch.float64,
+                                                          device=ground.device)
+        for part, part_coverage in zip(covered.split(step), (
+                repeat(None) if coverage is None else coverage.split(step))):
             sims = clipped_cosine(part, ground.unit)
             top = sims.topk(count, dim=1)
             total += top.values[:, :len(weights)].double().matmul(weights).sum().item()
             values.append(top.values[:, :keep + 1])
             candidates.append(top.indices[:, :keep])
             if gains is not None:
-                gains += sims.sub_(part_cover.unsqueeze(1)).clamp_min_(0).sum(
+                gains += sims.sub_(part_coverage.unsqueeze(1)).clamp_min_(0).sum(
                     dim=0, dtype=torch.float64)
         values = torch.cat(values)
         rest = values[:, keep] if count > keep else torch.zeros_like(values[:, 0])
