@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pytest
 
+from datamask.examples.synthetic import synthetic_dataset
+from datamask.report import Report
 from reproduce.bench import defaults
 
 
@@ -95,3 +97,20 @@ def test_the_paper_family_has_unit_rows_and_whole_quality_and_skip_leaves_a_gree
     assert rows[0]["ratio"] == 0.3 and rows[0]["greedy"] == "disf-greedy-fast"
     assert rows[0]["greedies_not_run"] == ["joint-greedy"]
     assert "(joint-greedy not run)" in defaults.table(rows)
+
+
+def test_a_report_of_the_metrics_run_scores_them_as_a_report_of_all(monkeypatch):
+    """The bench's report scores only the metrics it runs (a report of all three spends
+    Facility's kernels on every cell): each joint value is the full report's."""
+    made = []
+    monkeypatch.setattr(defaults, "Report",
+                        lambda *args, **kw: made.append(Report(*args, **kw)) or made[-1])
+    defaults.main(["--families", "synth-32d-30c", "--sizes", "300", "--metrics", "Pair_simi",
+                   "--lambs", "0.5", "--set", "n_epochs=20"])
+    assert list(made[0].metrics) == ["Pair_simi"]
+    data = synthetic_dataset(300, 32, 30, seed=0)
+    selected = np.zeros(len(data), bool)
+    selected[::10] = True
+    alone = Report(data, 0.1, 0.5, metrics=("DiSF",))(selected)
+    full = Report(data, 0.1, 0.5)(selected)
+    assert alone["joint_DiSF"] == full["joint_DiSF"] and "joint_Facility" not in alone
