@@ -43,8 +43,6 @@ GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of 
 # --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
 # took to first beat their start on the cells seen (reproduce/results/defaults/start-budget/)
 DISF_JOINT_GIVE_UP_AFTER = 8.0
-# Pair_simi starts from its batched greedy, on the report's scale, up to the size measured
-PAIR_START_ROWS = 20_000
 STOP_SHARE = 0.99  # --stop_share -1 for Pair_simi's start: 0.99 of any greedy's gain, proven
 DIVERSITY_METRICS = tuple(DIVERSITY)
 
@@ -194,10 +192,10 @@ class LearnerConfig:
         """Whether `auto` starts Pair_simi (lamb < 1) from its batched greedy (on the report's
         scale where quality is weighed too), writes it at once where its certificate holds
         STOP_SHARE of the room above random, and else gives up at the first check that does not
-        beat it: from a greedy start on up to PAIR_START_ROWS rows
-        (reproduce/results/defaults/after-start/, pair-exact-start/ and cheap-starts/)."""
+        beat it: from a greedy start, at every size (its rounds cost N d each, nothing N^2;
+        reproduce/results/defaults/cheap-starts/ and pair-start-past-20k/)."""
         return (self.algorithm == "Pair_simi" and self.lamb < 1
-                and rows <= PAIR_START_ROWS and self.start_init(rows) == "greedy")
+                and self.start_init(rows) == "greedy")
 
     def start_optimizer_of(self, rows: int) -> str:
         """The greedy start's optimiser on `rows` input rows, auto resolved: the exact (lazy)

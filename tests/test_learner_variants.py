@@ -806,11 +806,11 @@ def test_start_scale_input_starts_and_checks_on_the_reports_objective():
 
 
 def test_by_default_pair_simi_writes_its_certified_greedy_start_or_gives_up_after_one_check():
-    """Pair_simi at select's defaults up to PAIR_START_ROWS: its batched greedy is the start
-    (with k under --start_rounds, one row a round: joint-greedy's selection, on the report's
-    scale where quality is weighed too); certified at 0.99 of the room above random it is
-    written with no step, else the run gives up at its first check; past that size, the
-    stochastic start on the steps' scale, never given up nor certified."""
+    """Pair_simi at select's defaults: its batched greedy is the start (with k under
+    --start_rounds, one row a round: joint-greedy's selection, on the report's scale where
+    quality is weighed too); certified at 0.99 of the room above random it is written with no
+    step, else the run gives up at its first check; so at every size, the stochastic start
+    only where asked for."""
     from baselines.joint_greedy import JointGreedy
 
     data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
@@ -833,12 +833,15 @@ def test_by_default_pair_simi_writes_its_certified_greedy_start_or_gives_up_afte
         assert unread.certificate["share_above_random_start"] == pytest.approx(
             uncertified.certificate["share_above_random_start"])
         assert unread.certificate["share_above_random_written"] is None
-    big = learner.PAIR_START_ROWS + 1
+    big = 10**7
     for lamb in (0.0, 0.5):
         assert (replace(config, lamb=lamb).start_optimizer_of(big),
                 replace(config, lamb=lamb).start_scale_of(big),
                 replace(config, lamb=lamb).give_up_of(big),
-                replace(config, lamb=lamb).stop_share_of(big)) == ("stochastic", "step", 0, 0)
+                replace(config, lamb=lamb).stop_share_of(big)) == (
+                    "batched", "input" if lamb else "step", 1, learner.STOP_SHARE)
+    stochastic = replace(config, start_optimizer="stochastic")
+    assert (stochastic.start_optimizer_of(big), stochastic.give_up_of(big)) == ("stochastic", 1)
     assert learner.resolved(asdict(config), 400)["start_scale"] == "input"
     assert learner.resolved(asdict(config), 400)["stop_share"] == learner.STOP_SHARE
 
