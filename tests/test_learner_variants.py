@@ -810,7 +810,7 @@ def test_by_default_pair_simi_writes_its_certified_greedy_start_or_gives_up_afte
     --start_rounds, one row a round: joint-greedy's selection, on the report's scale where
     quality is weighed too); certified at 0.99 of the room above random it is written with no
     step, else the run gives up at its first check; so at every size, the stochastic start
-    only where asked for."""
+    only where asked for, and then given up the same way."""
     from baselines.joint_greedy import JointGreedy
 
     data = synthetic_dataset(400, dim=8, n_clusters=6, seed=3)
