@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass
 
 from datamask.data import Dataset
-from datamask.greedy import greedy
-from datamask.objectives import SparseFacilityLocation, knn_kernel
+from datamask.objectives import kernel_greedy, knn_kernel
 from datamask.objectives.sparse_facility import INDEXES
 from datamask.options import Range, option
 from datamask.selectors import Selector
@@ -64,15 +63,12 @@ class FacilityKnnGreedy(Selector):
         start = time.perf_counter()
         kernel = knn_kernel(ground.unit, p.neighbours, p.index, p.nlist, p.nprobe, p.seed)
         kernel_s = time.perf_counter() - start
-        objective = SparseFacilityLocation(kernel)
-        term = objective.incremental(ground)
-        picks, history = greedy(
-            term, k, score=term.coverage_with, single_thread=True,
-            optimizer=optimiser_of(p, ground.device),
-            record=lambda s: {"step": s.step, "row": s.row,
-                              "facility_knn": term.covered / kernel.n,
-                              "gains_evaluated": s.gains_evaluated,
-                              "elapsed_s": s.elapsed_s})
+        picks, history, objective = kernel_greedy(
+            ground, kernel, k, optimiser_of(p, ground.device),
+            record=lambda s, term: {"step": s.step, "row": s.row,
+                                    "facility_knn": term.covered / kernel.n,
+                                    "gains_evaluated": s.gains_evaluated,
+                                    "elapsed_s": s.elapsed_s})
         history[0]["kernel_s"] = kernel_s
         history[0]["kernel_entries"] = len(kernel.similarity)
         return (*picks_output(len(data), picks), history, (objective, ground))

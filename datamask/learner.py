@@ -29,7 +29,8 @@ from .errors import UserError, quoted
 from .greedy import BATCHED_ROUNDS, Optimizer
 from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality, SetFunction,
                          TermScale, certificate, certificate_fields, certify, diversity,
-                         joint_greedy, probing_saves_work, random_probes)
+                         joint_greedy, kernel_greedy, knn_kernel, probing_saves_work,
+                         random_probes)
 from .objectives.joint import SCALE_GROUNDS
 from .options import Range, option, validate
 from .paths import remove_temporaries
@@ -39,6 +40,10 @@ from .shared import resolve_device, top_rows
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
+GREEDY_STARTS = ("greedy", "knn")  # the --init values whose start is a greedy's picks
+# --init knn: facility-knn-greedy's neighbours per row, on faiss's inverted lists (about 4 sqrt(N)
+# lists, 16 searched per row), whose search costs a fraction of the exact one past 20,000 rows
+KNN_START_NEIGHBOURS, KNN_START_PROBES = 20, 16
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
 # --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
 # took to first beat their start on the cells seen (reproduce/results/defaults/start-budget/)
@@ -81,11 +86,10 @@ class LearnerConfig:
     lr_schedule: str = option("constant", "constant at --max_lr (the best of make ablation-lr), "
                                           "or from --max_lr to --min_lr: linear (the original "
                                           "train_mask.py's) or cosine", choices=LR_SCHEDULES)
-    init: str = option("auto", "initial logits: same (equal; the paper's), quality (log "
-                               "quality), greedy (a greedy's picks start high), "
-                               f"auto (greedy, but same for Facility over {GREEDY_INIT_ROWS:,} "
-                               "rows): docs/select.md#the-learners-flags",
-                       choices=("auto", "same", "quality", "greedy"))
+    init: str = option("auto", "initial logits: same (equal; the paper's), quality, greedy (a "
+                               "greedy's picks start high), knn (Facility alone, on a kNN "
+                               "kernel), auto: docs/select.md#the-learners-flags",
+                       choices=("auto", "same", "quality", "greedy", "knn"))
     start_optimizer: str = option("auto", "the greedy start's optimiser: stochastic (about N ln "
                                           "100 gains), lazy (the exact greedy's picks), batched "
                                           "or auto: docs/select.md#the-learners-flags",
@@ -157,8 +161,8 @@ class LearnerConfig:
                                      "share of the room above random; 0 = off; -1 = auto: "
                                      "docs/select.md#the-learners-flags", within=Range(-1.0, 1.0))
     start_only: str = option("auto", "write the greedy start with no step: on, off, or auto (on "
-                                     "for Facility from its exact greedy start, which its steps "
-                                     "never beat: docs/select.md#the-learners-flags)",
+                                     "for Facility from its exact or kNN greedy start: "
+                                     "docs/select.md#the-learners-flags)",
                              choices=("on", "off", "auto"))
     certificate: str = option("on", "bound the optimum and report the start's and the written "
                                     "selection's share of it, after the timed run (Facility: "
@@ -243,11 +247,13 @@ class LearnerConfig:
     def start_only_of(self, rows: int) -> bool:
         """--start_only on `rows` input rows, auto resolved: on for Facility from its exact
         (lazy) greedy start, whose steps wrote the start on every Facility cell of the defaults
-        benchmark, both lambs (reproduce/results/defaults/start-only/); off elsewhere."""
+        benchmark, both lambs (reproduce/results/defaults/start-only/), and from its kNN start
+        (`--init knn`), whose purpose is a start within the kNN greedy's time; off elsewhere."""
         if self.start_only != "auto":
             return self.start_only == "on"
-        return (self.algorithm == "Facility" and self.start_init(rows) == "greedy"
-                and self.start_optimizer_of(rows) == "lazy")
+        init = self.start_init(rows)
+        return self.algorithm == "Facility" and (
+            init == "knn" or init == "greedy" and self.start_optimizer_of(rows) == "lazy")
 
     def give_up_after_of(self) -> float:
         """--give_up_after, -1 resolved: GIVE_UP_AFTER for Facility, and for DiSF weighed alone
@@ -264,7 +270,7 @@ class LearnerConfig:
         """Whether the stopping rule scores the starting read-off (--best_from, auto resolved)."""
         if not self.stop_every or self.best_from == "check":
             return False
-        return self.best_from == "start" or self.start_init(rows) == "greedy"
+        return self.best_from == "start" or self.start_init(rows) in GREEDY_STARTS
 
     def step_probes(self) -> int:
         """The probes a step uses: --probes, with -1 resolved (AUTO_PROBES for DiSF, else 0)."""
@@ -291,6 +297,10 @@ class LearnerConfig:
         if self.patience and self.stop_every:
             raise UserError(f"--patience {self.patience} and --stop_every {self.stop_every} are "
                             f"two stopping rules: give --stop_every 0 to use --patience")
+        if self.init == "knn" and (self.algorithm != "Facility" or self.lamb != 0):
+            raise UserError(f"--init knn starts Facility weighed alone from its kNN greedy: give "
+                            f"--algorithm Facility --lamb 0 with it (got --algorithm "
+                            f"{self.algorithm} --lamb {self.lamb})")
         if self.cover_sample > 0 and self.partial < 1:
             raise UserError(f"--cover_sample draws masks over all candidates: give --partial 1 "
                             f"with it (got --partial {self.partial})")
@@ -374,8 +384,22 @@ def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
     outside them, and a top-k read-off gives the greedy's set."""
     picks, _ = joint_greedy(objective, ground, algorithm, k, GREEDY_KERNEL_BYTES,
                             Optimizer(optimizer, generator=gen, rounds=rounds))
+    return picks_logits(ground, picks)
+
+
+def knn_greedy_logits(ground: GroundSet, k: int, seed: int) -> torch.Tensor:
+    """--init knn: facility-knn-greedy's lazy picks on an IVF kNN kernel (`--index ivf`, its
+    neighbours and probes) as `greedy_logits` sets them; Facility weighed alone only."""
+    kernel = knn_kernel(ground.unit, KNN_START_NEIGHBOURS, "ivf", nprobe=KNN_START_PROBES,
+                        seed=seed)
+    picks, _, _ = kernel_greedy(ground, kernel, k, "lazy")
+    return picks_logits(ground, picks)
+
+
+def picks_logits(ground: GroundSet, picks: list[int]) -> torch.Tensor:
+    """Logit ln(N/k) for each of the k picks, 0 for every other row."""
     logits = torch.zeros(len(ground), dtype=ground.quality.dtype, device=ground.device)
-    logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / k)
+    logits[torch.as_tensor(picks, device=ground.device)] = math.log(len(ground) / len(picks))
     return logits
 
 
@@ -1107,6 +1131,9 @@ class MaskLearner:
                                            n_grounds=1 if start_scale == "sampled" else
                                            SCALE_GROUNDS)
         init = cfg.start_init(shape.n_total)
+        if init == "knn":
+            return Progress(knn_greedy_logits(ground, shape.k_total, cfg.seed), scale,
+                            elapsed_s=time.perf_counter() - start, check_scale=check_scale)
         if init != "greedy":
             return Progress(initial_logits(ground.quality, init), scale, check_scale=check_scale,
                             elapsed_s=time.perf_counter() - start)

@@ -622,6 +622,27 @@ def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_chec
     assert weighed.steps_taken > 10
 
 
+def test_init_knn_writes_facility_knn_greedys_ivf_picks_with_no_step():
+    """--init knn: the start is facility-knn-greedy's lazy picks on its IVF kernel (same
+    neighbours, probes and seed), scored and written with no step; it weighs Facility alone, so
+    any other metric or lamb is refused before any work."""
+    pytest.importorskip("faiss")
+    from baselines.facility_knn_greedy import FacilityKnnGreedy
+    data = synthetic_dataset(1200, dim=16, n_clusters=6, seed=4)
+    config = LearnerConfig(algorithm="Facility", lamb=0.0, init="knn", n_epochs=100,
+                           stop_every=10, n_rollout=8, seed=5, device="cpu")
+    assert config.start_only_of(len(data)) and config.scores_start(len(data))
+    run = MaskLearner(config).fit(data, progress=False)
+    assert {k: run.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
+        "steps_run": 0, "written_step": 0, "stop_reason": "start_only"}
+    picks, *_ = FacilityKnnGreedy(index="ivf", optimizer="lazy", seed=5)._select(data, 120)
+    np.testing.assert_array_equal(run.selected, picks)
+    assert run.summary()["objective_written"] == run.summary()["objective_start"]
+    for other in (dict(algorithm="Pair_simi"), dict(lamb=0.5)):
+        with pytest.raises(UserError, match="--init knn starts Facility weighed alone"):
+            MaskLearner(replace(config, **other))
+
+
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():
     facility, pair = LearnerConfig(algorithm="Facility"), LearnerConfig(algorithm="Pair_simi")
     disf = LearnerConfig(algorithm="DiSF")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..greedy import Optimizer, greedy
 from .base import GroundSet, SetFunction, mask_chunks
 from .facility import CoverageGains, CoverageLists, best_of_random_weights
 
@@ -213,3 +214,16 @@ class SparseCoverageGains(CoverageGains):
         self.cur.scatter_reduce_(0, self.kernel.covered[positions],
                                  self.kernel.similarity[positions], "amax")
         self.covered = self.cur.double().sum().item()
+
+
+def kernel_greedy(ground: GroundSet, kernel: KnnKernel, k: int, optimizer: Optimizer | str,
+                  record=None) -> tuple[list[int], list, SparseFacilityLocation]:
+    """The greedy's k picks on `kernel`'s facility location (steps are small scatter-adds, so
+    one thread after the first pass), with `record(step, term)`'s entry per pick: the route of
+    `facility-knn-greedy` and of the learner's `--init knn` start."""
+    objective = SparseFacilityLocation(kernel)
+    term = objective.incremental(ground)
+    picks, history = greedy(term, k, score=term.coverage_with, single_thread=True,
+                            optimizer=optimizer,
+                            record=None if record is None else (lambda step: record(step, term)))
+    return picks, history, objective
