@@ -297,9 +297,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     overrides = metric_overrides(args.set, args.metrics)
     settings = Settings(overrides, tuple(args.skip), args.seed, args.repeats)
     warm = synthetic_dataset(300, 16, 4, seed=args.seed)  # first calls pay for torch's set-up
-    for metric in args.metrics:
-        make_selector("datamask", algorithm=metric, seed=args.seed, device="cpu",
-                      **overrides[metric]).select(warm, RATIO)
+    for metric in args.metrics:  # at the cells' first lamb, which an override may need
+        make_selector("datamask", algorithm=metric, lamb=args.lambs[0], seed=args.seed,
+                      device="cpu", **overrides[metric]).select(warm, RATIO)
     rows = []
     for (family, data), ratio, lamb in itertools.product(datasets(args), args.ratios, args.lambs):
         # only the metrics run: each one's scale is fitted on its own seeded masks, the same
