@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from datamask.data import Dataset
-from datamask.objectives import kernel_greedy, knn_kernel
+from datamask.objectives import knn_greedy, knn_kernel
 from datamask.objectives.sparse_facility import INDEXES
 from datamask.options import Range, option
 from datamask.selectors import Selector
@@ -63,7 +63,7 @@ class FacilityKnnGreedy(Selector):
         start = time.perf_counter()
         kernel = knn_kernel(ground.unit, p.neighbours, p.index, p.nlist, p.nprobe, p.seed)
         kernel_s = time.perf_counter() - start
-        picks, history, objective = kernel_greedy(
+        picks, history, objective = knn_greedy(
             ground, kernel, k, optimiser_of(p, ground.device),
             record=lambda s, term: {"step": s.step, "row": s.row,
                                     "facility_knn": term.covered / kernel.n,

@@ -29,20 +29,21 @@ from .errors import UserError, quoted
 from .greedy import BATCHED_ROUNDS, Optimizer
 from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality, SetFunction,
                          TermScale, certificate, certificate_fields, certify, diversity,
-                         joint_greedy, kernel_greedy, knn_kernel, probing_saves_work,
+                         joint_greedy, knn_greedy, knn_kernel, probing_saves_work,
                          random_probes)
 from .objectives.joint import SCALE_GROUNDS
 from .options import Range, option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
-from .shared import resolve_device, top_rows
+from .shared import require_installed, resolve_device, top_rows
 
 LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GREEDY_STARTS = ("greedy", "knn")  # the --init values whose start is a greedy's picks
-# --init knn: facility-knn-greedy's neighbours per row, on faiss's inverted lists (about 4 sqrt(N)
-# lists, 16 searched per row), whose search costs a fraction of the exact one past 20,000 rows
+# --init knn: facility-knn-greedy's neighbours per row, on faiss's inverted lists: about sqrt(N)
+# lists, 16 searched per row (7% of them at 50,000 rows), so the search costs a few percent of the
+# exact one and the lists' k-means a quarter of faiss's default 4 sqrt(N)'s
 KNN_START_NEIGHBOURS, KNN_START_PROBES = 20, 16
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
 # --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
@@ -387,12 +388,19 @@ def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
     return picks_logits(ground, picks)
 
 
+def knn_start_lists(rows: int) -> int:
+    """--init knn's inverted lists on `rows` rows: about sqrt(rows), at most rows / 39 so that
+    each list trains on enough rows (faiss warns below 39)."""
+    return max(1, min(round(math.sqrt(rows)), rows // 39))
+
+
 def knn_greedy_logits(ground: GroundSet, k: int, seed: int) -> torch.Tensor:
-    """--init knn: facility-knn-greedy's lazy picks on an IVF kNN kernel (`--index ivf`, its
-    neighbours and probes) as `greedy_logits` sets them; Facility weighed alone only."""
-    kernel = knn_kernel(ground.unit, KNN_START_NEIGHBOURS, "ivf", nprobe=KNN_START_PROBES,
-                        seed=seed)
-    picks, _, _ = kernel_greedy(ground, kernel, k, "lazy")
+    """--init knn: facility-knn-greedy's lazy picks on an IVF kNN kernel (`--index ivf
+    --nlist knn_start_lists(N)`, its neighbours and probes) as `greedy_logits` sets them;
+    Facility weighed alone only."""
+    kernel = knn_kernel(ground.unit, KNN_START_NEIGHBOURS, "ivf", knn_start_lists(len(ground)),
+                        KNN_START_PROBES, seed)
+    picks, _, _ = knn_greedy(ground, kernel, k, "lazy")
     return picks_logits(ground, picks)
 
 
@@ -978,6 +986,8 @@ class MaskLearner:
         gen = torch.Generator(device=device)
         gen.manual_seed(cfg.seed)
         shape = Shape.of(cfg, data.quality)
+        if cfg.start_init(shape.n_total) == "knn":  # refused before any work, with the pip line
+            require_installed("faiss", "Facility's kNN start (--init knn)")
         pruned = len(shape.pool) < shape.n_total  # else share the input's memory, no copy
         ground = GroundSet.from_arrays(data.features[shape.pool] if pruned else data.features,
                                        data.quality[shape.pool] if pruned else data.quality, device)

@@ -3,6 +3,7 @@ the stopping rule. Each runs on CPU, seeded and repeatable; the paper's update s
 bit for bit."""
 
 import hashlib
+import sys
 from dataclasses import asdict, replace
 from itertools import accumulate
 from types import SimpleNamespace
@@ -624,7 +625,7 @@ def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_chec
 
 def test_init_knn_writes_facility_knn_greedys_ivf_picks_with_no_step():
     """--init knn: the start is facility-knn-greedy's lazy picks on its IVF kernel (same
-    neighbours, probes and seed), scored and written with no step; it weighs Facility alone, so
+    lists, neighbours, probes and seed), scored and written with no step; it weighs Facility alone, so
     any other metric or lamb is refused before any work."""
     pytest.importorskip("faiss")
     from baselines.facility_knn_greedy import FacilityKnnGreedy
@@ -635,12 +636,22 @@ def test_init_knn_writes_facility_knn_greedys_ivf_picks_with_no_step():
     run = MaskLearner(config).fit(data, progress=False)
     assert {k: run.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
         "steps_run": 0, "written_step": 0, "stop_reason": "start_only"}
-    picks, *_ = FacilityKnnGreedy(index="ivf", optimizer="lazy", seed=5)._select(data, 120)
+    picks, *_ = FacilityKnnGreedy(index="ivf", nlist=learner.knn_start_lists(1200),
+                                  optimizer="lazy", seed=5)._select(data, 120)
     np.testing.assert_array_equal(run.selected, picks)
     assert run.summary()["objective_written"] == run.summary()["objective_start"]
     for other in (dict(algorithm="Pair_simi"), dict(lamb=0.5)):
         with pytest.raises(UserError, match="--init knn starts Facility weighed alone"):
             MaskLearner(replace(config, **other))
+
+
+def test_init_knn_without_faiss_is_refused_with_the_pip_line_before_any_work(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # an import of it fails, as if absent
+    config = LearnerConfig(algorithm="Facility", lamb=0.0, init="knn", device="cpu")
+    with pytest.raises(UserError, match=r'kNN start \(--init knn\) needs the package .faiss.: '
+                                        r'pip install "datamask\[engines\]"'):
+        MaskLearner(config).fit(synthetic_dataset(200, dim=8, n_clusters=3, seed=0),
+                                progress=False)
 
 
 def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_elsewhere():

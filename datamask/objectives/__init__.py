@@ -14,7 +14,7 @@ from .joint import Joint, JointGains, TermScale, random_masks
 from .pair_similarity import PairGains, PairSimilarity, pair_cosine_sum
 from .quality import Quality, QualityGains
 from .sparse_facility import (KnnKernel, SparseCoverageGains, SparseFacilityLocation,
-                              kernel_greedy, knn_kernel)
+                              knn_greedy, knn_kernel)
 
 # The diversity metrics by the names of the original --algorithm flag.
 DIVERSITY = {"Pair_simi": PairSimilarity, "Facility": FacilityLocation, "DiSF": DiSF}
@@ -71,7 +71,7 @@ __all__ = [
     "QualityGains", "ScatterState", "SetFunction", "SparseCoverageGains",
     "SparseFacilityLocation", "TermScale", "as_batch", "certificate", "certificate_fields",
     "certify", "clipped_cosine", "collapse_score", "diversity", "diversity_gains",
-    "exact_optimizer", "joint_greedy", "kernel_greedy", "kernel_rows", "knn_kernel", "optimised_fields",
-    "pair_cosine_sum",
+    "exact_optimizer", "joint_greedy", "kernel_rows", "knn_greedy", "knn_kernel",
+    "optimised_fields", "pair_cosine_sum",
     "probing_saves_work", "random_masks", "random_probes", "similarity_rows",
 ]

@@ -216,7 +216,7 @@ class SparseCoverageGains(CoverageGains):
         self.covered = self.cur.double().sum().item()
 
 
-def kernel_greedy(ground: GroundSet, kernel: KnnKernel, k: int, optimizer: Optimizer | str,
+def knn_greedy(ground: GroundSet, kernel: KnnKernel, k: int, optimizer: Optimizer | str,
                   record=None) -> tuple[list[int], list, SparseFacilityLocation]:
     """The greedy's k picks on `kernel`'s facility location (steps are small scatter-adds, so
     one thread after the first pass), with `record(step, term)`'s entry per pick: the route of
