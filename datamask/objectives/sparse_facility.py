@@ -217,7 +217,7 @@ class SparseCoverageGains(CoverageGains):
 
 
 def knn_greedy(ground: GroundSet, kernel: KnnKernel, k: int, optimizer: Optimizer | str,
-                  record=None) -> tuple[list[int], list, SparseFacilityLocation]:
+               record=None) -> tuple[list[int], list, SparseFacilityLocation]:
     """The greedy's k picks on `kernel`'s facility location (steps are small scatter-adds, so
     one thread after the first pass), with `record(step, term)`'s entry per pick: the route of
     `facility-knn-greedy` and of the learner's `--init knn` start."""
