@@ -75,10 +75,11 @@ test: install
 	@echo "test: the suite on $(TEST_WORKERS) processes (about 5-9 minutes on 2 cores, by CPU kind: README.md)"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# The core installed alone, as a user installs it: a fresh virtualenv, `pip install .` with
-# requirements.txt's pins as constraints, then datamask.select, the CLI and --version from
-# outside the checkout, and the pip hint of the pipeline without its extra (.ci/check-install;
-# about 30 s with pip's cache warm). Needs no `make install`.
+# What pip installs, as a user installs it: the core alone in a fresh virtualenv (`pip install .`
+# with requirements.txt's pins as constraints), then datamask.select, the CLI and --version from
+# outside the checkout, and the pip hint of the pipeline without its extra; then each extra alone
+# in its own, every module of its packages imported (.ci/check-install, .ci/import_all.py).
+# Needs no `make install`; CI runs it after the suite.
 check-install:
 	PYTHON=$(PYTHON) bash .ci/check-install
 
