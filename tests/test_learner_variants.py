@@ -625,8 +625,8 @@ def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_chec
 
 def test_init_knn_writes_facility_knn_greedys_ivf_picks_with_no_step():
     """--init knn: the start is facility-knn-greedy's lazy picks on its IVF kernel (same
-    lists, neighbours, probes and seed), scored and written with no step; it weighs Facility alone, so
-    any other metric or lamb is refused before any work."""
+    lists, neighbours, probes and seed), scored and written with no step; it weighs Facility
+    alone, so any other metric or lamb is refused before any work."""
     pytest.importorskip("faiss")
     from baselines.facility_knn_greedy import FacilityKnnGreedy
     data = synthetic_dataset(1200, dim=16, n_clusters=6, seed=4)
