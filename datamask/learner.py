@@ -190,8 +190,10 @@ class LearnerConfig:
         if self.init != "auto":
             return self.init
         if self.algorithm in ("Pair_simi", "DiSF") or rows <= GREEDY_INIT_ROWS:
-            return "greedy"  # Facility's greedy grows as N^2: only up to the size measured
-        return "same"
+            return "greedy"  # Facility's exact greedy grows as N^2: only up to the size measured
+        # past it Facility alone starts from its kNN greedy, no worse than equal logits on gain
+        # or time where both ran (defaults/facility-knn-start/); no start was judged with quality
+        return "knn" if self.lamb == 0 else "same"
 
     def pair_greedy_start(self, rows: int) -> bool:
         """Whether `auto` starts Pair_simi (lamb < 1) from its batched greedy (on the report's

@@ -659,7 +659,11 @@ def test_auto_init_is_a_greedy_start_for_facility_up_to_its_measured_size_and_el
     disf = LearnerConfig(algorithm="DiSF")
     assert facility.init == pair.init == disf.init == "auto"
     assert facility.start_init(learner.GREEDY_INIT_ROWS) == "greedy"
-    assert facility.start_init(learner.GREEDY_INIT_ROWS + 1) == "same"
+    assert facility.start_init(learner.GREEDY_INIT_ROWS + 1) == "same"  # weighed with quality
+    alone = replace(facility, lamb=0.0)  # weighed alone: its kNN greedy past the exact one's size
+    assert (alone.start_init(learner.GREEDY_INIT_ROWS), alone.start_init(
+        learner.GREEDY_INIT_ROWS + 1)) == ("greedy", "knn")
+    assert alone.start_only_of(learner.GREEDY_INIT_ROWS + 1)
     assert pair.start_init(100) == pair.start_init(10**6) == "greedy"  # a greedy start at every size
     assert disf.start_init(9) == disf.start_init(10**6) == "greedy"  # a greedy start at every size
     for algorithm in learner.DIVERSITY_METRICS:
