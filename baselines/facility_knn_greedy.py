@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from datamask.data import Dataset
 from datamask.objectives import knn_greedy, knn_kernel
-from datamask.objectives.sparse_facility import INDEXES
+from datamask.objectives.sparse_facility import INDEXES, NEIGHBOURS, NPROBE
 from datamask.options import Range, option
 from datamask.selectors import Selector
 
@@ -34,13 +34,13 @@ from .facility_greedy import optimizer_option
 
 @dataclass
 class FacilityKnnGreedyOptions:
-    neighbours: int = option(20, "similarities kept per row (its nearest rows, itself included)",
-                             within=Range(1))
+    neighbours: int = option(NEIGHBOURS, "similarities kept per row (its nearest rows, itself "
+                                         "included)", within=Range(1))
     index: str = option("flat", "faiss search: flat (exact) or ivf (inverted lists, approximate, "
                         "for 100k+ rows)", choices=INDEXES)
     nlist: int | None = option(None, "ivf: lists the rows are clustered into", within=Range(1),
                                default_text="4 sqrt(N), at most N / 39")
-    nprobe: int = option(16, "ivf: lists searched per row", within=Range(1))
+    nprobe: int = option(NPROBE, "ivf: lists searched per row", within=Range(1))
     optimizer: str = optimizer_option()
     epsilon: float = epsilon_option()
     rounds: int = rounds_option()

@@ -32,6 +32,7 @@ from .objectives import (DIVERSITY, FacilityLocation, GroundSet, Joint, Quality,
                          joint_greedy, knn_greedy, knn_kernel, probing_saves_work,
                          random_probes)
 from .objectives.joint import SCALE_GROUNDS
+from .objectives.sparse_facility import NEIGHBOURS, default_nlist
 from .options import Range, option, validate
 from .paths import remove_temporaries
 from .sampling import gumbel_topk, plackett_luce_log_prob
@@ -41,10 +42,10 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 AUTO_PROBES = 64  # --probes -1 for DiSF: the cheapest count keeping 99% (ablation-probes.md)
 GREEDY_INIT_ROWS = 20_000  # --init auto starts Facility from a greedy up to the size measured
 GREEDY_STARTS = ("greedy", "knn")  # the --init values whose start is a greedy's picks
-# --init knn: facility-knn-greedy's neighbours per row, on faiss's inverted lists: about sqrt(N)
-# lists, 16 searched per row (7% of them at 50,000 rows), so the search costs a few percent of the
-# exact one and the lists' k-means a quarter of faiss's default 4 sqrt(N)'s
-KNN_START_NEIGHBOURS, KNN_START_PROBES = 20, 16
+# --init knn: facility-knn-greedy's neighbours and probes, on about sqrt(N) inverted lists (16
+# searched are 7% of them at 50,000 rows), so the search costs a few percent of the exact one and
+# the lists' k-means a quarter of faiss's default 4 sqrt(N)'s
+KNN_START_LISTS_PER_ROOT = 1.0
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
 # --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
 # took to first beat their start on the cells seen (reproduce/results/defaults/start-budget/)
@@ -391,17 +392,15 @@ def greedy_logits(ground: GroundSet, objective: Joint, algorithm: str, k: int,
 
 
 def knn_start_lists(rows: int) -> int:
-    """--init knn's inverted lists on `rows` rows: about sqrt(rows), at most rows / 39 so that
-    each list trains on enough rows (faiss warns below 39)."""
-    return max(1, min(round(math.sqrt(rows)), rows // 39))
+    """--init knn's inverted lists on `rows` rows: about sqrt(rows) (`default_nlist`'s cap)."""
+    return default_nlist(rows, KNN_START_LISTS_PER_ROOT)
 
 
 def knn_greedy_logits(ground: GroundSet, k: int, seed: int) -> torch.Tensor:
     """--init knn: facility-knn-greedy's lazy picks on an IVF kNN kernel (`--index ivf
     --nlist knn_start_lists(N)`, its neighbours and probes) as `greedy_logits` sets them;
     Facility weighed alone only."""
-    kernel = knn_kernel(ground.unit, KNN_START_NEIGHBOURS, "ivf", knn_start_lists(len(ground)),
-                        KNN_START_PROBES, seed)
+    kernel = knn_kernel(ground.unit, NEIGHBOURS, "ivf", knn_start_lists(len(ground)), seed=seed)
     picks, _, _ = knn_greedy(ground, kernel, k, "lazy")
     return picks_logits(ground, picks)
 

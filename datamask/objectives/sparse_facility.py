@@ -30,10 +30,13 @@ SEARCH_ROWS = 65536  # rows searched by faiss at once: bounds its (rows x neighb
 IVF_TRAIN_PER_LIST = 64  # rows that train the IVF's k-means, per list (faiss warns below 39)
 
 
-def default_nlist(n: int) -> int:
-    """IVF lists for n rows: about 4 sqrt(n) (faiss's rule of thumb), never more than n / 39
-    so that every list trains on enough rows."""
-    return max(1, min(round(4 * math.sqrt(n)), n // 39))
+NEIGHBOURS, NPROBE = 20, 16  # facility-knn-greedy's defaults: similarities kept, ivf lists searched
+
+
+def default_nlist(n: int, per_root: float = 4.0) -> int:
+    """IVF lists for n rows: about `per_root` sqrt(n) (4: faiss's rule of thumb), never more
+    than n / 39 so that every list trains on enough rows."""
+    return max(1, min(round(per_root * math.sqrt(n)), n // 39))
 
 
 @dataclass
@@ -88,7 +91,7 @@ class KnnKernel:
 
 
 def knn_kernel(unit: torch.Tensor, neighbours: int, index: str = "flat", nlist: int | None = None,
-               nprobe: int = 16, seed: int = 0) -> KnnKernel:
+               nprobe: int = NPROBE, seed: int = 0) -> KnnKernel:
     """The kNN kernel of unit rows (cosine = inner product), searched with faiss on the CPU."""
     from ..shared import require
 
