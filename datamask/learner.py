@@ -46,10 +46,6 @@ GREEDY_STARTS = ("greedy", "knn")  # the --init values whose start is a greedy's
 # searched are 7% of them at 50,000 rows), so the search costs a few percent of the exact one and
 # the lists' k-means a quarter of faiss's default 4 sqrt(N)'s
 KNN_START_LISTS_PER_ROOT = 1.0
-# up to GREEDY_INIT_ROWS --init knn searches exactly (faiss flat costs about the dense kernel's
-# product there) and keeps more neighbours a row: 50 kept 0.996-0.999 of the dense greedy's gain
-# at 20,000 rows where 20 kept 0.978-0.993 (defaults/facility-knn-exact/)
-KNN_START_EXACT_NEIGHBOURS = 50
 GIVE_UP_AFTER = 0.25  # --give_up_after -1 (Facility, DiSF alone): a quarter of the start's time
 # --give_up_after -1 for DiSF weighed with quality, in start's times: twice the most its steps
 # took to first beat their start on the cells seen (reproduce/results/defaults/start-budget/)
@@ -401,15 +397,10 @@ def knn_start_lists(rows: int) -> int:
 
 
 def knn_greedy_logits(ground: GroundSet, k: int, seed: int) -> torch.Tensor:
-    """--init knn: facility-knn-greedy's lazy picks as `greedy_logits` sets them, Facility
-    weighed alone only; on an exact kNN kernel of KNN_START_EXACT_NEIGHBOURS a row up to
-    GREEDY_INIT_ROWS (`--index flat`), past it on an IVF one (`--index ivf --nlist
-    knn_start_lists(N)`, the baseline's neighbours and probes)."""
-    if len(ground) <= GREEDY_INIT_ROWS:
-        kernel = knn_kernel(ground.unit, KNN_START_EXACT_NEIGHBOURS, "flat", seed=seed)
-    else:
-        kernel = knn_kernel(ground.unit, NEIGHBOURS, "ivf", knn_start_lists(len(ground)),
-                            seed=seed)
+    """--init knn: facility-knn-greedy's lazy picks on an IVF kNN kernel (`--index ivf
+    --nlist knn_start_lists(N)`, its neighbours and probes) as `greedy_logits` sets them;
+    Facility weighed alone only."""
+    kernel = knn_kernel(ground.unit, NEIGHBOURS, "ivf", knn_start_lists(len(ground)), seed=seed)
     picks, _, _ = knn_greedy(ground, kernel, k, "lazy")
     return picks_logits(ground, picks)
 

@@ -623,26 +623,21 @@ def test_by_default_facility_and_disf_alone_give_up_at_their_first_unbeaten_chec
     assert weighed.steps_taken > 10
 
 
-@pytest.mark.parametrize("search", ["flat", "ivf"])
-def test_init_knn_writes_facility_knn_greedys_picks_with_no_step(search, monkeypatch):
-    """--init knn: the start is facility-knn-greedy's lazy picks, scored and written with no
-    step: up to GREEDY_INIT_ROWS on its exact kernel of KNN_START_EXACT_NEIGHBOURS a row, past
-    it on its IVF kernel (same lists, neighbours, probes and seed); it weighs Facility alone, so
-    any other metric or lamb is refused before any work."""
+def test_init_knn_writes_facility_knn_greedys_ivf_picks_with_no_step():
+    """--init knn: the start is facility-knn-greedy's lazy picks on its IVF kernel (same
+    lists, neighbours, probes and seed), scored and written with no step; it weighs Facility
+    alone, so any other metric or lamb is refused before any work."""
     pytest.importorskip("faiss")
     from baselines.facility_knn_greedy import FacilityKnnGreedy
     data = synthetic_dataset(1200, dim=16, n_clusters=6, seed=4)
-    if search == "ivf":  # these rows count as past the exact search's size
-        monkeypatch.setattr(learner, "GREEDY_INIT_ROWS", 1000)
     config = LearnerConfig(algorithm="Facility", lamb=0.0, init="knn", n_epochs=100,
                            stop_every=10, n_rollout=8, seed=5, device="cpu")
     assert config.start_only_of(len(data)) and config.scores_start(len(data))
     run = MaskLearner(config).fit(data, progress=False)
     assert {k: run.summary()[k] for k in ("steps_run", "written_step", "stop_reason")} == {
         "steps_run": 0, "written_step": 0, "stop_reason": "start_only"}
-    baseline = (dict(index="flat", neighbours=learner.KNN_START_EXACT_NEIGHBOURS)
-                if search == "flat" else dict(index="ivf", nlist=learner.knn_start_lists(1200)))
-    picks, *_ = FacilityKnnGreedy(optimizer="lazy", seed=5, **baseline)._select(data, 120)
+    picks, *_ = FacilityKnnGreedy(index="ivf", nlist=learner.knn_start_lists(1200),
+                                  optimizer="lazy", seed=5)._select(data, 120)
     np.testing.assert_array_equal(run.selected, picks)
     assert run.summary()["objective_written"] == run.summary()["objective_start"]
     for other in (dict(algorithm="Pair_simi"), dict(lamb=0.5)):
