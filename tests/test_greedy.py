@@ -11,20 +11,16 @@ from datamask.greedy import LAZY_BLOCK, greedy
 from datamask.objectives.facility import CoverageGains, clipped_cosine, kernel_rows
 
 
-def coverage_term(unit: torch.Tensor) -> CoverageGains:
-    return CoverageGains(kernel_rows(clipped_cosine(unit, unit)), len(unit), len(unit))
-
-
 def picks_and_evaluated(unit: torch.Tensor, k: int, optimizer: str, quality=None):
-    term = coverage_term(unit)
+    """The greedy's picks of k rows covering `unit`, and the gains it had evaluated after each."""
+    term = CoverageGains(kernel_rows(clipped_cosine(unit, unit)), len(unit), len(unit))
     if quality is None:
         score = term.coverage_with
     else:  # a row's own quality beside its coverage, as the joint objective weighs them
         def score(gains, idx):
             return term.coverage_with(gains) + (quality if idx is None else quality[idx])
-    picks, history = greedy(term, k, optimizer=optimizer, score=score,
-                            record=lambda step: step.gains_evaluated)
-    return picks, history
+    return greedy(term, k, optimizer=optimizer, score=score,
+                  record=lambda step: step.gains_evaluated)
 
 
 def rounded_rows(n: int, dim: int, seed: int, decimals: int) -> torch.Tensor:
