@@ -72,7 +72,7 @@ demo-quick: install
 # module fixtures are built once; pytest prints the share of tests done at the end of each line.
 TEST_WORKERS ?= 2
 test: install
-	@echo "test: the suite on $(TEST_WORKERS) processes (about 5-9 minutes on 2 cores, by CPU kind: README.md)"
+	@echo "test: the suite on $(TEST_WORKERS) processes (about 5-14 minutes on 2 cores, by CPU kind: README.md)"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # What pip installs, as a user installs it: the core alone in a fresh virtualenv (`pip install .`
