@@ -3,7 +3,7 @@ formats, a pool built from a few hundred documents, its labels, rates, held-out 
 positive control and the planted-kept report, and the pipeline stages reading its shards."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -116,12 +116,27 @@ def test_ids_are_stable_for_a_seed_and_a_rebuild_is_cached(tmp_path, pool, units
     same = pa.concat_tables([pq.read_table(p) for p in (tmp_path / "same" / "fineweb").glob("*")])
     assert dict(zip(same.column("id").to_pylist(), same.column("text").to_pylist())) == \
         {r["id"]: r["text"] for r in rows}
-    assert other["counts"] == summary["counts"]
+    assert other["counts"] == summary["counts"] and other["sources"] == summary["sources"]
     build_pool(tmp_path / "seed4", PoolConfig(seed=SEED + 1, heldout_chars=HELDOUT,
                                               task_articles=TASKS), units=units)
     moved = pa.concat_tables([pq.read_table(p) for p in (tmp_path / "seed4" / "fineweb").glob("*")])
     planted_ids = {r["id"] for r in rows if r["planted"] != "none"}
     assert not planted_ids & set(moved.column("id").to_pylist())
+
+
+def test_pool_json_tells_the_sources_apart_by_their_texts(tmp_path, pool, units):
+    """One paragraph changed in one source moves that source's two digests and no other's."""
+    _, summary, _ = pool
+    domain = sorted(units)[0]
+    first = units[domain][0]
+    edited = replace(first, paragraphs=[first.paragraphs[0] + " (edited)", *first.paragraphs[1:]])
+    changed = {**units, domain: [edited, *units[domain][1:]]}
+    other = build_pool(tmp_path / "edited", PoolConfig(seed=SEED, heldout_chars=HELDOUT,
+                                                       task_articles=TASKS), units=changed)
+    for name, source in summary["sources"].items():
+        for key in ("paragraphs_sha256", "documents_sha256"):
+            assert source[key].startswith("sha256:") and len(source[key]) == 71
+            assert (other["sources"][name][key] != source[key]) == (name == domain), (name, key)
 
 
 def test_more_shards_than_rows_is_refused_before_writing(tmp_path, pool, units):

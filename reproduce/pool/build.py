@@ -11,6 +11,7 @@ A second run with the same configuration finds pool.json and does nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, replace
@@ -119,7 +120,11 @@ def build_pool(output: Path, config: PoolConfig, cache: Path | None = None,
     summary = {
         "config": recorded,
         "sources": {d: {**provenance[d], "documents_cut": len(docs[d]),
-                        "chars_before_cap": raw_chars[d]} for d in domains},
+                        "chars_before_cap": raw_chars[d],
+                        "paragraphs_sha256": digest(text for u in units[d]
+                                                    for text in (u.key, *u.paragraphs)),
+                        "documents_sha256": digest(doc.text for doc in docs[d])}
+                    for d in domains},
         "documents": {"rule": f"paragraph boundaries, {sources.MIN_CHARS}-{sources.MAX_CHARS} "
                               "characters (log-uniform target per document); a news article "
                               "stays whole; exact duplicate texts of a source kept once",
@@ -156,6 +161,16 @@ def build_pool(output: Path, config: PoolConfig, cache: Path | None = None,
         summary["build_s"] = round(time.time() - started, 1)
         write_json_atomic(summary, tmp / "pool.json")
     return summary
+
+
+def digest(texts) -> str:
+    """SHA-256 of `texts` in order, each ended by a NUL: in pool.json per source, of its units'
+    keys and paragraphs as read and of its documents as cut, so that two machines' pools can be
+    told apart source by source and step by step."""
+    hashed = hashlib.sha256()
+    for text in texts:
+        hashed.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return f"sha256:{hashed.hexdigest()}"
 
 
 def dedupe_exact(docs: list[sources.Document]) -> list[sources.Document]:
